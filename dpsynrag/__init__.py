@@ -1,0 +1,3 @@
+"""dpsynrag: differentially private synthetic RAG corpora (DP-SynRAG)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,396 @@
+"""The zCDP privacy ledger: every release is charged here before its value is used.
+
+A release is identified by a stable, public ``key`` (for example ``"histogram"`` or
+``"cluster/00017/threshold"``). ``Ledger.release`` charges the mechanism's cost -- recomputed
+from its parameters by ``costs.mechanism_rho``, never taken from the caller -- then draws the
+value, stores it, and commits, all before returning it. Asking again for a key that is
+already released returns the stored value and charges nothing: a resumed build spends exactly
+what an uninterrupted one spends, and released noise is never redrawn. Asking with different
+parameters is refused.
+
+Composition (DP-SynRAG Theorem 1 with the corrections of DESIGN.md):
+* releases outside any group compose sequentially (their rho add up);
+* a *parallel group* (the clusters) declares ``max_overlap`` L: each record touches at most L
+  of its partitions, so the group costs the sum of its L most expensive partitions
+  (<= L x the largest), where a partition's cost is the sum of its releases.
+
+The ledger is durable (SQLite, committed per release or per batch) and can be in memory for
+tests and the budget planner.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import math
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpsynrag.accounting.conversions import Conversion, epsilon_for
+from dpsynrag.accounting.costs import mechanism_rho
+
+SCHEMA_VERSION = 1
+_RHO_SLACK = 1e-12  # float round-off allowed when comparing a total against a budget
+
+
+class LedgerError(RuntimeError):
+    """Base class for refusals by the ledger."""
+
+
+class BudgetExceededError(LedgerError):
+    """A charge would take the total past the ledger's budget; nothing was drawn."""
+
+
+class ReleaseMismatchError(LedgerError):
+    """A key was released before with other parameters; a resumed build must keep its plan."""
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What one release costs and why: all public, all re-derivable."""
+
+    stage: str
+    mechanism: str
+    params: Mapping[str, Any]
+    sensitivity: float
+    sensitivity_norm: str  # "l2", "linf" or "count"
+    group: str | None = None
+    partition: str | None = None
+
+    @property
+    def rho(self) -> float:
+        return mechanism_rho(self.mechanism, self.params)
+
+    def canonical_params(self) -> str:
+        return json.dumps(dict(self.params), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Release:
+    """One row of the ledger as recorded."""
+
+    key: str
+    stage: str
+    mechanism: str
+    params: dict[str, Any]
+    sensitivity: float
+    sensitivity_norm: str
+    rho: float
+    group: str | None
+    partition: str | None
+    released: bool
+
+
+@dataclass(frozen=True)
+class ParallelGroup:
+    name: str
+    max_overlap: int
+    description: str
+
+
+@dataclass
+class _Totals:
+    sequential: float = 0.0
+    partitions: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS parallel_groups (
+    name TEXT PRIMARY KEY, max_overlap INTEGER NOT NULL, description TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS releases (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,
+    stage TEXT NOT NULL,
+    mechanism TEXT NOT NULL,
+    params TEXT NOT NULL,
+    sensitivity REAL NOT NULL,
+    sensitivity_norm TEXT NOT NULL,
+    rho REAL NOT NULL,
+    grp TEXT,
+    part TEXT,
+    charged_at TEXT NOT NULL,
+    value BLOB,
+    released_at TEXT);
+"""
+
+
+class Ledger:
+    """A durable zCDP ledger. Use ``Ledger(path)`` for a build, ``Ledger()`` in memory."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        rho_budget: float | None = None,
+        seeded: bool = False,
+    ) -> None:
+        self.path = None if path is None else Path(path)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.exists():
+                fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
+                os.close(fd)
+        self._db = sqlite3.connect(":memory:" if self.path is None else str(self.path),
+                                   check_same_thread=False, isolation_level=None)
+        self._lock = threading.RLock()
+        self._db.execute("PRAGMA journal_mode=WAL" if self.path else "PRAGMA journal_mode=MEMORY")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        self._init_meta(rho_budget, seeded)
+        self._totals = self._load_totals()
+
+    # ------------------------------------------------------------------ set-up
+    def _init_meta(self, rho_budget: float | None, seeded: bool) -> None:
+        meta = self._meta()
+        if "schema_version" not in meta:
+            self._set_meta("schema_version", str(SCHEMA_VERSION))
+            self._set_meta("created", _now())
+        elif int(meta["schema_version"]) != SCHEMA_VERSION:
+            raise LedgerError(f"{self.path}: ledger schema {meta['schema_version']} is not "
+                              f"{SCHEMA_VERSION}; it was written by another dpsynrag version")
+        if seeded:
+            self._set_meta("seeded", "true")  # once seeded, always seeded
+        if rho_budget is not None:
+            if not (math.isfinite(rho_budget) and rho_budget > 0):
+                raise ValueError("rho_budget must be a finite positive number")
+            stored = meta.get("rho_budget")
+            if stored is not None and not math.isclose(float(stored), rho_budget, rel_tol=1e-12):
+                raise ReleaseMismatchError(
+                    f"{self.path}: this ledger was opened with rho budget {float(stored):.6g}; "
+                    f"refusing to continue with {rho_budget:.6g}")
+            self._set_meta("rho_budget", repr(float(rho_budget)))
+
+    def _meta(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def _load_totals(self) -> _Totals:
+        totals = _Totals()
+        for rho, grp, part in self._db.execute("SELECT rho, grp, part FROM releases"):
+            self._add_to_totals(totals, rho, grp, part)
+        return totals
+
+    @staticmethod
+    def _add_to_totals(totals: _Totals, rho: float, grp: str | None, part: str | None) -> None:
+        if grp is None:
+            totals.sequential += rho
+        else:
+            parts = totals.partitions.setdefault(grp, {})
+            parts[part or ""] = parts.get(part or "", 0.0) + rho
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def seeded(self) -> bool:
+        """True if any random source used with this ledger was seeded (not for release)."""
+        return self._meta().get("seeded") == "true"
+
+    def mark_seeded(self) -> None:
+        with self._lock:
+            self._set_meta("seeded", "true")
+
+    @property
+    def rho_budget(self) -> float | None:
+        stored = self._meta().get("rho_budget")
+        return None if stored is None else float(stored)
+
+    # ------------------------------------------------------------------ groups
+    def declare_parallel_group(self, name: str, max_overlap: int, description: str) -> None:
+        """Declare a parallel-composition group whose records touch <= ``max_overlap`` parts."""
+        if not (isinstance(max_overlap, int) and max_overlap >= 1):
+            raise ValueError("max_overlap must be a positive integer")
+        with self._lock:
+            row = self._db.execute("SELECT max_overlap FROM parallel_groups WHERE name = ?",
+                                   (name,)).fetchone()
+            if row is not None:
+                if row[0] != max_overlap:
+                    raise ReleaseMismatchError(
+                        f"parallel group {name!r} was declared with overlap {row[0]}, "
+                        f"not {max_overlap}")
+                return
+            self._db.execute("INSERT INTO parallel_groups VALUES (?, ?, ?)",
+                             (name, max_overlap, description))
+
+    def parallel_groups(self) -> dict[str, ParallelGroup]:
+        rows = self._db.execute("SELECT name, max_overlap, description FROM parallel_groups")
+        return {name: ParallelGroup(name, overlap, desc) for name, overlap, desc in rows}
+
+    # ------------------------------------------------------------------ totals
+    def total_rho(self) -> float:
+        """Total zCDP cost of everything charged so far (see module docstring)."""
+        return self._total_of(self._totals)
+
+    def _total_of(self, totals: _Totals) -> float:
+        groups = self.parallel_groups()
+        total = totals.sequential
+        for name, parts in totals.partitions.items():
+            overlap = groups[name].max_overlap
+            total += sum(sorted(parts.values(), reverse=True)[:overlap])
+        return total
+
+    def epsilon(self, delta: float, conversion: Conversion | str) -> float:
+        return epsilon_for(self.total_rho(), delta, conversion)
+
+    # ------------------------------------------------------------------ releases
+    def release(self, key: str, charge: Charge, draw: Callable[[], Any]) -> Any:
+        """Charge ``charge``, draw the value, store it durably, and return it.
+
+        If ``key`` was released before (a resumed build), the stored value is returned, nothing
+        is drawn and nothing is charged; different parameters are refused.
+        """
+        return self.release_many([(key, charge, draw)])[0]
+
+    def release_many(
+        self, requests: Sequence[tuple[str, Charge, Callable[[], Any]]]
+    ) -> list[Any]:
+        """Several releases in one transaction (one commit), e.g. one token for every group."""
+        with self._lock:
+            self._check_groups(requests)
+            stored = {key: self._lookup(key, charge) for key, charge, _ in requests}
+            fresh = [(key, charge) for key, charge, _ in requests if stored[key] is None]
+            if len({key for key, _ in fresh}) != len(fresh):
+                raise LedgerError("the same key appears twice in one batch of releases")
+            self._check_budget(fresh)
+            results: list[Any] = []
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for key, charge in fresh:
+                    self._insert_charge(key, charge)
+                for key, _charge, draw in requests:
+                    previous = stored[key]
+                    if previous is not None and previous[0]:
+                        results.append(previous[1])
+                        continue
+                    value = draw()
+                    self._store_value(key, value)
+                    results.append(value)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                self._totals = self._load_totals()
+                raise
+            for _key, charge in fresh:
+                self._add_to_totals(self._totals, charge.rho, charge.group, charge.partition)
+            return results
+
+    def _check_groups(self, requests: Sequence[tuple[str, Charge, Callable[[], Any]]]) -> None:
+        groups = self.parallel_groups()
+        for key, charge, _ in requests:
+            if charge.group is not None and charge.group not in groups:
+                raise LedgerError(f"release {key!r}: parallel group {charge.group!r} is not "
+                                  "declared")
+            if charge.group is not None and charge.partition is None:
+                raise LedgerError(f"release {key!r}: a grouped release needs a partition")
+
+    def _lookup(self, key: str, charge: Charge) -> tuple[bool, Any] | None:
+        """None if never charged, else (has_value, value)."""
+        row = self._db.execute(
+            "SELECT stage, mechanism, params, sensitivity, sensitivity_norm, grp, part, value "
+            "FROM releases WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        recorded = (row[0], row[1], row[2], row[3], row[4], row[5], row[6])
+        requested = (charge.stage, charge.mechanism, charge.canonical_params(),
+                     float(charge.sensitivity), charge.sensitivity_norm, charge.group,
+                     charge.partition)
+        if recorded != requested:
+            raise ReleaseMismatchError(
+                f"release {key!r} was recorded with other parameters; a resumed build must use "
+                "the plan it started with (or a fresh state directory)")
+        if row[7] is None:
+            return (False, None)  # charged, drawn value never stored: drawing now is its first use
+        return (True, decode_value(row[7]))
+
+    def _check_budget(self, fresh: Sequence[tuple[str, Charge]]) -> None:
+        budget = self.rho_budget
+        if budget is None or not fresh:
+            return
+        trial = _Totals(self._totals.sequential,
+                        {g: dict(p) for g, p in self._totals.partitions.items()})
+        for _, charge in fresh:
+            self._add_to_totals(trial, charge.rho, charge.group, charge.partition)
+        after = self._total_of(trial)
+        if after > budget * (1 + _RHO_SLACK):
+            raise BudgetExceededError(
+                f"release {fresh[0][0]!r} would bring the total to rho={after:.6g}, over the "
+                f"budget rho={budget:.6g}; nothing was drawn")
+
+    def _insert_charge(self, key: str, charge: Charge) -> None:
+        self._db.execute(
+            "INSERT INTO releases (key, stage, mechanism, params, sensitivity, sensitivity_norm,"
+            " rho, grp, part, charged_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, charge.stage, charge.mechanism, charge.canonical_params(),
+             float(charge.sensitivity), charge.sensitivity_norm, charge.rho, charge.group,
+             charge.partition, _now()))
+
+    def _store_value(self, key: str, value: Any) -> None:
+        self._db.execute("UPDATE releases SET value = ?, released_at = ? WHERE key = ?",
+                         (encode_value(value), _now(), key))
+
+    # ------------------------------------------------------------------ reading
+    def releases(self) -> list[Release]:
+        rows = self._db.execute(
+            "SELECT key, stage, mechanism, params, sensitivity, sensitivity_norm, rho, grp, part,"
+            " value IS NOT NULL FROM releases ORDER BY seq")
+        return [Release(k, s, m, json.loads(p), sens, norm, rho, g, part, bool(has))
+                for k, s, m, p, sens, norm, rho, g, part, has in rows]
+
+    def released_value(self, key: str) -> Any | None:
+        row = self._db.execute("SELECT value FROM releases WHERE key = ?", (key,)).fetchone()
+        return None if row is None or row[0] is None else decode_value(row[0])
+
+    def stage_summary(self) -> list[dict[str, Any]]:
+        """Per (stage, mechanism, group): release count and rho before composition."""
+        summary: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+        for release in self.releases():
+            entry = summary.setdefault(
+                (release.stage, release.mechanism, release.group),
+                {"stage": release.stage, "mechanism": release.mechanism,
+                 "group": release.group, "releases": 0, "rho_sum": 0.0})
+            entry["releases"] += 1
+            entry["rho_sum"] += release.rho
+        return list(summary.values())
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")
+
+
+# ---------------------------------------------------------------------- value encoding
+def encode_value(value: Any) -> bytes:
+    """Serialise a released value without pickle: numpy arrays as .npy, the rest as JSON."""
+    if isinstance(value, np.ndarray):
+        buffer = io.BytesIO()
+        np.save(buffer, value, allow_pickle=False)
+        return b"N" + buffer.getvalue()
+    if isinstance(value, np.generic):
+        value = value.item()
+    return b"J" + json.dumps(value, separators=(",", ":")).encode()
+
+
+def decode_value(blob: bytes) -> Any:
+    kind, body = blob[:1], blob[1:]
+    if kind == b"N":
+        return np.load(io.BytesIO(body), allow_pickle=False)
+    if kind == b"J":
+        return json.loads(body.decode())
+    raise LedgerError("unknown value encoding in the ledger")

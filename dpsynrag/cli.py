@@ -1,0 +1,185 @@
+"""Command-line entry points: ``dpsynrag`` (tools) and ``build-corpus`` (the build).
+
+Errors print one line (``dpsynrag: error: ...``) and exit non-zero; ``--debug`` shows the
+traceback as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+
+from dpsynrag import __version__
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """An error worth one line to the user, with an exit code."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, as argparse does, but no usage
+        raise CliError(f"{message} (see '{self.prog} --help')")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite positive number, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+# ---------------------------------------------------------------------- budget
+def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "budget",
+        help="plan a DP-SynRAG privacy budget: noise scales and where rho goes",
+        description=(
+            "Solve DP-SynRAG's zCDP budget (Theorem 1 with the corrections of DESIGN.md): from a "
+            "target (epsilon, delta), K, L, T, eps_theta, rho_hist and rho_mean derive sigma_h, "
+            "sigma_mu, c/tau and each stage's rho. Refuses a plan that leaves nothing for "
+            "private prediction."),
+        epilog=("Example (the paper's Table 6): dpsynrag budget --epsilon 10 --delta 1e-3 --K 10 "
+                "--L 5 --T 70 --eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009"),
+    )
+    parser.add_argument("--epsilon", type=_positive_float, required=True,
+                        help="target epsilon of the whole build")
+    parser.add_argument("--delta", type=_positive_float, required=True,
+                        help="target delta, in (0, 1)")
+    parser.add_argument("--K", type=_positive_int, required=True,
+                        help="keywords per document in the histogram (l2 sensitivity sqrt(K))")
+    parser.add_argument("--L", type=_positive_int, required=True,
+                        help="maximum clusters per document (overlapping parallel composition)")
+    parser.add_argument("--T", type=_positive_int, required=True,
+                        help="tokens generated per cluster")
+    parser.add_argument("--eps-theta", type=_positive_float, required=True,
+                        help="epsilon of the similarity-threshold exponential mechanism")
+    parser.add_argument("--rho-hist", type=_positive_float, required=True,
+                        help="zCDP share of the keyword histogram")
+    parser.add_argument("--rho-mean", type=_positive_float, required=True,
+                        help="zCDP share of each cluster's noisy embedding sum (Gaussian part "
+                             "of retrieval, before x L)")
+    parser.add_argument("--conversion", choices=["bun-steinke", "cks"], default="bun-steinke",
+                        help="zCDP to (epsilon, delta) conversion (default: bun-steinke, the "
+                             "paper's; cks is tighter)")
+    parser.add_argument("--vocab-size", type=_positive_int, default=None,
+                        help="LLM vocabulary size for the consensus estimate (default 49152, the "
+                             "packaged SmolLM2)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.set_defaults(handler=_run_budget)
+
+
+def _run_budget(args: argparse.Namespace) -> int:
+    from dpsynrag.accounting.planner import (
+        DEFAULT_VOCAB_SIZE,
+        PlanError,
+        PlanRequest,
+        plan_budget,
+    )
+
+    request = PlanRequest(
+        epsilon=args.epsilon, delta=args.delta, K=args.K, L=args.L, T=args.T,
+        eps_theta=args.eps_theta, rho_hist=args.rho_hist, rho_mean=args.rho_mean,
+        conversion=args.conversion, vocab_size=args.vocab_size or DEFAULT_VOCAB_SIZE)
+    try:
+        plan = plan_budget(request)
+    except PlanError as error:
+        raise CliError(str(error), EXIT_FAILURE) from error
+    if args.json:
+        print(json.dumps(plan.as_dict(), indent=2, sort_keys=True))
+    else:
+        from dpsynrag.reporting import print_budget_plan
+
+        print_budget_plan(plan)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="dpsynrag",
+        description="dpsynrag: differentially private synthetic RAG corpora (DP-SynRAG).",
+    )
+    parser.add_argument("--version", action="version", version=f"dpsynrag {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show full tracebacks on errors (they may contain local paths)")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND",
+                                       parser_class=_Parser)
+    _add_budget_parser(subparsers)
+    return parser
+
+
+def _run(handler: Callable[[], int], prog: str, debug: bool) -> int:
+    try:
+        return handler()
+    except CliError as error:
+        if debug:
+            raise
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # one line, never a traceback, unless --debug
+        if debug:
+            raise
+        print(f"{prog}: error: {type(error).__name__}: {error} (rerun with --debug for the "
+              "traceback)", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    parser = build_parser()
+
+    def handler() -> int:
+        args = parser.parse_args(argv)
+        if not hasattr(args, "handler"):
+            parser.print_help()
+            return EXIT_USAGE
+        return args.handler(args)
+
+    return _run(handler, "dpsynrag", debug)
+
+
+def build_corpus_main(argv: Sequence[str] | None = None) -> int:
+    """``build-corpus``: the DP-SynRAG build. Not in this version yet; says so plainly."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    def handler() -> int:
+        if any(flag in argv for flag in ("-h", "--help")):
+            print("usage: build-corpus ...\n\nThe DP-SynRAG build is not part of dpsynrag "
+                  f"{__version__} yet. Plan a budget with 'dpsynrag budget --help'.")
+            return EXIT_OK
+        raise CliError(f"the DP-SynRAG build is not part of dpsynrag {__version__} yet; "
+                       "plan a budget with 'dpsynrag budget'", EXIT_FAILURE)
+
+    return _run(handler, "build-corpus", "--debug" in argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""eval: see DESIGN.md (Layout)."""

@@ -1,0 +1,1 @@
+"""models: see DESIGN.md (Layout)."""

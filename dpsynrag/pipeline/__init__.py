@@ -1,0 +1,1 @@
+"""pipeline: see DESIGN.md (Layout)."""

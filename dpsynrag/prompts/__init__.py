@@ -1,0 +1,1 @@
+"""prompts: see DESIGN.md (Layout)."""

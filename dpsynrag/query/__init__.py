@@ -1,0 +1,1 @@
+"""query: see DESIGN.md (Layout)."""

@@ -1,0 +1,1 @@
+"""transforms: see DESIGN.md (Layout)."""
