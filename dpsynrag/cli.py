@@ -42,6 +42,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _open_unit_float(text: str) -> float:
+    value = _positive_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -67,7 +74,7 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--epsilon", type=_positive_float, required=True,
                         help="target epsilon of the whole build")
-    parser.add_argument("--delta", type=_positive_float, required=True,
+    parser.add_argument("--delta", type=_open_unit_float, required=True,
                         help="target delta, in (0, 1)")
     parser.add_argument("--K", type=_positive_int, required=True,
                         help="keywords per document in the histogram (l2 sensitivity sqrt(K))")

@@ -1,0 +1,87 @@
+"""The command line: `dpsynrag budget` output, and one-line errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpsynrag.cli import main
+
+TABLE6 = ["budget", "--epsilon", "10", "--delta", "1e-3", "--K", "10", "--L", "5", "--T", "70",
+          "--eps-theta", "0.4", "--rho-hist", "0.1", "--rho-mean", "0.009"]
+
+
+def run_console_script(*args: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("dpsynrag")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "dpsynrag.cli"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_budget_json_has_the_documented_keys_and_values() -> None:
+    result = run_console_script(*TABLE6, "--conversion", "bun-steinke", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    for key in ("rho_total", "sigma_h", "sigma_mu", "rho_retrieval", "rho_prediction",
+                "c_over_tau", "epsilon", "delta", "conversion"):
+        assert key in plan
+    assert plan["rho_total"] == pytest.approx(2.2012, abs=5e-5)
+    assert plan["c_over_tau"] == pytest.approx(0.1057, abs=5e-5)
+    assert plan["conversion"] == "bun-steinke"
+
+
+def test_budget_text_is_a_table_of_where_the_budget_goes(capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    assert main([*TABLE6, "--conversion", "cks"]) == 0
+    out = capsys.readouterr().out
+    for fragment in ("histogram", "threshold", "prediction", "2.6068", "0.1162", "cks",
+                     "consensus"):
+        assert fragment in out
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        ([*TABLE6[:2], "-3", *TABLE6[3:]], "--epsilon"),
+        ([*TABLE6[:4], "1.5", *TABLE6[5:]], "--delta"),
+        ([*TABLE6[:2], "ten", *TABLE6[3:]], "not a number"),
+        ([*TABLE6, "--conversion", "rdp"], "--conversion"),
+        (TABLE6[:5], "required"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_no_traceback(args: list[str], fragment: str) -> None:
+    result = run_console_script(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("dpsynrag: error:")
+    assert fragment in lines[0]
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_impossible_plan_exits_1_with_the_reason() -> None:
+    result = run_console_script(*TABLE6[:2], "0.5", *TABLE6[3:])
+    assert result.returncode == 1
+    assert "nothing is left for private prediction" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_build_corpus_says_plainly_it_is_not_there_yet() -> None:
+    script = Path(sys.executable).with_name("build-corpus")
+    if not script.exists():
+        pytest.skip("console scripts not installed next to this interpreter")
+    result = subprocess.run([str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "not part of dpsynrag" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_lists_the_budget_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    assert "budget" in capsys.readouterr().out
