@@ -12,6 +12,7 @@ import pytest
 
 from dpsynrag.accounting import (
     BudgetExceededError,
+    BudgetPlan,
     Charge,
     Ledger,
     LedgerError,
@@ -30,7 +31,7 @@ def hist_charge(sigma: float = 7.0710678118654755, k: int = 10) -> Charge:
                   sensitivity=math.sqrt(k), sensitivity_norm="l2")
 
 
-def cluster_charges(cluster: int, plan) -> list[tuple[str, Charge]]:  # noqa: ANN001
+def cluster_charges(cluster: int, plan: BudgetPlan) -> list[tuple[str, Charge]]:
     part = f"cluster/{cluster:05d}"
     common = dict(group="clusters", partition=part)
     charges = [
