@@ -17,6 +17,7 @@ from dpsynrag.accounting import (
     Ledger,
     LedgerError,
     PlanRequest,
+    RandomSource,
     ReleaseMismatchError,
     discrete_gaussian,
     plan_budget,
@@ -54,20 +55,19 @@ def test_ledger_composes_table6_to_the_planned_total() -> None:
     """A whole DP-SynRAG run on Table 6: rho_hist + L x (per-cluster), whatever R is."""
     plan = plan_budget(PlanRequest(epsilon=10, delta=1e-3, K=10, L=5, T=70, eps_theta=0.4,
                                    rho_hist=0.1, rho_mean=0.009))
-    ledger = Ledger(rho_budget=plan.rho_total)
+    ledger = Ledger(rho_budget=plan.rho_total, rng=secure_rng(1))
     ledger.declare_parallel_group("clusters", 5, "each document in at most L=5 clusters")
-    rng = secure_rng(1)
     ledger.release("histogram", hist_charge(plan.sigma_h),
-                   lambda: discrete_gaussian(np.zeros(4, dtype=np.int64), plan.sigma_h, rng))
+                   lambda rng: discrete_gaussian(np.zeros(4, dtype=np.int64), plan.sigma_h, rng))
     for cluster in range(12):  # R = 12 > L
-        ledger.release_many([(key, charge, lambda: 0) for key, charge in
+        ledger.release_many([(key, charge, lambda rng: 0) for key, charge in
                              cluster_charges(cluster, plan)])
     assert ledger.total_rho() == pytest.approx(plan.rho_total, rel=1e-12)
     assert ledger.epsilon(1e-3, "bun-steinke") == pytest.approx(10.0, rel=1e-9)
     # nothing more fits: one more histogram-sized release is refused before drawing
     drawn = []
     with pytest.raises(BudgetExceededError):
-        ledger.release("extra", hist_charge(), lambda: drawn.append(1))
+        ledger.release("extra", hist_charge(), lambda rng: drawn.append(1))
     assert drawn == []
 
 
@@ -79,10 +79,10 @@ def test_parallel_group_costs_its_L_most_expensive_partitions() -> None:
         sigma = math.sqrt(1 / (2 * sigma_sq_inv))
         ledger.release(f"{part}/x", Charge("s", "gaussian", {"sigma": sigma,
                                                               "l2_sensitivity": 1.0},
-                                           1.0, "l2", "clusters", part), lambda: 0.0)
+                                           1.0, "l2", "clusters", part), lambda rng: 0.0)
     assert ledger.total_rho() == pytest.approx(3.0 + 2.0)
     ledger.release("seq", Charge("s", "gaussian", {"sigma": 1.0, "l2_sensitivity": 1.0}, 1.0,
-                                 "l2"), lambda: 0.0)
+                                 "l2"), lambda rng: 0.0)
     assert ledger.total_rho() == pytest.approx(5.5)
 
 
@@ -90,7 +90,7 @@ def test_fewer_partitions_than_L_cost_their_sum() -> None:
     ledger = Ledger()
     ledger.declare_parallel_group("clusters", 5, "test")
     ledger.release("p/x", Charge("s", "exponential_threshold", {"epsilon": 2.0}, 1.0, "count",
-                                 "clusters", "p"), lambda: 0.5)
+                                 "clusters", "p"), lambda rng: 0.5)
     assert ledger.total_rho() == pytest.approx(0.5)
 
 
@@ -103,14 +103,13 @@ def test_rho_is_recomputed_from_parameters_not_trusted() -> None:
 
 def test_resume_returns_stored_values_and_never_redraws(tmp_path: Path) -> None:
     path = tmp_path / "state" / "ledger.sqlite"
-    rng = secure_rng(7)
     with Ledger(path, rho_budget=10.0) as ledger:
         first = ledger.release("histogram", hist_charge(),
-                               lambda: discrete_gaussian(np.arange(5), 7.07, rng))
+                               lambda rng: discrete_gaussian(np.arange(5), 7.07, rng))
         spent = ledger.total_rho()
     calls = []
 
-    def must_not_draw() -> np.ndarray:
+    def must_not_draw(rng: RandomSource) -> np.ndarray:
         calls.append(1)
         return np.zeros(5, dtype=np.int64)
 
@@ -126,9 +125,9 @@ def test_resume_returns_stored_values_and_never_redraws(tmp_path: Path) -> None:
 def test_resume_with_other_parameters_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:
-        ledger.release("histogram", hist_charge(sigma=7.0), lambda: 1)
+        ledger.release("histogram", hist_charge(sigma=7.0), lambda rng: 1)
     with Ledger(path) as ledger, pytest.raises(ReleaseMismatchError):
-        ledger.release("histogram", hist_charge(sigma=8.0), lambda: 1)
+        ledger.release("histogram", hist_charge(sigma=8.0), lambda rng: 1)
     with pytest.raises(ReleaseMismatchError):
         Ledger(path, rho_budget=1.0).close()
         Ledger(path, rho_budget=2.0)
@@ -137,22 +136,23 @@ def test_resume_with_other_parameters_is_refused(tmp_path: Path) -> None:
 def test_a_failed_draw_charges_nothing_and_a_batch_is_atomic(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "l.sqlite")
 
-    def boom() -> int:
+    def boom(rng: RandomSource) -> int:
         raise RuntimeError("draw failed")
 
     with pytest.raises(RuntimeError):
-        ledger.release_many([("a", hist_charge(), lambda: 1), ("b", hist_charge(), boom)])
+        ledger.release_many([("a", hist_charge(), lambda rng: 1), ("b", hist_charge(), boom)])
     assert ledger.releases() == []
     assert ledger.total_rho() == 0.0
     with pytest.raises(LedgerError, match="twice"):
-        ledger.release_many([("a", hist_charge(), lambda: 1), ("a", hist_charge(), lambda: 2)])
+        ledger.release_many([("a", hist_charge(), lambda rng: 1),
+                             ("a", hist_charge(), lambda rng: 2)])
 
 
 def test_undeclared_group_is_refused() -> None:
     ledger = Ledger()
     with pytest.raises(LedgerError, match="not declared"):
         ledger.release("x", Charge("s", "gaussian", {"sigma": 1.0, "l2_sensitivity": 1.0}, 1.0,
-                                   "l2", "clusters", "p"), lambda: 0)
+                                   "l2", "clusters", "p"), lambda rng: 0)
     ledger.declare_parallel_group("clusters", 3, "t")
     with pytest.raises(ReleaseMismatchError):
         ledger.declare_parallel_group("clusters", 4, "t")
@@ -160,9 +160,11 @@ def test_undeclared_group_is_refused() -> None:
 
 def test_ledger_file_is_private_and_seeded_flag_persists(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
-    Ledger(path, seeded=True).close()
+    with Ledger(path) as production:
+        assert not production.seeded
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    with Ledger(path) as reopened:
+    Ledger(path, rng=secure_rng(3)).close()
+    with Ledger(path) as reopened:  # once seeded, always seeded
         assert reopened.seeded
 
 
@@ -173,7 +175,7 @@ def test_values_round_trip_in_their_types(tmp_path: Path) -> None:
     with Ledger(path) as ledger:
         for key, value in values.items():
             ledger.release(key, Charge("s", "exponential_threshold", {"epsilon": 0.1}, 1.0,
-                                       "count"), lambda v=value: v)
+                                       "count"), lambda rng, v=value: v)
     with Ledger(path) as ledger:
         for key, value in values.items():
             stored = ledger.released_value(key)

@@ -3,8 +3,10 @@
 A release is identified by a stable, public ``key`` (for example ``"histogram"`` or
 ``"cluster/00017/threshold"``). ``Ledger.release`` charges the mechanism's cost -- recomputed
 from its parameters by ``costs.mechanism_rho``, never taken from the caller -- then draws the
-value, stores it, and commits, all before returning it. Asking again for a key that is
-already released returns the stored value and charges nothing: a resumed build spends exactly
+value with the ledger's own random source (the draw callable receives it), stores it, and
+commits, all before returning it. The ledger owns the only random source of a build, so noise
+cannot be drawn around it; a seeded source marks the ledger ``seeded`` (not for release).
+Asking again for a key that is already released returns the stored value and charges nothing: a resumed build spends exactly
 what an uninterrupted one spends, and released noise is never redrawn. Asking with different
 parameters is refused.
 
@@ -36,6 +38,7 @@ import numpy as np
 
 from dpsynrag.accounting.conversions import Conversion, epsilon_for
 from dpsynrag.accounting.costs import mechanism_rho
+from dpsynrag.accounting.rng import RandomSource, secure_rng
 
 SCHEMA_VERSION = 1
 _RHO_SLACK = 1e-12  # float round-off allowed when comparing a total against a budget
@@ -124,15 +127,20 @@ CREATE TABLE IF NOT EXISTS releases (
 
 
 class Ledger:
-    """A durable zCDP ledger. Use ``Ledger(path)`` for a build, ``Ledger()`` in memory."""
+    """A durable zCDP ledger. Use ``Ledger(path)`` for a build, ``Ledger()`` in memory.
+
+    ``rng`` defaults to a fresh CSPRNG source; pass ``secure_rng(seed)`` in tests only.
+    """
 
     def __init__(
         self,
         path: str | os.PathLike[str] | None = None,
         *,
+        rng: RandomSource | None = None,
         rho_budget: float | None = None,
-        seeded: bool = False,
     ) -> None:
+        self.rng = secure_rng() if rng is None else rng
+        seeded = self.rng.seeded
         self.path = None if path is None else Path(path)
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -195,10 +203,6 @@ class Ledger:
         """True if any random source used with this ledger was seeded (not for release)."""
         return self._meta().get("seeded") == "true"
 
-    def mark_seeded(self) -> None:
-        with self._lock:
-            self._set_meta("seeded", "true")
-
     @property
     def rho_budget(self) -> float | None:
         stored = self._meta().get("rho_budget")
@@ -242,8 +246,8 @@ class Ledger:
         return epsilon_for(self.total_rho(), delta, conversion)
 
     # ------------------------------------------------------------------ releases
-    def release(self, key: str, charge: Charge, draw: Callable[[], Any]) -> Any:
-        """Charge ``charge``, draw the value, store it durably, and return it.
+    def release(self, key: str, charge: Charge, draw: Callable[[RandomSource], Any]) -> Any:
+        """Charge ``charge``, draw the value with ``draw(self.rng)``, store it, and return it.
 
         If ``key`` was released before (a resumed build), the stored value is returned, nothing
         is drawn and nothing is charged; different parameters are refused.
@@ -251,7 +255,7 @@ class Ledger:
         return self.release_many([(key, charge, draw)])[0]
 
     def release_many(
-        self, requests: Sequence[tuple[str, Charge, Callable[[], Any]]]
+        self, requests: Sequence[tuple[str, Charge, Callable[[RandomSource], Any]]]
     ) -> list[Any]:
         """Several releases in one transaction (one commit), e.g. one token for every group."""
         with self._lock:
@@ -271,7 +275,7 @@ class Ledger:
                     if previous is not None and previous[0]:
                         results.append(previous[1])
                         continue
-                    value = draw()
+                    value = draw(self.rng)
                     self._store_value(key, value)
                     results.append(value)
                 self._db.execute("COMMIT")
@@ -283,7 +287,9 @@ class Ledger:
                 self._add_to_totals(self._totals, charge.rho, charge.group, charge.partition)
             return results
 
-    def _check_groups(self, requests: Sequence[tuple[str, Charge, Callable[[], Any]]]) -> None:
+    def _check_groups(
+        self, requests: Sequence[tuple[str, Charge, Callable[[RandomSource], Any]]]
+    ) -> None:
         groups = self.parallel_groups()
         for key, charge, _ in requests:
             if charge.group is not None and charge.group not in groups:
