@@ -6,8 +6,9 @@ from its parameters by ``costs.mechanism_rho``, never taken from the caller -- t
 value with the ledger's own random source (the draw callable receives it), stores it, and
 commits, all before returning it. The ledger owns the only random source of a build, so noise
 cannot be drawn around it; a seeded source marks the ledger ``seeded`` (not for release).
-Asking again for a key that is already released returns the stored value and charges nothing: a resumed build spends exactly
-what an uninterrupted one spends, and released noise is never redrawn. Asking with different
+Asking again for a key that is already released returns the stored value and charges
+nothing: a resumed build spends exactly what an uninterrupted one spends, and released noise
+is never redrawn. Asking with different
 parameters is refused.
 
 Composition (DP-SynRAG Theorem 1 with the corrections of DESIGN.md):
