@@ -8,8 +8,7 @@ commits, all before returning it. The ledger owns the only random source of a bu
 cannot be drawn around it; a seeded source marks the ledger ``seeded`` (not for release).
 Asking again for a key that is already released returns the stored value and charges
 nothing: a resumed build spends exactly what an uninterrupted one spends, and released noise
-is never redrawn. Asking with different
-parameters is refused.
+is never redrawn. Asking with different parameters is refused.
 
 Composition (DP-SynRAG Theorem 1 with the corrections of DESIGN.md):
 * releases outside any group compose sequentially (their rho add up);
