@@ -187,3 +187,10 @@ def test_values_round_trip_in_their_types(tmp_path: Path) -> None:
         summary = ledger.stage_summary()
         assert summary == [{"stage": "s", "mechanism": "exponential_threshold", "group": None,
                             "releases": 5, "rho_sum": pytest.approx(5 * 0.1**2 / 8)}]
+
+
+def test_a_charge_must_state_the_sensitivity_its_mechanism_is_calibrated_to() -> None:
+    with pytest.raises(ValueError, match="calibrated to l2 sensitivity"):
+        Charge("histogram", "discrete_gaussian", {"sigma": 7.0, "l2_sensitivity": 3.0}, 1.0, "l2")
+    with pytest.raises(ValueError, match="linf"):
+        Charge("prediction", "token_softmax", {"clip": 0.1, "temperature": 1.0}, 0.1, "l2")

@@ -49,6 +49,21 @@ MECHANISM_COSTS: Mapping[str, Callable[..., float]] = {
 }
 
 
+MECHANISM_SENSITIVITY: Mapping[str, tuple[str, Callable[[Mapping[str, Any]], float]]] = {
+    "discrete_gaussian": ("l2", lambda p: float(p["l2_sensitivity"])),
+    "gaussian": ("l2", lambda p: float(p["l2_sensitivity"])),
+    "exponential_threshold": ("count", lambda p: 1.0),
+    "token_softmax": ("linf", lambda p: float(p["clip"])),
+}
+
+
+def mechanism_sensitivity(mechanism: str, params: Mapping[str, Any]) -> tuple[str, float]:
+    """The (norm, sensitivity) a release of ``mechanism`` with ``params`` is calibrated to."""
+    mechanism_rho(mechanism, params)  # validates the name and the parameters
+    norm, sensitivity = MECHANISM_SENSITIVITY[mechanism]
+    return norm, sensitivity(params)
+
+
 def mechanism_rho(mechanism: str, params: Mapping[str, Any]) -> float:
     """The zCDP cost of one recorded release, from its mechanism name and parameters."""
     try:

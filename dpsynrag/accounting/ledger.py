@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from dpsynrag.accounting.conversions import Conversion, epsilon_for
-from dpsynrag.accounting.costs import mechanism_rho
+from dpsynrag.accounting.costs import mechanism_rho, mechanism_sensitivity
 from dpsynrag.accounting.rng import RandomSource, secure_rng
 
 SCHEMA_VERSION = 1
@@ -67,6 +67,14 @@ class Charge:
     sensitivity_norm: str  # "l2", "linf" or "count"
     group: str | None = None
     partition: str | None = None
+
+    def __post_init__(self) -> None:
+        norm, sensitivity = mechanism_sensitivity(self.mechanism, self.params)
+        if norm != self.sensitivity_norm or not math.isclose(sensitivity, self.sensitivity,
+                                                             rel_tol=1e-12):
+            raise ValueError(
+                f"{self.mechanism} with these parameters is calibrated to {norm} sensitivity "
+                f"{sensitivity:g}, not {self.sensitivity_norm} {self.sensitivity:g}")
 
     @property
     def rho(self) -> float:
