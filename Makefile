@@ -28,11 +28,11 @@ demo: $(STAMP)
 		--eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009 --conversion cks
 
 test: $(STAMP)
-	$(BIN)/ruff check dpsynrag tests benchmarks
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check dpsynrag tests benchmarks
+	$(BIN)/ruff check .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
