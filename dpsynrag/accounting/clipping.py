@@ -30,7 +30,10 @@ def clip_logits(logits: torch.Tensor, c: float) -> torch.Tensor:
     rows = rows.unsqueeze(0) if rows.dim() == 1 else rows
     if not torch.isfinite(rows).all():
         raise ValueError("logits contain NaN or infinity")
-    shifted = torch.exp(rows - rows.amax(dim=-1, keepdim=True))
+    # exp(l - max) - 1 via expm1: the constant -1 cancels in the centring below, and expm1
+    # keeps full relative precision for rows whose logits are close together (exp would
+    # round to ~1 and the centring would cancel catastrophically in float32).
+    shifted = torch.expm1(rows - rows.amax(dim=-1, keepdim=True))
     top = shifted.amax(dim=-1, keepdim=True)
     bottom = shifted.amin(dim=-1, keepdim=True)
     centred = shifted - (top + bottom) / 2
