@@ -1,1 +1,7 @@
-"""models: see DESIGN.md (Layout)."""
+"""models: offline loading of the LLM and the embedder (see DESIGN.md, Models)."""
+
+from dpsynrag.models.embedder import LoadedEmbedder, load_embedder
+from dpsynrag.models.errors import ModelLoadError
+from dpsynrag.models.llm import LoadedLLM, load_llm
+
+__all__ = ["LoadedEmbedder", "LoadedLLM", "ModelLoadError", "load_embedder", "load_llm"]
