@@ -1,0 +1,95 @@
+"""The straightforward private-prediction loop: one group at a time, Hugging Face KV cache.
+
+Works for any Hugging Face causal LM (it is the engine for architectures the packed engine
+does not drive) and is the baseline the benchmark compares against. A group's rows are one
+left-padded batch (attention mask and position ids make padding invisible); each step feeds
+the shared token to every row through ``past_key_values``.
+
+Privacy: the same mechanism as the packed engine: z_n = sum_{d in group} clip_c(logits_d),
+summed in float64, one sampler call per step per group; an empty group is sampled from the
+zero vector.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpsynrag.accounting.clipping import clip_logits
+
+Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
+
+
+@torch.inference_mode()
+def reference_tokens(
+    model: Any,
+    groups: Sequence[Sequence[Sequence[int]]],
+    *,
+    max_new_tokens: int,
+    clip: float,
+    sampler: Sampler,
+    eos_ids: frozenset[int],
+    vocab_size: int,
+    device: torch.device,
+    timings: dict[str, float] | None = None,
+) -> list[list[int]]:
+    """Generate one token list per group (EOS excluded); ``timings`` gets prefill/decode s."""
+    clock = {"prefill_seconds": 0.0, "decode_seconds": 0.0, "row_steps": 0.0}
+    results: list[list[int]] = []
+    for gi, rows in enumerate(groups):
+        tokens: list[int] = []
+        state = None
+        for _ in range(max_new_tokens):
+            if rows:
+                tick = time.perf_counter()
+                if state is None:
+                    logits, state = _prefill(model, rows, device)
+                    clock["prefill_seconds"] += time.perf_counter() - tick
+                    tick = time.perf_counter()
+                else:
+                    logits, state = _feed(model, state, tokens[-1])
+                votes = clip_logits(logits, clip).to(torch.float64).sum(dim=0, keepdim=True)
+                clock["row_steps"] += len(rows)
+            else:
+                tick = time.perf_counter()
+                votes = torch.zeros((1, vocab_size), dtype=torch.float64, device=device)
+            token = int(np.asarray(sampler(votes, [gi]), dtype=np.int64).reshape(-1)[0])
+            clock["decode_seconds"] += time.perf_counter() - tick
+            if token in eos_ids:
+                break
+            tokens.append(token)
+        results.append(tokens)
+    if timings is not None:
+        timings.update(clock)
+    return results
+
+
+def _prefill(
+    model: Any, rows: Sequence[Sequence[int]], device: torch.device
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    width = max(len(r) for r in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(list(row), dtype=torch.long)
+        mask[i, width - len(row):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                logits_to_keep=1)
+    state = {"mask": mask, "next": positions[:, -1:] + 1, "cache": out.past_key_values}
+    return out.logits[:, -1].float(), state
+
+
+def _feed(model: Any, state: dict[str, Any], token: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    mask = state["mask"]
+    mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+    ids = torch.full_like(state["next"], token)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=state["next"],
+                past_key_values=state["cache"], use_cache=True)
+    state = {"mask": mask, "next": state["next"] + 1, "cache": out.past_key_values}
+    return out.logits[:, -1].float(), state
