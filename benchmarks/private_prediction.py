@@ -177,23 +177,29 @@ def _counting_sampler(groups: list[list[str]], rng: Any) -> tuple[Callable, dict
 
 
 # ---------------------------------------------------------------------------- runs
-def run_engine(llm: LoadedLLM, groups: list[list[str]], tokens: int,
-               batch_rows: int | None) -> dict[str, Any]:
-    sampler, counts = _counting_sampler(groups, secure_rng(0))
-    reports: list[Any] = []
+def _timed(llm: LoadedLLM, work: Callable[[], object]) -> tuple[float, int]:
+    """Wall seconds (device synchronised) and peak RSS of one call of ``work``."""
     if torch.device(llm.device).type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     with PeakRSS() as rss:
         _sync(llm.device)
         start = time.perf_counter()
-        private_predict(llm, groups, prompt=PROMPT, max_new_tokens=tokens, clip=CLIP,
-                        temperature=TEMPERATURE, rng=secure_rng(0), batch_rows=batch_rows,
-                        on_step=reports.append, sampler=sampler)
+        work()
         _sync(llm.device)
         wall = time.perf_counter() - start
+    return wall, rss.peak
+
+
+def run_engine(llm: LoadedLLM, groups: list[list[str]], tokens: int,
+               batch_rows: int | None) -> dict[str, Any]:
+    sampler, counts = _counting_sampler(groups, secure_rng(0))
+    reports: list[Any] = []
+    wall, peak = _timed(llm, lambda: private_predict(
+        llm, groups, prompt=PROMPT, max_new_tokens=tokens, clip=CLIP, temperature=TEMPERATURE,
+        rng=secure_rng(0), batch_rows=batch_rows, on_step=reports.append, sampler=sampler))
     last = reports[-1] if reports else None
     return _figures(llm, counts, wall, last.prefill_seconds if last else 0.0,
-                    last.decode_seconds if last else 0.0, rss.peak,
+                    last.decode_seconds if last else 0.0, peak,
                     engine="packed" if decoding_llama.supports(llm.model) else "reference",
                     distinct_prefills=last.distinct_prefills if last else 0)
 
@@ -205,18 +211,12 @@ def run_reference(llm: LoadedLLM, groups: list[list[str]], tokens: int) -> dict[
     rng = secure_rng(0)
     sampler, counts = _counting_sampler(groups, rng)
     timings: dict[str, float] = {}
-    if torch.device(llm.device).type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    with PeakRSS() as rss:
-        _sync(llm.device)
-        start = time.perf_counter()
-        reference_tokens(model, rows, max_new_tokens=tokens, clip=CLIP, sampler=sampler,
-                         eos_ids=frozenset(llm.eos_token_ids), vocab_size=llm.vocab_size,
-                         device=torch.device(llm.device), timings=timings)
-        _sync(llm.device)
-        wall = time.perf_counter() - start
+    wall, peak = _timed(llm, lambda: reference_tokens(
+        model, rows, max_new_tokens=tokens, clip=CLIP, sampler=sampler,
+        eos_ids=frozenset(llm.eos_token_ids), vocab_size=llm.vocab_size,
+        device=torch.device(llm.device), timings=timings))
     return _figures(llm, counts, wall, timings["prefill_seconds"], timings["decode_seconds"],
-                    rss.peak, engine="reference-hf-cache-float32", distinct_prefills=sum(
+                    peak, engine="reference-hf-cache-float32", distinct_prefills=sum(
                         len(g) for g in groups))
 
 
