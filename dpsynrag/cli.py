@@ -136,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND",
                                        parser_class=_Parser)
     _add_budget_parser(subparsers)
+    from dpsynrag.pipeline import cli_tools
+
+    cli_tools.add_keygen_parser(subparsers)
+    cli_tools.add_verify_parser(subparsers)
+    cli_tools.add_ledger_parser(subparsers)
+    cli_tools.add_dataset_parser(subparsers, _positive_int)
     return parser
 
 
@@ -168,22 +174,75 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not hasattr(args, "handler"):
             parser.print_help()
             return EXIT_USAGE
-        return args.handler(args)
+        from dpsynrag.pipeline.cli_tools import ToolError
+
+        try:
+            return args.handler(args)
+        except ToolError as error:
+            raise CliError(str(error), error.exit_code) from error
 
     return _run(handler, "dpsynrag", debug)
 
 
+def _types() -> dict[str, Callable]:
+    return {"positive_float": _positive_float, "open_unit_float": _open_unit_float,
+            "positive_int": _positive_int}
+
+
+def _build_error_code(error: BaseException) -> int | None:
+    """Exit code of a known build failure (see ``pipeline.cli_build``), else None."""
+    from dpsynrag.accounting.ledger import BudgetExceededError, ReleaseMismatchError
+    from dpsynrag.accounting.planner import PlanError
+    from dpsynrag.pipeline import cli_build
+    from dpsynrag.pipeline.build import BuildError
+    from dpsynrag.pipeline.config import ConfigError
+    from dpsynrag.pipeline.inputs import InputError
+    from dpsynrag.pipeline.state import StateError
+
+    if isinstance(error, PlanError | BudgetExceededError):
+        return cli_build.EXIT_BUDGET
+    if isinstance(error, InputError | ConfigError | BuildError | StateError |
+                  ReleaseMismatchError):
+        return cli_build.EXIT_BAD_INPUT
+    return None
+
+
 def build_corpus_main(argv: Sequence[str] | None = None) -> int:
-    """``build-corpus``: the DP-SynRAG build. Not in this version yet; says so plainly."""
+    """``build-corpus``: the DP-SynRAG build (see ``dpsynrag.pipeline``)."""
+    import signal
+
+    from dpsynrag.pipeline import cli_build
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _Parser(
+        prog="build-corpus",
+        description=("Build a differentially private synthetic RAG corpus (DP-SynRAG) from "
+                     "private documents: keywords -> noisy histogram -> soft clusters -> noisy "
+                     "retrieval -> private prediction -> self-filter -> corpus.parquet, "
+                     "index.faiss, manifest.json and a signed certificate.json. Resumable: "
+                     "after a crash, run the same command again."),
+        epilog=cli_build._EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    cli_build.add_build_arguments(parser, _types())
+
+    def on_sigterm(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
 
     def handler() -> int:
-        if any(flag in argv for flag in ("-h", "--help")):
-            print("usage: build-corpus ...\n\nThe DP-SynRAG build is not part of dpsynrag "
-                  f"{__version__} yet. Plan a budget with 'dpsynrag budget --help'.")
-            return EXIT_OK
-        raise CliError(f"the DP-SynRAG build is not part of dpsynrag {__version__} yet; "
-                       "plan a budget with 'dpsynrag budget'", EXIT_FAILURE)
+        args = parser.parse_args(argv)
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+        try:
+            return cli_build.run_build_command(args)
+        except KeyboardInterrupt:
+            raise CliError("interrupted; run the same command again to resume (nothing is "
+                           "spent twice)", cli_build.EXIT_INTERRUPTED) from None
+        except Exception as error:
+            code = _build_error_code(error)
+            if code is None:
+                raise
+            raise CliError(str(error), code) from error
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
     return _run(handler, "build-corpus", "--debug" in argv)
 

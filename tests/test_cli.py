@@ -70,13 +70,15 @@ def test_impossible_plan_exits_1_with_the_reason() -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_build_corpus_says_plainly_it_is_not_there_yet() -> None:
+def test_build_corpus_without_arguments_is_a_one_line_usage_error() -> None:
     script = Path(sys.executable).with_name("build-corpus")
     if not script.exists():
         pytest.skip("console scripts not installed next to this interpreter")
     result = subprocess.run([str(script)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
-    assert "not part of dpsynrag" in result.stderr
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("build-corpus: error:")
+    assert "INPUT" in lines[0] or "--out" in lines[0]
     assert "Traceback" not in result.stderr
 
 

@@ -1,0 +1,370 @@
+"""The DP-SynRAG build: stages (a)-(e) and emit, resumable from the state directory.
+
+``run_build`` is the driver. It owns the ledger (and with it every noise draw); the runner
+only moves documents to the model workers and their deterministic results back. Each stage
+stores its result in the state directory before the next starts, and every noisy value lives
+in the ledger, so a build killed at any point and run again with the same options continues
+where it stopped and spends exactly the rho of an uninterrupted build.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpsynrag import __version__
+from dpsynrag.accounting.conversions import Conversion, epsilon_for
+from dpsynrag.accounting.ledger import Ledger
+from dpsynrag.accounting.planner import BudgetPlan, PlanRequest, plan_budget
+from dpsynrag.accounting.rng import secure_rng
+from dpsynrag.pipeline.config import BuildConfig
+from dpsynrag.pipeline.runners import LocalRunner, RayRunner, Runner
+from dpsynrag.pipeline.state import BuildState, default_state_dir
+from dpsynrag.transforms.prediction_release import (
+    GROUP,
+    LedgerTokenSampler,
+    charge_unstarted,
+)
+
+DEFAULT_REPHRASE_PROMPT = (
+    "Rephrase the following document without altering the important information contained "
+    "within it.\n\nDocument: {document}")
+
+
+class BuildError(RuntimeError):
+    """The build cannot go on; the message is one line and holds no private data."""
+
+
+# a progress factory: (stage description, total) -> context manager yielding advance(n)
+ProgressFactory = Callable[[str, int], Any]
+
+
+@contextmanager
+def _no_progress(_description: str, _total: int) -> Iterator[Callable[[int], None]]:
+    yield lambda _n: None
+
+
+@dataclass
+class BuildSummary:
+    """What the operator sees at the end (the documents' count stays on the operator's side)."""
+
+    out_dir: str
+    state_dir: str
+    documents_in: int
+    skipped: dict[str, int]
+    clusters: int
+    synthetic_texts: int
+    kept_texts: int
+    rho_spent: float
+    epsilon: float
+    delta: float
+    conversion: str
+    epsilon_other: dict[str, float]
+    seeded: bool
+    resumed: bool
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    signing_key_fingerprint: str = ""
+    signing_key_created: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def make_plan(config: BuildConfig, vocab_size: int | None = None) -> BudgetPlan:
+    request = PlanRequest(
+        epsilon=config.epsilon, delta=config.delta, K=config.K, L=config.L, T=config.T,
+        eps_theta=config.eps_theta, rho_hist=config.rho_hist, rho_mean=config.rho_mean,
+        conversion=Conversion(config.conversion),
+        **({"vocab_size": vocab_size} if vocab_size else {}))
+    return plan_budget(request)
+
+
+def make_runner(config: BuildConfig, llm: Any = None, embedder: Any = None) -> Runner:
+    """``llm``/``embedder`` objects override the config's paths (in-process runs only)."""
+    llm_source = llm if llm is not None else config.model
+    embedder_source = embedder if embedder is not None else config.embedder
+    if config.runner == "local" or llm is not None or embedder is not None:
+        return LocalRunner(llm_source, embedder_source, config.device, config.dtype)
+    return RayRunner(llm_source, embedder_source, address=config.ray_address,
+                     workers=config.workers, device=config.device, dtype=config.dtype)
+
+
+def run_build(input_path: Path, out_dir: Path, config: BuildConfig, *,
+              state_dir: Path | None = None, signing_key: Path | None = None,
+              force: bool = False, purge_state: bool = False,
+              progress: ProgressFactory = _no_progress, runner: Runner | None = None,
+              log: Callable[[str], None] = lambda _m: None) -> BuildSummary:
+    """Build the synthetic corpus of ``input_path`` into ``out_dir``. See the module docstring."""
+    from dpsynrag.pipeline.inputs import bound_units, input_fingerprint, read_documents
+
+    started = time.monotonic()
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not force:
+        raise BuildError(f"{out_dir}: output directory exists; remove it or pass --force")
+    plan = make_plan(config)
+    docs = read_documents(Path(input_path), text_column=config.text_column,
+                          id_column=config.id_column, unit_column=config.unit_column,
+                          max_chars=config.max_chars)
+    if config.unit_column:
+        docs = bound_units(docs)
+    n_docs = len(docs.texts)
+    if n_docs < config.k:
+        raise BuildError(f"{input_path}: too few documents for the plan: fewer usable documents "
+                         f"than the retrieval target --k {config.k}; lower --k or add documents")
+    state_path = state_dir or default_state_dir(out_dir)
+    seconds: dict[str, float] = {}
+    with BuildState(state_path, config.fingerprint(), out_dir) as state:
+        resumed = state.resumed
+        fingerprint = input_fingerprint(docs, state.fingerprint_key())
+        recorded = state.load("input")
+        if recorded is not None and recorded.get("fingerprint") != fingerprint:
+            raise BuildError(f"{state.directory}: the input changed since this build started; "
+                             "a changed corpus needs a fresh build (new --state-dir) and a "
+                             "fresh budget")
+        state.save("input", {"fingerprint": fingerprint})
+        rng = secure_rng(config.seed) if config.seed is not None else None
+        ledger = Ledger(state.ledger_path, rng=rng)
+        ledger.declare_parallel_group(
+            GROUP, config.L, "DP-SynRAG soft clusters: each document in at most L clusters")
+        own_runner = runner is None
+        runner = runner or make_runner(config)
+        try:
+            result = _stages(docs.texts, config, plan, state, ledger, runner, progress, seconds,
+                             log)
+            t0 = time.monotonic()
+            signer = _emit(out_dir, result, config, plan, state, ledger, runner, fingerprint,
+                           signing_key, force)
+            seconds["emit"] = time.monotonic() - t0
+        finally:
+            if own_runner:
+                runner.close()
+        rho = ledger.total_rho()
+        conversion = Conversion(config.conversion)
+        summary = BuildSummary(
+            out_dir=str(out_dir), state_dir=str(state.directory), documents_in=n_docs,
+            skipped=dict(docs.skipped), clusters=len(result["texts"]),
+            synthetic_texts=len(result["texts"]), kept_texts=int(sum(result["kept"])),
+            rho_spent=rho, epsilon=epsilon_for(rho, config.delta, conversion),
+            delta=config.delta, conversion=conversion.value,
+            epsilon_other={c.value: epsilon_for(rho, config.delta, c) for c in Conversion
+                           if c != conversion},
+            seeded=ledger.seeded, resumed=resumed, stage_seconds=seconds,
+            signing_key_fingerprint=signer[0], signing_key_created=signer[1])
+        ledger.close()
+        if purge_state:
+            state.purge()
+    seconds["total"] = time.monotonic() - started
+    return summary
+
+
+# ---------------------------------------------------------------------- stages
+def _stages(texts: list[str], config: BuildConfig, plan: BudgetPlan, state: BuildState,
+            ledger: Ledger, runner: Runner, progress: ProgressFactory,
+            seconds: dict[str, float], log: Callable[[str], None]) -> dict[str, Any]:
+    from dpsynrag.transforms.clustering import soft_clusters
+    from dpsynrag.transforms.histogram import keyword_counts, release_histogram, top_keywords
+    from dpsynrag.transforms.keywords import statistical_keywords
+    from dpsynrag.transforms.vocabulary import public_vocabulary
+
+    vocab = public_vocabulary()
+
+    # (a) keywords per document (private intermediate) and the noisy histogram
+    t0 = time.monotonic()
+    doc_keywords = state.load("keywords")
+    if doc_keywords is None:
+        log("(a) extracting keywords")
+        if config.keywords == "statistical":
+            with progress("(a) keywords", len(texts)) as advance:
+                doc_keywords = statistical_keywords(texts, vocab, config.K)
+                advance(len(texts))
+        else:
+            with progress("(a) keywords (LLM)", len(texts)) as advance:
+                doc_keywords = runner.llm_keywords(texts, config.K, config.keyword_prompt,
+                                                   advance)
+        state.save("keywords", doc_keywords)
+    counts = keyword_counts(doc_keywords, vocab, config.K)
+    noisy = release_histogram(ledger, counts, K=config.K, sigma=plan.sigma_h)
+    top = top_keywords(noisy, min(config.R, len(vocab)))
+    top_words = [vocab.words[int(i)] for i in top]
+    seconds["a_keywords_histogram"] = time.monotonic() - t0
+
+    # (b) soft clusters, rarest keyword first, each document in at most L clusters
+    t0 = time.monotonic()
+    clusters = state.load("clusters")
+    if clusters is None:
+        clusters = soft_clusters(doc_keywords, top_words, config.L)
+        state.save("clusters", clusters)
+    seconds["b_clusters"] = time.monotonic() - t0
+
+    # (c) noisy embedding sum and exponential-mechanism threshold per cluster
+    t0 = time.monotonic()
+    selected = state.load("selected")
+    if selected is None:
+        from dpsynrag.transforms.retrieval import retrieve_cluster
+
+        embeddings_path = state.directory / "embeddings.npy"
+        if embeddings_path.exists():
+            embeddings = np.load(embeddings_path)
+        else:
+            with progress("(c) embedding documents", len(texts)) as advance:
+                embeddings = runner.embed(texts, advance)
+            _save_private_npy(embeddings_path, embeddings)
+        selected = []
+        with progress("(c) retrieval per cluster", len(clusters)) as advance:
+            for r, members in enumerate(clusters):
+                member_embeddings = embeddings[np.asarray(members, dtype=np.int64)] if members \
+                    else np.zeros((0, embeddings.shape[1]), dtype=np.float32)
+                positions = retrieve_cluster(ledger, r, member_embeddings, sigma_mu=plan.sigma_mu,
+                                             eps_theta=config.eps_theta, k=config.k)
+                selected.append([int(members[int(p)]) for p in positions])
+                advance(1)
+        state.save("selected", selected)
+        embeddings_path.unlink(missing_ok=True)
+    seconds["c_retrieval"] = time.monotonic() - t0
+
+    # (d) private prediction over every S_r, one charged release per token
+    t0 = time.monotonic()
+    synthetic = state.load("synthetic")
+    if synthetic is None:
+        temperature = config.clip / plan.c_over_tau
+        eos = frozenset(int(t) for t in state.load("eos_ids") or [])
+        if not eos:
+            eos = _eos_ids(runner)
+            state.save("eos_ids", sorted(eos))
+        groups = [[texts[i] for i in members] for members in selected]
+        token_counts = [0] * len(groups)
+        with progress("(d) private prediction (clusters)", len(groups)) as advance:
+            def finished(group: int, n_tokens: int) -> None:
+                token_counts[group] = n_tokens
+                advance(1)
+
+            sampler = LedgerTokenSampler(
+                ledger, list(range(len(groups))), clip=config.clip, temperature=temperature,
+                max_new_tokens=config.T, eos_ids=eos, on_finish=finished)
+            prompt = config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT
+            out_texts = runner.predict(groups, sampler, prompt=prompt, max_new_tokens=config.T,
+                                       clip=config.clip, temperature=temperature,
+                                       batch_rows=config.batch_rows)
+            charge_unstarted(ledger, sampler)
+        synthetic = {"texts": out_texts, "tokens": token_counts}
+        state.save("synthetic", synthetic)
+    seconds["d_prediction"] = time.monotonic() - t0
+
+    # (e) self-filter: post-processing of DP output, no ledger entry
+    t0 = time.monotonic()
+    kept = state.load("kept")
+    if kept is None:
+        if config.no_filter:
+            kept = [True] * len(synthetic["texts"])
+        else:
+            with progress("(e) self-filter", len(synthetic["texts"])) as advance:
+                kept = runner.self_filter(synthetic["texts"], config.filter_prompt, advance)
+        state.save("kept", kept)
+    seconds["e_self_filter"] = time.monotonic() - t0
+    return {"texts": synthetic["texts"], "tokens": synthetic["tokens"], "kept": kept,
+            "cluster_keywords": top_words, "vocabulary_sha256": vocab.sha256}
+
+
+def _eos_ids(runner: Runner) -> frozenset[int]:
+    identity = runner.llm_identity()
+    return frozenset(int(t) for t in identity.get("eos_token_ids", []))
+
+
+def _save_private_npy(path: Path, array: np.ndarray) -> None:
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        np.save(handle, array, allow_pickle=False)
+
+
+# ---------------------------------------------------------------------- emit
+def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: BudgetPlan,
+          state: BuildState, ledger: Ledger, runner: Runner, fingerprint: str,
+          signing_key: Path | None, force: bool) -> tuple[str, bool]:
+    from dpsynrag.accounting.certificate import build_certificate
+    from dpsynrag.accounting.signing import (
+        ensure_default_key,
+        load_private_key,
+        sign_document,
+    )
+    from dpsynrag.accounting.signing import (
+        fingerprint as key_fingerprint,
+    )
+    from dpsynrag.transforms.emit import write_output
+
+    if signing_key is not None:
+        private_key = load_private_key(signing_key)
+        key_print, created = key_fingerprint(private_key.public_key()), False
+    else:
+        private_key, key_print, created = ensure_default_key()
+
+    out_dir = out_dir.expanduser().absolute()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    partial = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    try:
+        embedder = _EmbedderProxy(runner)
+        manifest = write_output(
+            partial, texts=result["texts"], cluster_keywords=result["cluster_keywords"],
+            kept=result["kept"], token_counts=result["tokens"], embedder=embedder)
+        files = {name: digest for name, digest in manifest.get("files", {}).items()}
+        llm_identity = {k: v for k, v in runner.llm_identity().items() if k != "eos_token_ids"}
+        certificate = build_certificate(
+            ledger, delta=config.delta, conversion=config.conversion, plan=plan.as_dict(),
+            model_identity=llm_identity, embedder_identity=runner.embedder_identity(),
+            vocabulary_sha256=result["vocabulary_sha256"],
+            input_fingerprint={"hmac_sha256": fingerprint,
+                               "note": "keyed hash; the key stays in the state directory"},
+            output_files=files, seeded=ledger.seeded, package_version=__version__,
+            created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            config=config.released_options())
+        signed = sign_document(certificate, private_key)
+        _write_json(partial / "certificate.json", signed)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(partial, out_dir)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return key_print, created
+
+
+class _EmbedderProxy:
+    """Looks like a LoadedEmbedder to ``write_output``; embeds through the runner."""
+
+    def __init__(self, runner: Runner) -> None:
+        self._runner = runner
+        self.identity = runner.embedder_identity()
+
+    @property
+    def name(self) -> str:
+        return str(self.identity.get("name", ""))
+
+    @property
+    def dimension(self) -> int:
+        return int(self.identity["dimension"])
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        return self._runner.embed(texts, lambda _n: None)
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    import json
+
+    path.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def epsilon_of(rho: float, delta: float, conversion: str) -> float:
+    return epsilon_for(rho, delta, Conversion(conversion)) if math.isfinite(rho) else math.inf

@@ -1,0 +1,190 @@
+"""``build-corpus``: argument parsing, progress bars and the final summary of a build.
+
+Exit codes: 0 built; 1 failed (a bug or a model/runtime error); 2 bad input or options;
+3 refused by the privacy plan or budget; 4 interrupted (resumable: run the same command again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+EXIT_BUILT = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_BUDGET = 3
+EXIT_INTERRUPTED = 4
+
+_EPILOG = """\
+Every option can also be set in the TOML file of --config (top level or a [build] table,
+names as here without dashes, e.g. eps_theta = 0.4); flags override the file.
+
+Exit codes: 0 built, 1 failed, 2 bad input or options, 3 refused by the privacy plan,
+4 interrupted (run the same command again to resume; nothing is spent twice).
+
+Example: build-corpus notes.jsonl -o synth/ --keywords statistical --R 40 --k 20
+"""
+
+
+def _prompt_text(value: str) -> str:
+    """A prompt given inline, or ``@FILE`` to read it from a file."""
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise argparse.ArgumentTypeError(f"{path}: cannot read prompt file: "
+                                             f"{error.strerror}") from None
+    return value
+
+
+def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callable]) -> None:
+    pos_float, unit_float, pos_int = (types["positive_float"], types["open_unit_float"],
+                                      types["positive_int"])
+    parser.add_argument("input", type=Path, metavar="INPUT",
+                        help="private documents: a .jsonl, .parquet or .csv file, or a "
+                             "directory of .txt files")
+    parser.add_argument("-o", "--out", type=Path, required=True, metavar="OUT",
+                        help="output directory (written under a temporary name and renamed "
+                             "when complete)")
+    parser.add_argument("--config", type=Path, help="TOML file with any of these options")
+    g = parser.add_argument_group("input")
+    g.add_argument("--text-column", help="column/field holding the text (default: text)")
+    g.add_argument("--id-column", help="column/field holding a unique id (default: id, or the "
+                   "row number when there is no such column)")
+    g.add_argument("--unit-column", help="column grouping records of one privacy unit (e.g. a "
+                   "patient); each unit is bounded to one document (default: one record = one "
+                   "unit)")
+    g.add_argument("--max-chars", type=pos_int, help="skip (and count) longer documents "
+                   "(default 20000)")
+    g = parser.add_argument_group("privacy target and DP-SynRAG hyperparameters "
+                                  "(defaults: the paper's Table 6)")
+    g.add_argument("--epsilon", type=pos_float, help="target epsilon of the build (default 10)")
+    g.add_argument("--delta", type=unit_float, help="target delta (default 1e-3)")
+    g.add_argument("--conversion", choices=["bun-steinke", "cks"],
+                   help="zCDP to (epsilon, delta) conversion (default bun-steinke)")
+    g.add_argument("--K", type=pos_int, help="keywords per document (default 10)")
+    g.add_argument("--R", type=pos_int, help="clusters = top-R noisy keywords (default 500)")
+    g.add_argument("--L", type=pos_int, help="maximum clusters per document (default 5)")
+    g.add_argument("--k", type=pos_int, help="retrieval target: documents per cluster "
+                   "(default 80)")
+    g.add_argument("--T", type=pos_int, help="tokens generated per cluster (default 70)")
+    g.add_argument("--eps-theta", type=pos_float, help="epsilon of the similarity threshold "
+                   "(default 0.4)")
+    g.add_argument("--rho-hist", type=pos_float, help="rho of the keyword histogram "
+                   "(default 0.1)")
+    g.add_argument("--rho-mean", type=pos_float, help="rho of each cluster's noisy embedding "
+                   "sum (default 0.009)")
+    g.add_argument("--clip", type=pos_float, help="logit clip c; the temperature is c/(c/tau) "
+                   "(default 1.0)")
+    g = parser.add_argument_group("stages")
+    g.add_argument("--keywords", choices=["llm", "statistical"],
+                   help="keyword extraction: the LLM (paper; default) or the document's rarest "
+                        "words by a public prior (much faster)")
+    g.add_argument("--rephrase-prompt", type=_prompt_text, help="stage (d) prompt with "
+                   "{document} (or @FILE)")
+    g.add_argument("--keyword-prompt", type=_prompt_text, help="stage (a) prompt with {K} and "
+                   "{document} (or @FILE)")
+    g.add_argument("--filter-prompt", type=_prompt_text, help="stage (e) YES/NO task prompt "
+                   "with {document} (or @FILE; default: the paper's Medical Synth prompt)")
+    g.add_argument("--no-filter", action="store_true", default=None,
+                   help="skip the self-filter (every text kept)")
+    g = parser.add_argument_group("models and execution")
+    g.add_argument("--model", help="local Hugging Face directory or .gguf file (default: the "
+                   "packaged SmolLM2-135M-Instruct)")
+    g.add_argument("--embedder", help="local sentence-transformers directory (default: the "
+                   "packaged all-MiniLM-L6-v2)")
+    g.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when present")
+    g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                   help="default: bfloat16 on cuda, float32 on cpu")
+    g.add_argument("--runner", choices=["ray", "local"], help="ray (default) or local (one "
+                   "process, no Ray)")
+    g.add_argument("--ray-address", help="attach to a Ray cluster (default: start a local one)")
+    g.add_argument("--workers", type=pos_int, help="model workers (default: one per GPU, else 1)")
+    g.add_argument("--batch-rows", type=pos_int, help="rows decoded together per worker "
+                   "(default 128 on CPU, 1024 on GPU)")
+    g.add_argument("--seed", type=int, help="TESTS ONLY: seeded noise; the certificate then says "
+                   "'not for release'")
+    g = parser.add_argument_group("state, signing and reporting")
+    g.add_argument("--state-dir", type=Path, help="state directory (ledger and private "
+                   "intermediates; 0700; default ./.dpsynrag-state/<OUT name>-<hash>)")
+    g.add_argument("--signing-key", type=Path, help="Ed25519 private key (PEM) from 'dpsynrag "
+                   "keygen' (default: a key in ~/.config/dpsynrag, created on first use)")
+    g.add_argument("--force", action="store_true", help="replace an existing OUT")
+    g.add_argument("--purge-state", action="store_true",
+                   help="delete the state directory after a successful build")
+    g.add_argument("--summary-json", type=Path, help="also write the summary as JSON here")
+    g.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+CONFIG_FLAGS = ("text_column", "id_column", "unit_column", "max_chars", "epsilon", "delta",
+                "conversion", "K", "R", "L", "k", "T", "eps_theta", "rho_hist", "rho_mean", "clip",
+                "keywords", "rephrase_prompt", "keyword_prompt", "filter_prompt", "no_filter",
+                "model", "embedder", "device", "dtype", "runner", "ray_address", "workers",
+                "batch_rows", "seed")
+
+
+def progress_factory(quiet: bool) -> Callable[[str, int], Any]:
+    from tqdm import tqdm
+
+    @contextmanager
+    def factory(description: str, total: int) -> Iterator[Callable[[int], None]]:
+        bar = tqdm(total=total, desc=description, file=sys.stderr, disable=quiet,
+                   dynamic_ncols=True, leave=True)
+        try:
+            yield bar.update
+        finally:
+            bar.close()
+
+    return factory
+
+
+def run_build_command(args: argparse.Namespace) -> int:
+    from dpsynrag.pipeline.build import run_build
+    from dpsynrag.pipeline.config import make_config
+
+    overrides = {name: getattr(args, name) for name in CONFIG_FLAGS}
+    config = make_config(args.config, overrides)
+    summary = run_build(args.input, args.out, config, state_dir=args.state_dir,
+                        signing_key=args.signing_key, force=args.force,
+                        purge_state=args.purge_state, progress=progress_factory(args.quiet),
+                        log=lambda message: None)
+    print_summary(summary.as_dict())
+    if args.summary_json is not None:
+        args.summary_json.write_text(json.dumps(summary.as_dict(), indent=2, sort_keys=True)
+                                     + "\n")
+    return EXIT_BUILT
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=True)
+    table = Table(title="build-corpus summary", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("documents in", str(summary["documents_in"]))
+    for reason, count in sorted(summary["skipped"].items()):
+        table.add_row(f"skipped ({reason})", str(count))
+    table.add_row("clusters / synthetic texts", str(summary["synthetic_texts"]))
+    table.add_row("kept by the self-filter", str(summary["kept_texts"]))
+    table.add_row("rho spent (zCDP)", f"{summary['rho_spent']:.4f}")
+    table.add_row(f"epsilon at delta={summary['delta']:g} ({summary['conversion']})",
+                  f"{summary['epsilon']:.4f}")
+    for name, value in summary["epsilon_other"].items():
+        table.add_row(f"epsilon ({name})", f"{value:.4f}")
+    for stage, secs in summary["stage_seconds"].items():
+        table.add_row(f"wall time {stage}", f"{secs:.1f} s")
+    table.add_row("resumed", "yes" if summary["resumed"] else "no")
+    if summary["seeded"]:
+        table.add_row("seeded", "YES: not for release")
+    key_note = " (new key)" if summary["signing_key_created"] else ""
+    table.add_row("signing key", summary["signing_key_fingerprint"] + key_note)
+    table.add_row("output", summary["out_dir"])
+    console.print(table)

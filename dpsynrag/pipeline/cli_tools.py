@@ -1,0 +1,200 @@
+"""``dpsynrag keygen | verify | ledger show | dataset``: the operator's and auditor's tools."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+class ToolError(Exception):
+    """One line for the user and an exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# ---------------------------------------------------------------------- keygen
+def add_keygen_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "keygen", help="create an Ed25519 key pair for signing build certificates",
+        description="Write an Ed25519 private key (PEM, mode 0600) and its public key (.pub). "
+                    "Give the private key to 'build-corpus --signing-key' and the public key to "
+                    "whoever runs 'dpsynrag verify --public-key'.")
+    parser.add_argument("private_key", type=Path, metavar="PRIVATE_KEY",
+                        help="where to write the private key, e.g. keys/dpsynrag.pem")
+    parser.add_argument("--public-key", type=Path,
+                        help="where to write the public key (default PRIVATE_KEY.pub)")
+    parser.add_argument("--force", action="store_true", help="overwrite existing files")
+    parser.set_defaults(handler=run_keygen)
+
+
+def run_keygen(args: argparse.Namespace) -> int:
+    from dpsynrag.accounting.signing import generate_keypair
+
+    public = args.public_key or args.private_key.with_name(args.private_key.name + ".pub")
+    try:
+        fingerprint = generate_keypair(args.private_key, public, force=args.force)
+    except FileExistsError as error:
+        raise ToolError(f"{error.filename or args.private_key}: exists; pass --force to "
+                        "overwrite", 2) from None
+    print(f"private key: {args.private_key} (0600)\npublic key:  {public}\n"
+          f"fingerprint: {fingerprint}")
+    return 0
+
+
+# ---------------------------------------------------------------------- verify
+def add_verify_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "verify", help="check a built corpus: signature, file hashes and the epsilon claim",
+        description="Re-derive every mechanism's rho from its recorded parameters, recompose "
+                    "them, convert to (epsilon, delta), check every file's sha256 and the "
+                    "Ed25519 signature. Exit 0 when everything holds; else print each problem "
+                    "and exit 1.")
+    parser.add_argument("out_dir", type=Path, metavar="OUT", help="a build-corpus output "
+                        "directory")
+    parser.add_argument("--public-key", type=Path, help="trusted public key (PEM); without it "
+                        "the key embedded in the certificate is used (integrity only)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(handler=run_verify)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from dpsynrag.accounting.certificate import verify_output
+
+    if not args.out_dir.is_dir():
+        raise ToolError(f"{args.out_dir}: not a directory", 2)
+    problems = verify_output(args.out_dir, args.public_key)
+    certificate = _read_json(args.out_dir / "certificate.json")
+    guarantee = certificate.get("guarantee", {}) if isinstance(certificate, dict) else {}
+    if args.json:
+        print(json.dumps({"ok": not problems, "problems": problems, "guarantee": guarantee},
+                         indent=2, sort_keys=True))
+    elif problems:
+        for problem in problems:
+            print(f"FAILED: {problem}", file=sys.stderr)
+    else:
+        trust = "trusted key" if args.public_key else "embedded key (integrity only)"
+        seeded = " SEEDED, NOT FOR RELEASE" if certificate.get("seeded") else ""
+        print(f"OK: signature ({trust}), file hashes and epsilon re-derived: "
+              f"epsilon={guarantee.get('epsilon')} delta={guarantee.get('delta')} "
+              f"({guarantee.get('conversion')}){seeded}")
+    return 0 if not problems else 1
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+# ---------------------------------------------------------------------- ledger show
+def add_ledger_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "ledger", help="inspect a build's privacy ledger",
+        description="Inspect the privacy ledger in a state directory (safe while a build runs).")
+    sub = parser.add_subparsers(title="ledger commands", metavar="COMMAND",
+                                parser_class=type(parser))
+    show = sub.add_parser("show", help="every release so far and the composed rho",
+                          description="Print every release (stage, mechanism, rho, sha256 of the "
+                                      "released value; never the value) and the composed rho.")
+    show.add_argument("--state-dir", type=Path, required=True, help="the build's state directory")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    show.add_argument("--delta", type=float, default=None,
+                      help="also convert to epsilon at this delta (default: the build's)")
+    show.set_defaults(handler=run_ledger_show)
+
+
+def ledger_report(state_dir: Path, delta: float | None = None) -> dict[str, Any]:
+    """The ledger's releases and totals, without any released value."""
+    import hashlib
+    import sqlite3
+
+    from dpsynrag.accounting.conversions import Conversion, epsilon_for
+    from dpsynrag.accounting.ledger import Ledger
+
+    path = state_dir / "ledger.sqlite"
+    if not path.exists():
+        raise ToolError(f"{state_dir}: no ledger.sqlite here; is this a build's state directory?",
+                        2)
+    uri = f"file:{path}?mode=ro"
+    db = sqlite3.connect(uri, uri=True)
+    try:
+        rows = db.execute("SELECT key, stage, mechanism, params, sensitivity, sensitivity_norm, "
+                          "rho, grp, part, value, charged_at FROM releases ORDER BY seq").fetchall()
+    finally:
+        db.close()
+    releases = [{"key": key, "stage": stage, "mechanism": mechanism, "params": json.loads(params),
+                 "sensitivity": sensitivity, "sensitivity_norm": norm, "rho": rho, "group": grp,
+                 "partition": part, "charged_at": charged_at,
+                 "value_sha256": None if value is None else hashlib.sha256(value).hexdigest()}
+                for key, stage, mechanism, params, sensitivity, norm, rho, grp, part, value,
+                charged_at in rows]
+    ledger = Ledger(path)
+    try:
+        rho_total = ledger.total_rho()
+    finally:
+        ledger.close()
+    report: dict[str, Any] = {"releases": releases, "rho_total": rho_total,
+                              "release_count": len(releases)}
+    if delta is not None:
+        report["epsilon"] = {c.value: epsilon_for(rho_total, delta, c) for c in Conversion}
+        report["delta"] = delta
+    return report
+
+
+def run_ledger_show(args: argparse.Namespace) -> int:
+    report = ledger_report(args.state_dir, args.delta)
+    if args.json:
+        print(json.dumps(report, indent=1, sort_keys=True))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    summary: dict[tuple[str, str], list[float]] = {}
+    for release in report["releases"]:
+        entry = summary.setdefault((release["stage"], release["mechanism"]), [0, 0.0])
+        entry[0] += 1
+        entry[1] += release["rho"]
+    table = Table(title=f"ledger {args.state_dir}")
+    for column in ("stage", "mechanism", "releases", "sum of rho (before composition)"):
+        table.add_column(column)
+    for (stage, mechanism), (count, rho) in sorted(summary.items()):
+        table.add_row(stage, mechanism, str(int(count)), f"{rho:.6f}")
+    console = Console()
+    console.print(table)
+    console.print(f"composed rho: {report['rho_total']:.6f}")
+    for name, eps in report.get("epsilon", {}).items():
+        console.print(f"epsilon at delta={report['delta']:g} ({name}): {eps:.4f}")
+    return 0
+
+
+# ---------------------------------------------------------------------- dataset
+def add_dataset_parser(subparsers: Any, positive_int: Any) -> None:
+    parser = subparsers.add_parser(
+        "dataset", help="write the fictitious-clinic evaluation/demo dataset",
+        description="Generate the fictitious-clinic corpus (invented diseases, unique patient "
+                    "names, doctor notes and patient queries), deterministic from --seed.")
+    parser.add_argument("kind", choices=["clinic"], help="dataset to generate")
+    parser.add_argument("-o", "--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--notes", type=positive_int, default=2000, help="notes (default 2000)")
+    parser.add_argument("--diseases", type=positive_int, default=40,
+                        help="diseases (default 40)")
+    parser.add_argument("--queries", type=positive_int, default=None,
+                        help="queries (default one per disease)")
+    parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    parser.set_defaults(handler=run_dataset)
+
+
+def run_dataset(args: argparse.Namespace) -> int:
+    from dpsynrag.eval.datasets import write_clinic_dataset
+
+    paths = write_clinic_dataset(args.out, n_notes=args.notes, n_diseases=args.diseases,
+                                 n_queries=args.queries, seed=args.seed)
+    for name, path in sorted(paths.items()):
+        print(f"{name}: {path}")
+    return 0

@@ -1,0 +1,153 @@
+"""The build's configuration: every option of ``build-corpus``, settable in TOML or by flag.
+
+Precedence: defaults (the paper's Table 6) < ``--config build.toml`` < command-line flags.
+``BuildConfig.fingerprint()`` hashes the options that change what the build releases; a state
+directory refuses a different fingerprint, so a resumed build can never mix two plans.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from dpsynrag.accounting.conversions import Conversion
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or out of range."""
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """All options of one build; the defaults are DP-SynRAG's Table 6 (Medical Synth)."""
+
+    # input
+    text_column: str = "text"
+    id_column: str | None = "id"
+    unit_column: str | None = None
+    max_chars: int = 20_000
+    # privacy target and hyperparameters
+    epsilon: float = 10.0
+    delta: float = 1e-3
+    conversion: str = Conversion.BUN_STEINKE.value
+    K: int = 10
+    R: int = 500
+    L: int = 5
+    k: int = 80
+    T: int = 70
+    eps_theta: float = 0.4
+    rho_hist: float = 0.1
+    rho_mean: float = 0.009
+    clip: float = 1.0
+    # stages
+    keywords: str = "llm"
+    rephrase_prompt: str | None = None
+    keyword_prompt: str | None = None
+    filter_prompt: str | None = None
+    no_filter: bool = False
+    # models and execution (not part of the fingerprint unless they change the output)
+    model: str | None = None
+    embedder: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    seed: int | None = None
+    ray_address: str | None = None
+    runner: str = "ray"
+    workers: int | None = None
+    batch_rows: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # options that only decide where or how fast the build runs, not what it releases
+    EXECUTION_ONLY = ("ray_address", "runner", "workers", "batch_rows", "device", "extra")
+
+    def validate(self) -> None:
+        positive_ints = {"K": self.K, "R": self.R, "L": self.L, "k": self.k, "T": self.T,
+                         "max_chars": self.max_chars}
+        for name, value in positive_ints.items():
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise ConfigError(f"{_flag(name)} must be a positive integer, got {value!r}")
+        for name in ("epsilon", "eps_theta", "rho_hist", "rho_mean", "clip"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"{_flag(name)} must be a finite positive number, got {value!r}")
+        if not (isinstance(self.delta, float | int) and 0 < self.delta < 1):
+            raise ConfigError(f"--delta must lie strictly between 0 and 1, got {self.delta!r}")
+        if self.conversion not in {c.value for c in Conversion}:
+            raise ConfigError(f"--conversion must be one of bun-steinke, cks, got "
+                              f"{self.conversion!r}")
+        if self.keywords not in ("llm", "statistical"):
+            raise ConfigError(f"--keywords must be 'llm' or 'statistical', got {self.keywords!r}")
+        if self.runner not in ("ray", "local"):
+            raise ConfigError(f"--runner must be 'ray' or 'local', got {self.runner!r}")
+        if self.workers is not None and self.workers < 1:
+            raise ConfigError("--workers must be a positive integer")
+        for name in ("rephrase_prompt", "filter_prompt"):
+            value = getattr(self, name)
+            if value is not None and value.count("{document}") != 1:
+                raise ConfigError(f"{_flag(name)} must contain the placeholder {{document}} "
+                                  "exactly once")
+        if self.keyword_prompt is not None and "{document}" not in self.keyword_prompt:
+            raise ConfigError("--keyword-prompt must contain the placeholder {document}")
+
+    def released_options(self) -> dict[str, Any]:
+        """The options that decide what is released (public; go into the certificate)."""
+        return {k: v for k, v in asdict(self).items() if k not in self.EXECUTION_ONLY}
+
+    def fingerprint(self) -> str:
+        canonical = json.dumps(self.released_options(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    @property
+    def seeded(self) -> bool:
+        return self.seed is not None
+
+
+_FIELD_NAMES = {f.name for f in fields(BuildConfig)} - {"extra"}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Read a build TOML: top-level keys or a ``[build]`` table, names as flags or fields."""
+    try:
+        with open(path, "rb") as handle:
+            raw = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    table = raw.get("build", raw)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [build] must be a table")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        if name not in _FIELD_NAMES:
+            raise ConfigError(f"{path}: unknown option {key!r}")
+        values[name] = value
+    return values
+
+
+def make_config(toml_path: Path | None, overrides: dict[str, Any]) -> BuildConfig:
+    """Defaults, then the TOML file, then flags (``None`` in ``overrides`` means not given)."""
+    values: dict[str, Any] = {}
+    if toml_path is not None:
+        values.update(load_toml(toml_path))
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    unknown = set(values) - _FIELD_NAMES
+    if unknown:
+        raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    floats = ("epsilon", "delta", "eps_theta", "rho_hist", "rho_mean", "clip")
+    for name in floats:
+        if name in values and isinstance(values[name], int) and not isinstance(values[name], bool):
+            values[name] = float(values[name])
+    config = replace(BuildConfig(), **values)
+    config.validate()
+    return config

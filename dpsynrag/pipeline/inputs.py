@@ -1,0 +1,543 @@
+"""Reading the private input of ``build-corpus INPUT``.
+
+Formats (chosen by the path):
+
+* ``*.jsonl`` / ``*.ndjson`` / ``*.json``: JSON Lines, one object per line, read line by line.
+  Blank lines are ignored. A JSON array file is refused with a hint.
+* ``*.csv``: RFC 4180 CSV with a header row (quoted fields may span lines), read streaming by
+  Python's ``csv`` module. Every cell is a string, so ids such as ``007`` keep their zeros.
+  (pyarrow.csv is not used: its parse errors quote the offending row, i.e. private text.)
+* ``*.parquet`` or a directory of ``*.parquet`` files (recursively, sorted by relative path,
+  names starting with ``.`` or ``_`` ignored): read batch by batch with pyarrow.
+* a directory of ``*.txt`` files (recursively, sorted): one document per file, id = the path
+  relative to the directory, POSIX separators, without the ``.txt`` suffix. ``text_column``
+  and ``id_column`` do not apply; ``unit_column`` is refused.
+
+Normalisation of every text (:func:`normalise_text`): Unicode NFC; CRLF/CR → LF; control
+characters other than LF and TAB become spaces; runs of spaces/tabs (any Unicode horizontal
+whitespace) collapse to one space; trailing spaces of each line are removed; three or more
+newlines collapse to one blank line (paragraphs are kept, since they carry structure the LLM
+can use); the whole text is stripped.
+
+Skips (documented, counted in :attr:`InputDocuments.skipped`, never errors):
+
+* ``"empty"``: the text is empty after normalisation, or null (JSON ``null``, Parquet null);
+* ``"too_short"``: non-empty but shorter than ``min_chars`` characters;
+* ``"too_long"``: longer than ``max_chars`` characters after normalisation. Such a record is
+  skipped whole rather than truncated: truncation would silently put a different document
+  into the corpus, and the operator can raise ``max_chars`` or split documents upstream.
+
+An input with no records, or whose every record is skipped, is an error.
+
+Everything else is an :class:`InputError`: one line naming the file, the place (1-based line
+for JSONL and CSV, 0-based row index for Parquet, the file for a ``.txt`` directory) and the
+problem. Error messages never quote a document's text, id or unit value (ids and units may be
+private too); column names, type names, line numbers and byte offsets are printed.
+
+The :attr:`InputDocuments.skipped` counts are derived from private data: log or release them
+only through a DP mechanism.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import hmac
+import json
+import re
+import unicodedata
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "SKIP_REASONS",
+    "InputDocuments",
+    "InputError",
+    "bound_units",
+    "input_fingerprint",
+    "normalise_text",
+    "read_documents",
+]
+
+SKIP_REASONS = ("empty", "too_short", "too_long", "unit_bound")
+"""Keys of :attr:`InputDocuments.skipped` (always all present)."""
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+CSV_SUFFIXES = (".csv",)
+PARQUET_SUFFIXES = (".parquet",)
+_MAX_NAMES_SHOWN = 20
+_FINGERPRINT_DOMAIN = b"dpsynrag/input-fingerprint/v1\x00"
+
+
+class InputError(Exception):
+    """A problem with the input, described on one line without any private text.
+
+    Attributes ``file``, ``where`` and ``problem`` hold the parts of the message.
+    """
+
+    def __init__(self, file: str | Path, where: str | None, problem: str) -> None:
+        self.file = str(file)
+        self.where = where
+        self.problem = problem
+        parts = [self.file] + ([where] if where else []) + [problem]
+        super().__init__(" ".join(": ".join(parts).split()))  # one line, always
+
+
+class _DefaultIdColumn(str):
+    """Marks the default ``id_column`` so that an explicit ``"id"`` can be told apart."""
+
+    __slots__ = ()
+
+
+DEFAULT_ID_COLUMN: str = _DefaultIdColumn("id")
+
+
+@dataclass
+class InputDocuments:
+    """Documents read from the input, in input order (skipped records removed).
+
+    ``units[i]`` is the privacy unit of record ``i``: the ``unit_column`` value, or the id
+    when no unit column is given (one record = one privacy unit). ``source`` is the format:
+    ``"jsonl"``, ``"csv"``, ``"parquet"`` or ``"txt"``. ``skipped`` maps each reason of
+    :data:`SKIP_REASONS` to a count (private: do not log).
+    """
+
+    ids: list[str]
+    texts: list[str]
+    units: list[str]
+    skipped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SKIP_REASONS, 0))
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+# ------------------------------------------------------------------ normalisation
+_HSPACE = re.compile(r"[^\S\n]+")
+_TRAILING = re.compile(r" +\n")
+_MANY_NEWLINES = re.compile(r"\n(?: ?\n){2,}")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def normalise_text(text: str) -> str:
+    """NFC, LF newlines, collapsed horizontal whitespace, at most one blank line, stripped."""
+    text = unicodedata.normalize("NFC", text)
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _CONTROL.sub(" ", text)
+    text = _HSPACE.sub(" ", text)
+    text = _TRAILING.sub("\n", text)
+    text = _MANY_NEWLINES.sub("\n\n", text)
+    return text.strip()
+
+
+# ------------------------------------------------------------------ raw records
+@dataclass(frozen=True)
+class _Raw:
+    """One record as read: where it is, and its raw text / id / unit values."""
+
+    file: str
+    where: str
+    text: Any
+    id: Any  # _NO_ID when no id column is in use
+    unit: Any
+
+
+_NO_ID: Any = object()
+
+
+def _describe_names(names: Iterable[str]) -> str:
+    names = [str(n) for n in names]
+    shown = [repr(n[:40]) for n in names[:_MAX_NAMES_SHOWN]]
+    more = f" and {len(names) - _MAX_NAMES_SHOWN} more" if len(names) > _MAX_NAMES_SHOWN else ""
+    return (", ".join(shown) + more) if shown else "none"
+
+
+def _decode_line(raw: bytes, file: str, line_no: int, offset: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(
+            file, f"line {line_no}",
+            f"not valid UTF-8 (byte offset {offset + error.start} in the file)") from None
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, decoded line with its terminator), streaming, strict UTF-8."""
+    file = str(path)
+    offset = 0
+    with path.open("rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+                offset = 3
+            yield line_no, _decode_line(raw, file, line_no, offset)
+            offset += len(raw)
+
+
+class _Columns:
+    """Which columns to read, and whether their absence is an error."""
+
+    def __init__(self, text_column: str, id_column: str | None, unit_column: str | None):
+        self.text = text_column
+        self.id = id_column
+        self.id_explicit = id_column is not None and not isinstance(id_column, _DefaultIdColumn)
+        self.unit = unit_column
+
+
+def _iter_jsonl(path: Path, cols: _Columns) -> Iterator[_Raw]:
+    file = str(path)
+    use_id: bool | None = None  # decided by the first record
+    first_id_where = ""
+    for line_no, line in _iter_lines(path):
+        if not line.strip():
+            continue
+        where = f"line {line_no}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as error:
+            hint = ""
+            if line.strip() in ("[", "[]") or line.lstrip().startswith("[{"):
+                hint = " (this looks like a JSON array; expected one JSON object per line)"
+            raise InputError(file, where, f"malformed JSON: {error.msg} at column "
+                                          f"{error.colno}{hint}") from None
+        if not isinstance(obj, dict):
+            hint = " (expected one JSON object per line)" if isinstance(obj, list) else ""
+            raise InputError(file, where,
+                             f"expected a JSON object, found {_json_type(obj)}{hint}")
+        if cols.text not in obj:
+            raise InputError(file, where, f"missing text column {cols.text!r} "
+                                          f"(columns found: {_describe_names(obj)})")
+        if cols.unit is not None and cols.unit not in obj:
+            raise InputError(file, where, f"missing unit column {cols.unit!r} "
+                                          f"(columns found: {_describe_names(obj)})")
+        has_id = cols.id is not None and cols.id in obj
+        if use_id is None:
+            if cols.id_explicit and not has_id:
+                raise InputError(file, where, f"missing id column {cols.id!r} "
+                                              f"(columns found: {_describe_names(obj)})")
+            use_id, first_id_where = has_id, where
+        elif has_id != use_id:
+            state = "has" if has_id else "lacks"
+            raise InputError(file, where, f"record {state} id column {cols.id!r} unlike the "
+                                          f"first record ({first_id_where}); give every "
+                                          "record an id or none")
+        yield _Raw(file, where, obj[cols.text], obj[cols.id] if use_id else _NO_ID,
+                   obj[cols.unit] if cols.unit is not None else None)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _iter_csv(path: Path, cols: _Columns) -> Iterator[_Raw]:
+    file = str(path)
+    old_limit = csv.field_size_limit()
+    csv.field_size_limit(2**31 - 1)  # over-long texts are skipped as "too_long", not errors
+    try:
+        reader = csv.reader((line for _, line in _iter_lines(path)), strict=True)
+        start = 1
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise InputError(file, None, "empty file (no header row)")
+            index = {name: i for i, name in enumerate(header)}
+            if cols.text not in index:
+                raise InputError(file, "line 1", f"missing text column {cols.text!r} "
+                                                 f"(columns found: {_describe_names(header)})")
+            for name, kind in ((cols.unit, "unit"),
+                               (cols.id if cols.id_explicit else None, "id")):
+                if name is not None and name not in index:
+                    raise InputError(file, "line 1", f"missing {kind} column {name!r} "
+                                                     f"(columns found: "
+                                                     f"{_describe_names(header)})")
+            id_index = index.get(cols.id) if cols.id is not None else None
+            start = reader.line_num + 1
+            for row in reader:
+                where = f"line {start}"
+                start = reader.line_num + 1
+                if not row:  # a blank line
+                    continue
+                if len(row) != len(header):
+                    raise InputError(file, where, f"row has {len(row)} fields, the header has "
+                                                  f"{len(header)}")
+                yield _Raw(file, where, row[index[cols.text]],
+                           row[id_index] if id_index is not None else _NO_ID,
+                           row[index[cols.unit]] if cols.unit is not None else None)
+        except csv.Error as error:
+            raise InputError(file, f"line {start}", f"malformed CSV: {error}") from None
+    finally:
+        csv.field_size_limit(old_limit)
+
+
+def _parquet_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    return sorted((p for p in path.rglob("*.parquet")
+                   if p.is_file() and not _hidden(p.relative_to(path))),
+                  key=lambda p: p.relative_to(path).as_posix())
+
+
+def _hidden(relative: Path) -> bool:
+    return any(part.startswith((".", "_")) for part in relative.parts)
+
+
+def _iter_parquet(path: Path, cols: _Columns) -> Iterator[_Raw]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = _parquet_files(path)
+    if not files:
+        raise InputError(path, None, "no .parquet files in the directory")
+    for file_path in files:
+        file = str(file_path)
+        try:
+            parquet = pq.ParquetFile(file_path)
+        except (pa.ArrowInvalid, OSError) as error:
+            raise InputError(file, None, f"not a readable Parquet file ({type(error).__name__})"
+                             ) from None
+        schema = parquet.schema_arrow
+        names = schema.names
+        wanted: dict[str, str] = {"text": cols.text}
+        if cols.text not in names:
+            raise InputError(file, None, f"missing text column {cols.text!r} "
+                                         f"(columns found: {_describe_names(names)})")
+        if cols.unit is not None:
+            if cols.unit not in names:
+                raise InputError(file, None, f"missing unit column {cols.unit!r} "
+                                             f"(columns found: {_describe_names(names)})")
+            wanted["unit"] = cols.unit
+        if cols.id is not None and cols.id in names:
+            wanted["id"] = cols.id
+        elif cols.id_explicit:
+            raise InputError(file, None, f"missing id column {cols.id!r} "
+                                         f"(columns found: {_describe_names(names)})")
+        for role, name in wanted.items():
+            kind = schema.field(name).type
+            if pa.types.is_dictionary(kind):
+                kind = kind.value_type
+            ok = (_is_arrow_string(kind) or pa.types.is_null(kind)
+                  or (role != "text" and pa.types.is_integer(kind)))
+            if not ok:
+                expected = "string" if role == "text" else "string or integer"
+                raise InputError(file, None, f"{role} column {name!r} has type {kind}, "
+                                             f"expected {expected}")
+        columns = list(dict.fromkeys(wanted.values()))
+        row = 0
+        try:
+            batches = parquet.iter_batches(columns=columns, batch_size=4096)
+            for batch in batches:
+                values = {role: _parquet_values(batch.column(batch.schema.get_field_index(name)),
+                                                file, row)
+                          for role, name in wanted.items()}
+                for i in range(batch.num_rows):
+                    yield _Raw(file, f"row index {row + i}", values["text"][i],
+                               values["id"][i] if "id" in values else _NO_ID,
+                               values["unit"][i] if "unit" in values else None)
+                row += batch.num_rows
+        except (pa.ArrowInvalid, OSError) as error:
+            raise InputError(file, f"row index {row}",
+                             f"cannot read Parquet data ({type(error).__name__})") from None
+
+
+def _is_arrow_string(kind: Any) -> bool:
+    import pyarrow as pa
+
+    is_view = getattr(pa.types, "is_string_view", lambda _: False)
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or is_view(kind))
+
+
+def _parquet_values(column: Any, file: str, first_row: int) -> list[Any]:
+    """Python values of one batch column; strings decoded strictly to find bad UTF-8."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if _is_arrow_string(column.type):
+        raw = column.cast(pa.large_binary()).to_pylist()
+        out: list[Any] = []
+        for i, value in enumerate(raw):
+            if value is None:
+                out.append(None)
+                continue
+            try:
+                out.append(value.decode("utf-8"))
+            except UnicodeDecodeError as error:
+                raise InputError(file, f"row index {first_row + i}",
+                                 f"not valid UTF-8 (byte offset {error.start} in the value)"
+                                 ) from None
+        return out
+    return column.to_pylist()
+
+
+def _iter_txt_dir(path: Path, files: list[Path]) -> Iterator[_Raw]:
+    for file_path in files:
+        relative = file_path.relative_to(path).as_posix()
+        data = file_path.read_bytes()
+        if data.startswith(b"\xef\xbb\xbf"):
+            data = data[3:]
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InputError(file_path, f"file {relative}",
+                             f"not valid UTF-8 (byte offset {error.start})") from None
+        yield _Raw(str(file_path), f"file {relative}", text, relative[: -len(".txt")], None)
+
+
+# ------------------------------------------------------------------ read_documents
+def _check_id(value: Any, raw: _Raw, what: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        found = "null" if value is None else type(value).__name__
+        raise InputError(raw.file, raw.where,
+                         f"{what} is {found}, expected a string or an integer")
+    text = str(value)
+    if not text.strip():
+        raise InputError(raw.file, raw.where, f"{what} is empty")
+    return text
+
+
+def read_documents(
+    path: Path | str,
+    *,
+    text_column: str = "text",
+    id_column: str | None = DEFAULT_ID_COLUMN,
+    unit_column: str | None = None,
+    max_chars: int | None = 20000,
+    min_chars: int = 1,
+) -> InputDocuments:
+    """Read, validate and normalise the private documents at ``path``.
+
+    ``id_column=None``, or the default ``"id"`` when that column is absent, gives ids
+    ``row-<n>`` (n = 1-based record number in input order, counting skipped records and
+    across the files of a Parquet directory; blank JSONL/CSV lines are not records). An
+    explicitly named id column that is missing is an error, as is a missing ``unit_column``.
+    Ids must be unique (an error names both places, never the id). See the module docstring
+    for formats, normalisation and skips. Raises :class:`InputError`.
+    """
+    path = Path(path)
+    if max_chars is not None and max_chars < 1:
+        raise ValueError("max_chars must be positive or None")
+    if min_chars < 1:
+        raise ValueError("min_chars must be at least 1")
+    cols = _Columns(text_column, id_column, unit_column)
+    source, records = _open(path, cols)
+
+    docs = InputDocuments([], [], [], dict.fromkeys(SKIP_REASONS, 0), source)
+    seen: dict[str, str] = {}
+    n = 0
+    for n, raw in enumerate(records, start=1):
+        doc_id = f"row-{n}" if raw.id is _NO_ID else _check_id(raw.id, raw, "id")
+        if doc_id in seen:
+            raise InputError(raw.file, raw.where,
+                             f"duplicate id (first seen at {seen[doc_id]})")
+        seen[doc_id] = raw.where if raw.file == str(path) else f"{raw.file}: {raw.where}"
+        unit = _check_id(raw.unit, raw, "unit") if unit_column is not None else doc_id
+        if raw.text is None:
+            docs.skipped["empty"] += 1
+            continue
+        if not isinstance(raw.text, str):
+            raise InputError(raw.file, raw.where,
+                             f"text is {_json_type(raw.text)}, expected a string")
+        text = normalise_text(raw.text)
+        if not text:
+            docs.skipped["empty"] += 1
+        elif len(text) < min_chars:
+            docs.skipped["too_short"] += 1
+        elif max_chars is not None and len(text) > max_chars:
+            docs.skipped["too_long"] += 1
+        else:
+            docs.ids.append(doc_id)
+            docs.texts.append(text)
+            docs.units.append(unit)
+    if n == 0:
+        raise InputError(path, None, "no documents (the input holds no records)")
+    if not docs.ids:
+        raise InputError(path, None, "no usable documents: every record was skipped "
+                                     "(empty, too short or too long)")
+    return docs
+
+
+def _open(path: Path, cols: _Columns) -> tuple[str, Iterator[_Raw]]:
+    if not path.exists():
+        raise InputError(path, None, "does not exist")
+    if path.is_dir():
+        txt = sorted((p for p in path.rglob("*.txt")
+                      if p.is_file() and not _hidden(p.relative_to(path))),
+                     key=lambda p: p.relative_to(path).as_posix())
+        parquet = _parquet_files(path)
+        if txt and parquet:
+            raise InputError(path, None, "directory holds both .txt and .parquet files; "
+                                         "give one kind")
+        if parquet:
+            return "parquet", _iter_parquet(path, cols)
+        if not txt:
+            raise InputError(path, None, "no documents (directory has no .txt or .parquet "
+                                         "files)")
+        if cols.unit is not None:
+            raise InputError(path, None, "unit_column is not supported for a directory of "
+                                         ".txt files (each file is its own unit)")
+        return "txt", _iter_txt_dir(path, txt)
+    suffix = path.suffix.lower()
+    if suffix in JSONL_SUFFIXES:
+        return "jsonl", _iter_jsonl(path, cols)
+    if suffix in CSV_SUFFIXES:
+        return "csv", _iter_csv(path, cols)
+    if suffix in PARQUET_SUFFIXES:
+        return "parquet", _iter_parquet(path, cols)
+    raise InputError(path, None, f"unsupported input suffix {suffix or '(none)'!r}; expected "
+                                 ".jsonl, .json, .ndjson, .csv, .parquet, or a directory of "
+                                 ".txt or .parquet files")
+
+
+# ------------------------------------------------------------------ units, fingerprint
+def _unit_rank(unit: str, doc_id: str) -> bytes:
+    return hashlib.sha256(unit.encode("utf-8") + b"\x00" + doc_id.encode("utf-8")).digest()
+
+
+def bound_units(docs: InputDocuments) -> InputDocuments:
+    """Keep one record per privacy unit, chosen by a data-independent rule.
+
+    For each unit the record with the smallest ``sha256(unit + "\\0" + id)`` is kept (a
+    fixed function of unit and id only, never of the text, so the choice does not depend on
+    other records or their order). Kept records stay in input order; the number dropped is
+    added to ``skipped["unit_bound"]``. Returns a new object; ``docs`` is not changed.
+    """
+    best: dict[str, tuple[bytes, int]] = {}
+    for i, (doc_id, unit) in enumerate(zip(docs.ids, docs.units, strict=True)):
+        rank = _unit_rank(unit, doc_id)
+        if unit not in best or rank < best[unit][0]:
+            best[unit] = (rank, i)
+    keep = sorted(i for _, i in best.values())
+    skipped = dict(docs.skipped)
+    skipped["unit_bound"] = skipped.get("unit_bound", 0) + len(docs.ids) - len(keep)
+    return InputDocuments(
+        ids=[docs.ids[i] for i in keep],
+        texts=[docs.texts[i] for i in keep],
+        units=[docs.units[i] for i in keep],
+        skipped=skipped,
+        source=docs.source,
+    )
+
+
+def input_fingerprint(docs: InputDocuments, key: bytes) -> str:
+    """HMAC-SHA256 (hex) over the sorted ``(id, sha256(text))`` pairs of ``docs``.
+
+    A keyed hash: an operator holding ``key`` can check that two builds read the same input,
+    while the value reveals nothing about the content to anyone without the key. Independent
+    of record order; the encoding is length-prefixed, so it is unambiguous.
+    """
+    if not isinstance(key, bytes | bytearray) or len(key) == 0:
+        raise ValueError("key must be non-empty bytes (32 random bytes recommended)")
+    pairs = sorted((doc_id.encode("utf-8"), hashlib.sha256(text.encode("utf-8")).digest())
+                   for doc_id, text in zip(docs.ids, docs.texts, strict=True))
+    mac = hmac.new(bytes(key), _FINGERPRINT_DOMAIN, hashlib.sha256)
+    mac.update(len(pairs).to_bytes(8, "big"))
+    for doc_id, digest in pairs:
+        mac.update(len(doc_id).to_bytes(8, "big"))
+        mac.update(doc_id)
+        mac.update(digest)
+    return mac.hexdigest()

@@ -1,0 +1,246 @@
+"""Runners move data between the driver and the model workers; they compute nothing private.
+
+``LocalRunner`` holds one ``ModelWorker`` in this process. ``RayRunner`` starts one worker
+actor per GPU (or one per machine's CPUs when there is no GPU), local by default or on the
+cluster of ``--ray-address``, shards the deterministic stages across them, and relays each
+private-prediction step: the worker sends its summed clipped votes, the driver's sampler (the
+ledger) releases the tokens, the runner sends them back. All noise is drawn in the driver.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from dpsynrag.pipeline.worker import ModelWorker
+
+# votes (active groups x vocab, float64) and the active groups' global indices -> tokens
+DriverSampler = Callable[[np.ndarray, list[int]], np.ndarray]
+Progress = Callable[[int], None]
+
+CHUNK_DOCS = 64  # documents per task for the sharded stages
+
+
+class Runner(Protocol):
+    def llm_identity(self) -> dict[str, Any]: ...
+    def embedder_identity(self) -> dict[str, Any]: ...
+    def llm_keywords(self, texts: Sequence[str], K: int, prompt: str | None,
+                     progress: Progress) -> list[list[str]]: ...
+    def embed(self, texts: Sequence[str], progress: Progress) -> np.ndarray: ...
+    def self_filter(self, texts: Sequence[str], prompt: str | None,
+                    progress: Progress) -> list[bool]: ...
+    def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
+                max_new_tokens: int, clip: float, temperature: float,
+                batch_rows: int | None) -> list[str]: ...
+    def close(self) -> None: ...
+
+
+def _chunks(n: int, size: int = CHUNK_DOCS) -> list[range]:
+    return [range(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def _relay_prediction(worker_calls: list[tuple[Any, list[int]]], sampler: DriverSampler,
+                      n_groups: int, get_next: Callable[[list[Any]], tuple[int, tuple]],
+                      send: Callable[[int, Any], None], request: Callable[[int], Any]) -> list[str]:
+    """The driver loop shared by both runners: answer each worker's votes with tokens."""
+    texts: list[str | None] = [None] * n_groups
+    pending = {index: request(index) for index in range(len(worker_calls))}
+    try:
+        while pending:
+            index, message = get_next([pending[i] for i in pending])
+            del pending[index]
+            shard = worker_calls[index][1]
+            kind = message[0]
+            if kind == "votes":
+                _, votes, active = message
+                tokens = sampler(votes, [shard[i] for i in active])
+                send(index, tokens)
+                pending[index] = request(index)
+            elif kind == "done":
+                for local, text in enumerate(message[1]):
+                    texts[shard[local]] = text
+            else:
+                detail = message[1] if len(message) > 1 else kind
+                raise RuntimeError(f"model worker failed: {detail}")
+    except BaseException:
+        for index in pending:
+            send(index, None)
+        raise
+    return [t if t is not None else "" for t in texts]
+
+
+def _balanced_shards(groups: Sequence[Sequence[str]], n: int) -> list[list[int]]:
+    """Contiguous shards of group indices with about equal row counts (one per worker)."""
+    if n <= 1 or len(groups) <= 1:
+        return [list(range(len(groups)))]
+    total = sum(max(1, len(g)) for g in groups)
+    shards: list[list[int]] = [[]]
+    acc = 0
+    for index, group in enumerate(groups):
+        if acc >= total * len(shards) / n and len(shards) < n:
+            shards.append([])
+        shards[-1].append(index)
+        acc += max(1, len(group))
+    return [s for s in shards if s]
+
+
+class LocalRunner:
+    """Everything in this process: for laptops, tests and debugging (``--runner local``)."""
+
+    def __init__(self, llm: Any = None, embedder: Any = None, device: str | None = None,
+                 dtype: str | None = None) -> None:
+        self.worker = ModelWorker(llm, embedder, device, dtype)
+
+    def llm_identity(self) -> dict[str, Any]:
+        return self.worker.llm_identity()
+
+    def embedder_identity(self) -> dict[str, Any]:
+        return self.worker.embedder_identity()
+
+    def llm_keywords(self, texts: Sequence[str], K: int, prompt: str | None,
+                     progress: Progress) -> list[list[str]]:
+        out: list[list[str]] = []
+        for chunk in _chunks(len(texts)):
+            out.extend(self.worker.llm_keywords([texts[i] for i in chunk], K, prompt))
+            progress(len(chunk))
+        return out
+
+    def embed(self, texts: Sequence[str], progress: Progress) -> np.ndarray:
+        parts = []
+        for chunk in _chunks(len(texts), 256):
+            parts.append(self.worker.embed([texts[i] for i in chunk]))
+            progress(len(chunk))
+        if not parts:
+            return np.zeros((0, self.worker.embedder.dimension), dtype=np.float32)
+        return np.concatenate(parts)
+
+    def self_filter(self, texts: Sequence[str], prompt: str | None,
+                    progress: Progress) -> list[bool]:
+        out: list[bool] = []
+        for chunk in _chunks(len(texts)):
+            out.extend(self.worker.self_filter([texts[i] for i in chunk], prompt))
+            progress(len(chunk))
+        return out
+
+    def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
+                max_new_tokens: int, clip: float, temperature: float,
+                batch_rows: int | None) -> list[str]:
+        worker = self.worker
+        worker.start_prediction(groups, prompt=prompt, max_new_tokens=max_new_tokens, clip=clip,
+                                temperature=temperature, batch_rows=batch_rows)
+        shard = list(range(len(groups)))
+        return _relay_prediction(
+            [(worker, shard)], sampler, len(groups),
+            get_next=lambda _pending: (0, worker.next_request()),
+            send=lambda _i, tokens: worker.give_tokens(tokens),
+            request=lambda _i: None)
+
+    def close(self) -> None:
+        pass
+
+
+class RayRunner:
+    """Model workers as Ray actors: GPU actors where the cluster has GPUs, else CPU actors."""
+
+    def __init__(self, llm: str | None = None, embedder: str | None = None, *,
+                 address: str | None = None, workers: int | None = None,
+                 device: str | None = None, dtype: str | None = None) -> None:
+        import ray
+
+        self._ray = ray
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                   "TOKENIZERS_PARALLELISM": "false"}
+            for name in ("DPSYNRAG_CACHE_DIR", "HF_HOME"):
+                if os.environ.get(name):
+                    env[name] = os.environ[name]
+            ray.init(address=address, include_dashboard=False, configure_logging=True,
+                     logging_level="warning", log_to_driver=True,
+                     runtime_env={"env_vars": env})
+        resources = ray.cluster_resources()
+        gpus = int(resources.get("GPU", 0)) if device in (None, "cuda") else 0
+        cpus = max(1, int(resources.get("CPU", 1)))
+        count = workers or (gpus if gpus > 0 else 1)
+        if gpus > 0:
+            options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 1}
+        else:
+            options = {"num_cpus": max(1, cpus // count)}
+        actor = ray.remote(ModelWorker).options(**options, max_concurrency=1)
+        self.workers = [actor.remote(llm, embedder, device, dtype) for _ in range(count)]
+        ray.get([w.ping.remote() for w in self.workers])
+
+    def _map(self, method: str, texts: Sequence[str], progress: Progress,
+             *args: Any) -> list[Any]:
+        ray = self._ray
+        chunks = _chunks(len(texts))
+        refs = {}
+        for n, chunk in enumerate(chunks):
+            worker = self.workers[n % len(self.workers)]
+            refs[getattr(worker, method).remote([texts[i] for i in chunk], *args)] = n
+        results: list[Any] = [None] * len(chunks)
+        remaining = list(refs)
+        while remaining:
+            ready, remaining = ray.wait(remaining, num_returns=1)
+            n = refs[ready[0]]
+            results[n] = ray.get(ready[0])
+            progress(len(chunks[n]))
+        return results
+
+    def llm_identity(self) -> dict[str, Any]:
+        return self._ray.get(self.workers[0].llm_identity.remote())
+
+    def embedder_identity(self) -> dict[str, Any]:
+        return self._ray.get(self.workers[0].embedder_identity.remote())
+
+    def llm_keywords(self, texts: Sequence[str], K: int, prompt: str | None,
+                     progress: Progress) -> list[list[str]]:
+        return [kw for part in self._map("llm_keywords", texts, progress, K, prompt)
+                for kw in part]
+
+    def embed(self, texts: Sequence[str], progress: Progress) -> np.ndarray:
+        parts = self._map("embed", texts, progress)
+        if not parts:
+            dim = self.embedder_identity()["dimension"]
+            return np.zeros((0, dim), dtype=np.float32)
+        return np.concatenate(parts)
+
+    def self_filter(self, texts: Sequence[str], prompt: str | None,
+                    progress: Progress) -> list[bool]:
+        return [keep for part in self._map("self_filter", texts, progress, prompt)
+                for keep in part]
+
+    def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
+                max_new_tokens: int, clip: float, temperature: float,
+                batch_rows: int | None) -> list[str]:
+        ray = self._ray
+        shards = _balanced_shards(groups, len(self.workers))
+        calls = [(self.workers[i], shard) for i, shard in enumerate(shards)]
+        ray.get([worker.start_prediction.remote(
+            [groups[g] for g in shard], prompt=prompt, max_new_tokens=max_new_tokens, clip=clip,
+            temperature=temperature, batch_rows=batch_rows) for worker, shard in calls])
+        owner: dict[Any, int] = {}
+
+        def request(index: int) -> Any:
+            ref = calls[index][0].next_request.remote()
+            owner[ref] = index
+            return ref
+
+        def get_next(pending: list[Any]) -> tuple[int, tuple]:
+            ready, _ = ray.wait(pending, num_returns=1)
+            return owner.pop(ready[0]), ray.get(ready[0])
+
+        def send(index: int, tokens: Any) -> None:
+            calls[index][0].give_tokens.remote(None if tokens is None else
+                                               [int(t) for t in tokens])
+
+        return _relay_prediction(calls, sampler, len(groups), get_next, send, request)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            self._ray.kill(worker)
+        if self._owns_ray:
+            self._ray.shutdown()

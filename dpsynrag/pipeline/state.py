@@ -1,0 +1,142 @@
+"""The build's state directory: the ledger and the private intermediates that make resume work.
+
+Layout (created 0700, files 0600, never inside the output directory)::
+
+    STATE/ledger.sqlite        every release (dpsynrag.accounting.ledger)
+    STATE/state.json           config fingerprint, finished stages (public bookkeeping)
+    STATE/fingerprint.key      random key of the input's keyed hash
+    STATE/<stage>.json         private intermediates (keywords, clusters, selections, texts)
+    STATE/lock                 held (flock) while a build runs
+
+Everything here except ``state.json`` is derived from the private data: delete it with
+``--purge-state`` once the build is complete.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+STATE_VERSION = 1
+
+
+class StateError(RuntimeError):
+    """The state directory cannot be used for this build."""
+
+
+def default_state_dir(out_dir: Path) -> Path:
+    """``./.dpsynrag-state/<out name>-<hash of its absolute path>``: outside OUT, per OUT."""
+    resolved = out_dir.expanduser().resolve()
+    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
+    return Path.cwd() / ".dpsynrag-state" / f"{resolved.name}-{digest}"
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+class BuildState:
+    """Open (or create) a state directory for a build with the given config fingerprint."""
+
+    def __init__(self, directory: Path, config_fingerprint: str, out_dir: Path) -> None:
+        self.directory = directory.expanduser().resolve()
+        out = out_dir.expanduser().resolve()
+        if self.directory == out or out in self.directory.parents:
+            raise StateError(f"{self.directory}: the state directory must not be inside the "
+                             "output directory (it holds private intermediates)")
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.directory, 0o700)
+        self._lock_handle = open(self.directory / "lock", "a")  # noqa: SIM115 - held open
+        try:
+            fcntl.flock(self._lock_handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_handle.close()
+            raise StateError(f"{self.directory}: another build is using this state directory "
+                             "(lock held)") from None
+        self._meta_path = self.directory / "state.json"
+        meta = self._read_meta()
+        if meta is None:
+            meta = {"version": STATE_VERSION, "config_fingerprint": config_fingerprint,
+                    "finished": []}
+            self._meta = meta
+            self._save_meta()
+        elif meta.get("config_fingerprint") != config_fingerprint:
+            self.close()
+            raise StateError(
+                f"{self.directory}: this state directory belongs to a build with a different "
+                "configuration; rerun with the same options, or use a new --state-dir (a "
+                "fresh build spends a fresh budget)")
+        self._meta = meta
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.directory / "ledger.sqlite"
+
+    @property
+    def resumed(self) -> bool:
+        return bool(self._meta["finished"]) or self.ledger_path.exists()
+
+    def _read_meta(self) -> dict[str, Any] | None:
+        if not self._meta_path.exists():
+            return None
+        try:
+            return json.loads(self._meta_path.read_text())
+        except json.JSONDecodeError:
+            raise StateError(f"{self._meta_path}: corrupt state file") from None
+
+    def _save_meta(self) -> None:
+        _write_private(self._meta_path, json.dumps(self._meta, indent=1).encode())
+
+    # ------------------------------------------------------------------ stages
+    def is_finished(self, stage: str) -> bool:
+        return stage in self._meta["finished"]
+
+    def finish(self, stage: str) -> None:
+        if stage not in self._meta["finished"]:
+            self._meta["finished"].append(stage)
+            self._save_meta()
+
+    def save(self, name: str, value: Any) -> None:
+        """Store a private intermediate as JSON (0600)."""
+        _write_private(self.directory / f"{name}.json", json.dumps(value).encode())
+
+    def load(self, name: str) -> Any | None:
+        path = self.directory / f"{name}.json"
+        if not path.exists():
+            return None
+        return json.loads(path.read_text())
+
+    def fingerprint_key(self) -> bytes:
+        """A random key for the input's keyed hash, created once per state directory."""
+        path = self.directory / "fingerprint.key"
+        if not path.exists():
+            _write_private(path, secrets.token_bytes(32))
+        return path.read_bytes()
+
+    def purge(self) -> None:
+        """Delete the state directory (private intermediates and ledger) after a build."""
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def close(self) -> None:
+        if not self._lock_handle.closed:
+            fcntl.flock(self._lock_handle, fcntl.LOCK_UN)
+            self._lock_handle.close()
+
+    def __enter__(self) -> BuildState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
