@@ -9,15 +9,17 @@ Formats (chosen by the path):
   (pyarrow.csv is not used: its parse errors quote the offending row, i.e. private text.)
 * ``*.parquet`` or a directory of ``*.parquet`` files (recursively, sorted by relative path,
   names starting with ``.`` or ``_`` ignored): read batch by batch with pyarrow.
-* a directory of ``*.txt`` files (recursively, sorted): one document per file, id = the path
+* a directory of ``*.txt`` files (recursively, sorted, names starting with ``.`` ignored):
+  one document per file (strict UTF-8, a BOM is dropped), id = the path
   relative to the directory, POSIX separators, without the ``.txt`` suffix. ``text_column``
   and ``id_column`` do not apply; ``unit_column`` is refused.
 
-Normalisation of every text (:func:`normalise_text`): Unicode NFC; CRLF/CR → LF; control
-characters other than LF and TAB become spaces; runs of spaces/tabs (any Unicode horizontal
-whitespace) collapse to one space; trailing spaces of each line are removed; three or more
-newlines collapse to one blank line (paragraphs are kept, since they carry structure the LLM
-can use); the whole text is stripped.
+Normalisation of every text (:func:`normalise_text`): Unicode NFC; CRLF, CR, NEL and the
+Unicode line/paragraph separators → LF; other control characters become spaces; runs of
+horizontal whitespace (space, tab, NBSP, the Unicode spaces, BOM) collapse to one space;
+trailing spaces of each line are removed (leading ones, i.e. indentation, are kept as one
+space); several blank lines collapse to one (paragraphs are kept: they carry structure the
+LLM can use); the whole text is stripped.
 
 Skips (documented, counted in :attr:`InputDocuments.skipped`, never errors):
 
@@ -52,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "DEFAULT_ID_COLUMN",
     "SKIP_REASONS",
     "InputDocuments",
     "InputError",
@@ -85,13 +88,8 @@ class InputError(Exception):
         super().__init__(" ".join(": ".join(parts).split()))  # one line, always
 
 
-class _DefaultIdColumn(str):
-    """Marks the default ``id_column`` so that an explicit ``"id"`` can be told apart."""
-
-    __slots__ = ()
-
-
-DEFAULT_ID_COLUMN: str = _DefaultIdColumn("id")
+DEFAULT_ID_COLUMN = "id"
+"""The id column name that may be absent (ids are then ``row-<n>``); any other must exist."""
 
 
 @dataclass
@@ -115,20 +113,28 @@ class InputDocuments:
 
 
 # ------------------------------------------------------------------ normalisation
-_HSPACE = re.compile(r"[^\S\n]+")
+_HS = "\t\x0b\x0c \xa0\u1680\u2000-\u200a\u202f\u205f\u3000\ufeff"  # horizontal spaces
+_HSPACE = re.compile(f"[{_HS}]{{2,}}|[{_HS.replace(' ', '')}]")  # runs of 2+, or not " "
+_SPACES = re.compile(r"  +")
 _TRAILING = re.compile(r" +\n")
 _MANY_NEWLINES = re.compile(r"\n(?: ?\n){2,}")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f]")
+_LINE_BREAKS = re.compile(r"\r\n?|[\x85\u2028\u2029]")
 
 
 def normalise_text(text: str) -> str:
     """NFC, LF newlines, collapsed horizontal whitespace, at most one blank line, stripped."""
     text = unicodedata.normalize("NFC", text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = _CONTROL.sub(" ", text)
-    text = _HSPACE.sub(" ", text)
-    text = _TRAILING.sub("\n", text)
-    text = _MANY_NEWLINES.sub("\n\n", text)
+    if not text.replace("\n", "").isprintable():  # fast path: only " " and LF are spaces
+        text = _LINE_BREAKS.sub("\n", text)
+        text = _CONTROL.sub(" ", text)
+        text = _HSPACE.sub(" ", text)
+    elif "  " in text:
+        text = _SPACES.sub(" ", text)
+    if " \n" in text:
+        text = _TRAILING.sub("\n", text)
+    if "\n\n" in text:
+        text = _MANY_NEWLINES.sub("\n\n", text)
     return text.strip()
 
 
@@ -182,7 +188,7 @@ class _Columns:
     def __init__(self, text_column: str, id_column: str | None, unit_column: str | None):
         self.text = text_column
         self.id = id_column
-        self.id_explicit = id_column is not None and not isinstance(id_column, _DefaultIdColumn)
+        self.id_explicit = id_column is not None and id_column != DEFAULT_ID_COLUMN
         self.unit = unit_column
 
 
@@ -282,8 +288,8 @@ def _parquet_files(path: Path) -> list[Path]:
                   key=lambda p: p.relative_to(path).as_posix())
 
 
-def _hidden(relative: Path) -> bool:
-    return any(part.startswith((".", "_")) for part in relative.parts)
+def _hidden(relative: Path, prefixes: str | tuple[str, ...] = (".", "_")) -> bool:
+    return any(part.startswith(prefixes) for part in relative.parts)
 
 
 def _iter_parquet(path: Path, cols: _Columns) -> Iterator[_Raw]:
@@ -293,6 +299,7 @@ def _iter_parquet(path: Path, cols: _Columns) -> Iterator[_Raw]:
     files = _parquet_files(path)
     if not files:
         raise InputError(path, None, "no .parquet files in the directory")
+    first_has_id: bool | None = None
     for file_path in files:
         file = str(file_path)
         try:
@@ -316,6 +323,11 @@ def _iter_parquet(path: Path, cols: _Columns) -> Iterator[_Raw]:
         elif cols.id_explicit:
             raise InputError(file, None, f"missing id column {cols.id!r} "
                                          f"(columns found: {_describe_names(names)})")
+        if first_has_id is None:
+            first_has_id = "id" in wanted
+        elif first_has_id != ("id" in wanted):
+            raise InputError(file, None, f"id column {cols.id!r} is present in some Parquet "
+                                         f"files and absent in others (first file: {files[0]})")
         for role, name in wanted.items():
             kind = schema.field(name).type
             if pa.types.is_dictionary(kind):
@@ -411,10 +423,10 @@ def read_documents(
 ) -> InputDocuments:
     """Read, validate and normalise the private documents at ``path``.
 
-    ``id_column=None``, or the default ``"id"`` when that column is absent, gives ids
+    ``id_column=None``, or ``"id"`` (the default) when no such column exists, gives ids
     ``row-<n>`` (n = 1-based record number in input order, counting skipped records and
-    across the files of a Parquet directory; blank JSONL/CSV lines are not records). An
-    explicitly named id column that is missing is an error, as is a missing ``unit_column``.
+    across the files of a Parquet directory; blank JSONL/CSV lines are not records). Any
+    other id column name that is missing is an error, as is a missing ``unit_column``.
     Ids must be unique (an error names both places, never the id). See the module docstring
     for formats, normalisation and skips. Raises :class:`InputError`.
     """
@@ -466,7 +478,7 @@ def _open(path: Path, cols: _Columns) -> tuple[str, Iterator[_Raw]]:
         raise InputError(path, None, "does not exist")
     if path.is_dir():
         txt = sorted((p for p in path.rglob("*.txt")
-                      if p.is_file() and not _hidden(p.relative_to(path))),
+                      if p.is_file() and not _hidden(p.relative_to(path), ".")),
                      key=lambda p: p.relative_to(path).as_posix())
         parquet = _parquet_files(path)
         if txt and parquet:

@@ -1,0 +1,236 @@
+"""Tests of dpsynrag.eval.datasets: the fictitious-clinic generator and the QA loader."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from dpsynrag.eval.datasets import (
+    SYMPTOMS,
+    DatasetError,
+    QAItem,
+    is_english_word,
+    load_qa_jsonl,
+    make_clinic_dataset,
+    write_clinic_dataset,
+)
+from dpsynrag.pipeline.inputs import InputError, read_documents
+
+GENERIC_TOKENS = {"syndrome", "fever", "disease", "acute", "chronic", "familial", "benign",
+                  "juvenile", "migrating"}
+
+
+@pytest.fixture(scope="module")
+def clinic():
+    return make_clinic_dataset(n_notes=2000, n_diseases=40, seed=0)
+
+
+def test_same_seed_same_bytes_different_seed_different(tmp_path: Path) -> None:
+    a = write_clinic_dataset(tmp_path / "a", n_notes=300, n_diseases=20, seed=5)
+    b = write_clinic_dataset(tmp_path / "b", n_notes=300, n_diseases=20, seed=5)
+    c = write_clinic_dataset(tmp_path / "c", n_notes=300, n_diseases=20, seed=6)
+    assert set(a) == {"notes", "queries", "diseases"}
+    for key in a:
+        assert a[key].read_bytes() == b[key].read_bytes()
+        assert a[key].read_bytes() != c[key].read_bytes()
+
+
+def test_sizes_are_exact() -> None:
+    for n_notes, n_diseases, n_queries, revisit in ((2000, 40, None, 0.0), (57, 13, 100, 0.0),
+                                                    (500, 30, 7, 0.3), (40, 40, 0, 0.5)):
+        data = make_clinic_dataset(n_notes=n_notes, n_diseases=n_diseases, n_queries=n_queries,
+                                   seed=1, revisit_fraction=revisit)
+        assert len(data.notes) == n_notes
+        assert len(data.diseases) == n_diseases
+        assert len(data.queries) == (n_diseases if n_queries is None else n_queries)
+        assert sum(d.n_notes for d in data.diseases) == n_notes
+        assert all(d.n_notes >= 1 for d in data.diseases)  # n_notes >= n_diseases
+        assert len({n.id for n in data.notes}) == n_notes
+        assert len({q.id for q in data.queries}) == len(data.queries)
+
+
+def test_written_files_have_the_documented_fields(tmp_path: Path) -> None:
+    paths = write_clinic_dataset(tmp_path, n_notes=50, n_diseases=10, seed=2)
+    notes = [json.loads(line) for line in paths["notes"].read_text().splitlines()]
+    queries = [json.loads(line) for line in paths["queries"].read_text().splitlines()]
+    described = json.loads(paths["diseases"].read_text())
+    assert all(set(n) == {"id", "text", "unit"} for n in notes)
+    assert all(set(q) == {"id", "question", "answer", "patient", "disease"} for q in queries)
+    assert all(q["answer"] == q["disease"] for q in queries)
+    assert described["n_notes"] == 50 and len(described["diseases"]) == 10
+    assert set(described["diseases"][0]) == {"name", "symptoms", "treatment", "frequency",
+                                             "n_notes"}
+    # the notes are a valid private input, the queries a valid evaluation set
+    docs = read_documents(paths["notes"], unit_column="unit")
+    assert docs.ids == [n["id"] for n in notes] and docs.texts == [n["text"] for n in notes]
+    assert [q.answer for q in load_qa_jsonl(paths["queries"])] == [q["answer"] for q in queries]
+
+
+def test_names_unique_and_diseases_not_english(clinic) -> None:
+    names = [d.name for d in clinic.diseases]
+    assert len({n.lower() for n in names}) == len(names)
+    invented = set()
+    for name in names:
+        tokens = re.split(r"[ \-]", name)
+        assert len(tokens) >= 2, name
+        assert not is_english_word(name) and not is_english_word(name.replace(" ", ""))
+        for token in tokens:
+            if token.lower() not in GENERIC_TOKENS:
+                assert not is_english_word(token), (name, token)
+                assert token not in invented, token
+                invented.add(token)
+    unit_to_patient = {}
+    for note in clinic.notes:
+        assert unit_to_patient.setdefault(note.unit, note.patient) == note.patient
+    assert len(set(unit_to_patient.values())) == len(unit_to_patient) == len(clinic.notes)
+    askers = {m.group(1) for q in clinic.queries
+              for m in [re.search(r"(?:I am|I'm|My name is) ([A-Z][^.]*?)(?:\.| and)",
+                                  q.question)] if m}
+    assert askers and not askers & set(unit_to_patient.values())
+
+
+def test_symptom_sets_are_unique_with_three_or_four(clinic) -> None:
+    sets = [frozenset(d.symptoms) for d in clinic.diseases]
+    assert len(set(sets)) == len(sets)
+    assert all(3 <= len(s) <= 4 for s in sets)
+    treatments = [d.treatment for d in clinic.diseases]
+    assert len(set(treatments)) == len(treatments)
+
+
+def test_symptom_table() -> None:
+    clinical = [s for s, _ in SYMPTOMS]
+    assert len(set(clinical)) == len(clinical) >= 60
+    for phrase, paraphrases in SYMPTOMS:
+        assert len(paraphrases) == 2 and len(set(paraphrases)) == 2
+        for text in (phrase, *paraphrases):
+            assert "," not in text, text  # lists are joined with commas
+            assert text == text.strip() and text[0].islower()
+        assert phrase not in paraphrases
+
+
+def test_frequencies_are_dirichlet_like(clinic) -> None:
+    freqs = [d.frequency for d in clinic.diseases]
+    n = len(freqs)
+    assert sum(freqs) == pytest.approx(1.0)
+    assert min(freqs) < 1 / (4 * n)  # some diseases are rare
+    assert max(freqs) > 2 / n
+    extra = len(clinic.notes) - n  # one note per disease, the rest Multinomial(p)
+    for disease in clinic.diseases:
+        expected = extra * disease.frequency
+        assert abs(disease.n_notes - 1 - expected) < 5 * expected**0.5 + 2
+
+
+def test_queries_answer_diseases_present_in_notes(clinic) -> None:
+    patients_of = defaultdict(set)
+    for note in clinic.notes:
+        patients_of[note.disease].add(note.patient)
+    assert [q.answer for q in clinic.queries] == [d.name for d in clinic.diseases]
+    by_name = {d.name: d for d in clinic.diseases}
+    for query in clinic.queries:
+        assert query.answer in patients_of
+        assert query.patient in patients_of[query.answer]
+        assert query.answer not in query.question
+        for phrase in by_name[query.answer].symptoms:  # symptoms in other words
+            assert phrase not in query.question
+        assert query.question.endswith("?")
+
+
+def test_queries_cycle_with_new_wording() -> None:
+    data = make_clinic_dataset(n_notes=400, n_diseases=10, n_queries=30, seed=3)
+    by_disease = defaultdict(list)
+    for query in data.queries:
+        by_disease[query.answer].append(query)
+    assert all(len(qs) == 3 for qs in by_disease.values())
+    for qs in by_disease.values():
+        assert len({q.question for q in qs}) == 3
+        assert len({q.patient for q in qs}) > 1 or min(
+            d.n_notes for d in data.diseases if d.name == qs[0].answer) == 1
+
+
+def test_fewer_notes_than_diseases() -> None:
+    data = make_clinic_dataset(n_notes=5, n_diseases=20, seed=4)
+    present = {n.disease for n in data.notes}
+    assert len(data.notes) == 5 and len(data.diseases) == 20
+    assert len(data.queries) == len(present)
+    assert {q.answer for q in data.queries} == present
+
+
+def test_notes_name_patient_and_disease(clinic) -> None:
+    for note in clinic.notes:
+        assert note.patient in note.text
+        assert note.disease in note.text
+        assert "Dr. " in note.text
+        assert re.search(r"\b\d{2}\b", note.text)  # an age
+    prefixes = {note.text[:12] for note in clinic.notes}
+    assert len({p.split()[0] for p in prefixes}) >= 4  # several templates
+
+
+def test_revisits_share_unit_patient_and_disease() -> None:
+    data = make_clinic_dataset(n_notes=300, n_diseases=15, seed=7, revisit_fraction=0.25)
+    by_unit = defaultdict(list)
+    for note in data.notes:
+        by_unit[note.unit].append(note)
+    assert len(by_unit) == 300 - 75
+    for notes in by_unit.values():
+        assert len({(n.patient, n.disease) for n in notes}) == 1
+    assert sum(len(v) > 1 for v in by_unit.values()) > 10
+
+
+def test_generator_is_fast() -> None:
+    make_clinic_dataset(n_notes=10, n_diseases=5)  # loads the word list once
+    start = time.perf_counter()
+    make_clinic_dataset(n_notes=2000, n_diseases=40, seed=11)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_invalid_arguments() -> None:
+    for kwargs in ({"n_notes": 0}, {"n_diseases": 0}, {"n_queries": -1},
+                   {"revisit_fraction": 1.0}):
+        with pytest.raises(ValueError):
+            make_clinic_dataset(**kwargs)
+
+
+# ------------------------------------------------------------------ loader
+def test_load_qa_jsonl_optional_fields(tmp_path: Path) -> None:
+    path = tmp_path / "qa.jsonl"
+    path.write_text('{"question": " Q1? ", "answer": "A1"}\n\n'
+                    '{"id": 7, "question": "Q2?", "answer": "A2", "patient": "P", "x": 1}\n')
+    assert load_qa_jsonl(path) == [QAItem("line-1", "Q1?", "A1", None),
+                                   QAItem("7", "Q2?", "A2", "P")]
+
+
+@pytest.mark.parametrize(("content", "where", "problem"), [
+    (b'{"question": "q", "answer": "a"}\n{"question": "q"\n', "line 2", "malformed JSON"),
+    (b'{"question": "q"}\n', "line 1", "'answer'"),
+    (b'{"question": 3, "answer": "a"}\n', "line 1", "'question'"),
+    (b'{"question": "q", "answer": "  "}\n', "line 1", "'answer'"),
+    (b'["q", "a"]\n', "line 1", "JSON object"),
+    (b'{"id": "x", "question": "q", "answer": "a"}\n{"id": "x", "question": "r", "answer": "b"}'
+     b'\n', "line 2", "line 1"),
+    (b'{"id": true, "question": "q", "answer": "a"}\n', "line 1", "'id'"),
+    (b'{"question": "q", "answer": "a", "patient": 5}\n', "line 1", "'patient'"),
+    (b'{"question": "q", "answer": "a"}\n{"question": "\xff", "answer": "a"}\n', "line 2",
+     "UTF-8"),
+    (b"\n\n", None, "no questions"),
+])
+def test_load_qa_jsonl_errors(tmp_path: Path, content: bytes, where: str | None,
+                              problem: str) -> None:
+    path = tmp_path / "eval-set.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(DatasetError) as info:
+        load_qa_jsonl(path)
+    message = str(info.value)
+    assert isinstance(info.value, InputError)
+    assert "\n" not in message and "eval-set.jsonl" in message and problem in message
+    if where:
+        assert where in message
+
+
+def test_load_qa_jsonl_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match=r"nothing\.jsonl"):
+        load_qa_jsonl(tmp_path / "nothing.jsonl")

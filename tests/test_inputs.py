@@ -1,0 +1,340 @@
+"""Tests of dpsynrag.pipeline.inputs: formats, errors without private text, skips, units."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dpsynrag.pipeline.inputs import (
+    SKIP_REASONS,
+    InputDocuments,
+    InputError,
+    bound_units,
+    input_fingerprint,
+    normalise_text,
+    read_documents,
+)
+
+SECRET = "Zebulon Quartermaine has hepatic frobnosis"  # must never appear in an error
+
+ROWS = [
+    {"id": "a", "text": "First note, with a comma and \"quotes\".", "unit": "p1"},
+    {"id": "b/c", "text": "Second note\nspans two lines — café naïve.", "unit": "p2"},
+    {"id": "d", "text": "Third   note\twith  odd   spacing. ", "unit": "p1"},
+    {"id": "e", "text": SECRET, "unit": "p3"},
+]
+
+
+def write_jsonl(path: Path, rows: list[dict], raw_lines: list[str] | None = None) -> Path:
+    lines = [json.dumps(r, ensure_ascii=False) for r in rows] + (raw_lines or [])
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def write_parquet(path: Path, rows: list[dict]) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def write_txt_dir(path: Path, rows: list[dict]) -> Path:
+    for row in rows:
+        file = path / f"{row['id']}.txt"
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(row["text"] + "\n", encoding="utf-8")
+    return path
+
+
+def assert_one_line_without_secret(error: InputError, *fragments: str) -> None:
+    message = str(error)
+    assert "\n" not in message
+    assert SECRET not in message
+    assert "frobnosis" not in message and "Zebulon" not in message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+# ------------------------------------------------------------------ formats
+def test_four_formats_give_the_same_documents(tmp_path: Path) -> None:
+    rows = sorted(ROWS, key=lambda r: r["id"])
+    txt_dir = tmp_path / "txt"
+    txt_dir.mkdir()
+    results = {
+        "jsonl": read_documents(write_jsonl(tmp_path / "in.jsonl", rows)),
+        "csv": read_documents(write_csv(tmp_path / "in.csv", rows)),
+        "parquet": read_documents(write_parquet(tmp_path / "in.parquet", rows)),
+        "txt": read_documents(write_txt_dir(txt_dir, rows)),
+    }
+    expected_texts = [normalise_text(r["text"]) for r in rows]
+    for source, docs in results.items():
+        assert docs.source == source
+        assert docs.ids == ["a", "b/c", "d", "e"]
+        assert docs.texts == expected_texts
+        assert docs.units == docs.ids
+        assert docs.skipped == dict.fromkeys(SKIP_REASONS, 0)
+    assert results["jsonl"].texts[1] == "Second note\nspans two lines — café naïve."
+    assert results["jsonl"].texts[2] == "Third note with odd spacing."
+
+
+def test_parquet_directory_and_units(tmp_path: Path) -> None:
+    folder = tmp_path / "pq"
+    (folder / "part=1").mkdir(parents=True)
+    write_parquet(folder / "part=1" / "b.parquet", ROWS[2:])
+    write_parquet(folder / "a.parquet", ROWS[:2])
+    (folder / "_SUCCESS").write_text("")
+    docs = read_documents(folder, unit_column="unit")
+    assert docs.ids == ["a", "b/c", "d", "e"]
+    assert docs.units == ["p1", "p2", "p1", "p3"]
+    write_parquet(folder / "c.parquet", [{"text": "no id here", "unit": "p9"}])
+    assert_one_line_without_secret(error_of(folder), "c.parquet", "some Parquet files")
+
+
+def test_csv_keeps_string_ids_and_multiline_quotes(tmp_path: Path) -> None:
+    path = tmp_path / "in.csv"
+    path.write_bytes(b'\xef\xbb\xbfid,text\r\n007,"line one\r\nline two, quoted ""x"""\r\n'
+                     b"8,plain\r\n")
+    docs = read_documents(path)
+    assert docs.ids == ["007", "8"]
+    assert docs.texts == ['line one\nline two, quoted "x"', "plain"]
+
+
+def test_row_ids_when_id_absent_or_disabled(tmp_path: Path) -> None:
+    rows = [{"text": "x one"}, {"text": ""}, {"text": "x three"}]
+    path = write_jsonl(tmp_path / "in.jsonl", rows)
+    docs = read_documents(path)
+    assert docs.ids == ["row-1", "row-3"]  # numbering counts the skipped record
+    assert docs.units == docs.ids
+    docs = read_documents(write_jsonl(tmp_path / "ids.jsonl", ROWS), id_column=None)
+    assert docs.ids == ["row-1", "row-2", "row-3", "row-4"]
+    for writer, name in ((write_csv, "in.csv"), (write_parquet, "in.parquet")):
+        docs = read_documents(writer(tmp_path / name, rows))
+        assert docs.ids == ["row-1", "row-3"]
+
+
+def test_normalisation() -> None:
+    raw = "  Cafe\u0301\u00a0 au\tlait\r\nline  \r\n\n\n\nnext\x00para  "
+    assert normalise_text(raw) == "Café au lait\nline\n\nnext para"
+    assert normalise_text("l1\u2028l2\x85l3\rl4\x0bx\u3000\ufeffy") == "l1\nl2\nl3\nl4 x y"
+    assert normalise_text("a   b  \n \n\n  c") == "a b\n\n c"  # leading indent kept
+    assert normalise_text("plain text.") == "plain text."
+
+
+def test_integer_ids_in_jsonl_and_parquet(tmp_path: Path) -> None:
+    rows = [{"id": 1, "text": "one"}, {"id": 2, "text": "two"}]
+    assert read_documents(write_jsonl(tmp_path / "a.jsonl", rows)).ids == ["1", "2"]
+    assert read_documents(write_parquet(tmp_path / "a.parquet", rows)).ids == ["1", "2"]
+
+
+# ------------------------------------------------------------------ skips
+def test_skips_are_counted(tmp_path: Path) -> None:
+    rows = [
+        {"id": "1", "text": "   \n\t "},
+        {"id": "2", "text": None},
+        {"id": "3", "text": "ok document"},
+        {"id": "4", "text": "x" * 50},
+        {"id": "5", "text": "tiny"},
+    ]
+    path = write_jsonl(tmp_path / "in.jsonl", rows)
+    docs = read_documents(path, max_chars=20, min_chars=5)
+    assert docs.ids == ["3"]
+    assert docs.skipped == {"empty": 2, "too_short": 1, "too_long": 1, "unit_bound": 0}
+    parquet = read_documents(write_parquet(tmp_path / "in.parquet", rows), max_chars=20,
+                             min_chars=5)
+    assert parquet.skipped == docs.skipped
+    unlimited = read_documents(path, max_chars=None)
+    assert unlimited.ids == ["3", "4", "5"]
+
+
+# ------------------------------------------------------------------ errors
+def error_of(path: Path, **kwargs) -> InputError:
+    with pytest.raises(InputError) as info:
+        read_documents(path, **kwargs)
+    return info.value
+
+
+def test_error_empty_file_and_no_documents(tmp_path: Path) -> None:
+    for name in ("empty.jsonl", "empty.csv"):
+        path = tmp_path / name
+        path.write_text("")
+        assert_one_line_without_secret(error_of(path), name)
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("id,text\n")
+    assert_one_line_without_secret(error_of(header_only), "header.csv", "no documents")
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n \n")
+    assert_one_line_without_secret(error_of(blank), "blank.jsonl", "no documents")
+    all_skipped = write_jsonl(tmp_path / "skipped.jsonl", [{"text": " "}])
+    assert_one_line_without_secret(error_of(all_skipped), "skipped.jsonl", "skipped")
+    empty_dir = tmp_path / "d"
+    empty_dir.mkdir()
+    assert_one_line_without_secret(error_of(empty_dir), "no documents")
+
+
+def test_error_missing_text_column_lists_columns(tmp_path: Path) -> None:
+    rows = [{"id": "1", "body": SECRET}]
+    for writer, name, where in ((write_jsonl, "m.jsonl", "line 1"),
+                                (write_csv, "m.csv", "line 1"),
+                                (write_parquet, "m.parquet", "")):
+        error = error_of(writer(tmp_path / name, rows))
+        assert_one_line_without_secret(error, name, where, "'text'", "'body'", "'id'")
+
+
+def test_error_explicit_id_or_unit_column_missing(tmp_path: Path) -> None:
+    rows = [{"text": SECRET}]
+    for writer, name in ((write_jsonl, "m.jsonl"), (write_csv, "m.csv"),
+                         (write_parquet, "m.parquet")):
+        path = writer(tmp_path / name, rows)
+        assert read_documents(path, id_column="id").ids == ["row-1"]  # "id" may be absent
+        assert_one_line_without_secret(error_of(path, id_column="doc"), name,
+                                       "id column 'doc'")
+        assert_one_line_without_secret(error_of(path, unit_column="person"), name, "'person'")
+
+
+def test_error_malformed_json_line(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "bad.jsonl", ROWS[:2], raw_lines=['{"id": "z", "text": "'
+                                                                    + SECRET + '"'])
+    assert_one_line_without_secret(error_of(path), "bad.jsonl", "line 3", "malformed JSON")
+    array = tmp_path / "array.json"
+    array.write_text(json.dumps([{"id": "1", "text": SECRET}]))
+    assert_one_line_without_secret(error_of(array), "array.json", "line 1", "JSON object")
+    scalar = write_jsonl(tmp_path / "scalar.jsonl", [], raw_lines=[json.dumps(SECRET)])
+    assert_one_line_without_secret(error_of(scalar), "scalar.jsonl", "line 1", "a string")
+
+
+def test_error_non_utf8(tmp_path: Path) -> None:
+    good = json.dumps({"id": "1", "text": "fine"}).encode() + b"\n"
+    bad = b'{"id": "2", "text": "' + SECRET.encode("latin-1") + b'\xe9"}\n'
+    path = tmp_path / "latin.jsonl"
+    path.write_bytes(good + bad)
+    error = error_of(path)
+    offset = len(good) + bad.index(b"\xe9")
+    assert_one_line_without_secret(error, "latin.jsonl", "line 2", "UTF-8", f"offset {offset}")
+    csv_path = tmp_path / "latin.csv"
+    csv_path.write_bytes(b"id,text\n1,fine\n2," + SECRET.encode() + b"\xe9\n")
+    assert_one_line_without_secret(error_of(csv_path), "latin.csv", "line 3", "UTF-8")
+    folder = tmp_path / "txt"
+    folder.mkdir()
+    (folder / "ok.txt").write_text("fine")
+    (folder / "bad.txt").write_bytes(SECRET.encode() + b"\xff")
+    assert_one_line_without_secret(error_of(folder), "bad.txt", "UTF-8",
+                                   f"offset {len(SECRET)}")
+
+
+def test_error_text_not_a_string(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "num.jsonl", [{"id": "1", "text": "ok"},
+                                                {"id": "2", "text": 42},
+                                                {"id": "3", "text": [SECRET]}])
+    assert_one_line_without_secret(error_of(path), "num.jsonl", "line 2", "expected a string")
+    table = pa.table({"id": ["1"], "text": [7]})
+    pq.write_table(table, tmp_path / "num.parquet")
+    assert_one_line_without_secret(error_of(tmp_path / "num.parquet"), "num.parquet",
+                                   "int64")
+
+
+def test_error_bad_ids(tmp_path: Path) -> None:
+    rows = [{"id": "1", "text": "one"}, {"id": SECRET, "text": "x"},
+            {"id": "3", "text": "three"}, {"id": SECRET, "text": SECRET}]
+    for writer, name, first, second in (
+            (write_jsonl, "dup.jsonl", "line 2", "line 4"),
+            (write_csv, "dup.csv", "line 3", "line 5"),
+            (write_parquet, "dup.parquet", "row index 1", "row index 3")):
+        error = error_of(writer(tmp_path / name, rows))
+        assert_one_line_without_secret(error, name, first, second, "duplicate id")
+    for value, problem in ((None, "null"), (True, "bool"), (1.5, "float"), ("  ", "empty")):
+        path = write_jsonl(tmp_path / "idtype.jsonl", [{"id": value, "text": SECRET}])
+        assert_one_line_without_secret(error_of(path), "idtype.jsonl", "line 1", problem)
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [{"text": "one"}, {"id": "2", "text": "t"}])
+    assert_one_line_without_secret(error_of(mixed), "mixed.jsonl", "line 2", "line 1")
+
+
+def test_error_csv_shape(tmp_path: Path) -> None:
+    path = tmp_path / "shape.csv"
+    path.write_text(f"id,text\n1,ok\n2,{SECRET},extra\n")
+    assert_one_line_without_secret(error_of(path), "shape.csv", "line 3", "3 fields")
+    quote = tmp_path / "quote.csv"
+    quote.write_text(f'id,text\n1,"{SECRET}"x\n')
+    assert_one_line_without_secret(error_of(quote), "quote.csv", "line 2", "malformed CSV")
+
+
+def test_error_unsupported_and_missing(tmp_path: Path) -> None:
+    path = tmp_path / "in.xlsx"
+    path.write_text(SECRET)
+    assert_one_line_without_secret(error_of(path), "in.xlsx", "unsupported", ".xlsx")
+    assert_one_line_without_secret(error_of(tmp_path / "nope.jsonl"), "nope.jsonl",
+                                   "does not exist")
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "a.txt").write_text("x")
+    write_parquet(folder / "b.parquet", ROWS)
+    assert_one_line_without_secret(error_of(folder), "both")
+    broken = tmp_path / "broken.parquet"
+    broken.write_text(SECRET)
+    assert_one_line_without_secret(error_of(broken), "broken.parquet", "Parquet")
+
+
+def test_error_unit_column_with_txt_dir(tmp_path: Path) -> None:
+    folder = write_txt_dir(tmp_path, ROWS[:1])
+    assert_one_line_without_secret(error_of(folder, unit_column="unit"), "unit_column")
+
+
+# ------------------------------------------------------------------ units
+def make_docs(records: list[tuple[str, str]]) -> InputDocuments:
+    return InputDocuments(ids=[r[0] for r in records], texts=[f"text of {r[0]}" for r in records],
+                          units=[r[1] for r in records], source="jsonl")
+
+
+def test_bound_units_one_per_unit_deterministic_and_order_free() -> None:
+    records = [(f"doc{i}", f"person{i % 7}") for i in range(60)]
+    docs = make_docs(records)
+    bounded = bound_units(docs)
+    assert sorted(bounded.units) == sorted(set(docs.units))
+    assert bounded.skipped["unit_bound"] == 60 - 7
+    assert docs.skipped["unit_bound"] == 0  # input unchanged
+    assert [docs.ids.index(i) for i in bounded.ids] == sorted(docs.ids.index(i)
+                                                              for i in bounded.ids)
+    kept = set(bounded.ids)
+    rng = random.Random(3)
+    for _ in range(5):
+        shuffled = records[:]
+        rng.shuffle(shuffled)
+        assert set(bound_units(make_docs(shuffled)).ids) == kept
+    # independent of the text and of other units' records
+    other = make_docs([r for r in records if r[1] != "person3"])
+    other.texts = ["changed" for _ in other.texts]
+    assert set(bound_units(other).ids) == {i for i, r in zip(bounded.ids, bounded.units,
+                                                            strict=True) if r != "person3"}
+
+
+def test_bound_units_keeps_single_record_units() -> None:
+    docs = make_docs([("a", "a"), ("b", "b")])
+    assert bound_units(docs).ids == ["a", "b"]
+    assert bound_units(docs).skipped["unit_bound"] == 0
+
+
+# ------------------------------------------------------------------ fingerprint
+def test_input_fingerprint() -> None:
+    docs = make_docs([("a", "u"), ("b", "v")])
+    key = b"k" * 32
+    fingerprint = input_fingerprint(docs, key)
+    assert len(fingerprint) == 64 and int(fingerprint, 16) >= 0
+    reordered = make_docs([("b", "v"), ("a", "u")])
+    assert input_fingerprint(reordered, key) == fingerprint
+    assert input_fingerprint(docs, b"j" * 32) != fingerprint
+    changed = make_docs([("a", "u"), ("b", "v")])
+    changed.texts[1] += "!"
+    assert input_fingerprint(changed, key) != fingerprint
+    with pytest.raises(ValueError):
+        input_fingerprint(docs, b"")
