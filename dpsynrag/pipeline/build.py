@@ -292,7 +292,7 @@ def _save_private_npy(path: Path, array: np.ndarray) -> None:
 def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: BudgetPlan,
           state: BuildState, ledger: Ledger, runner: Runner, fingerprint: str,
           signing_key: Path | None, force: bool) -> tuple[str, bool]:
-    from dpsynrag.accounting.certificate import build_certificate
+    from dpsynrag.accounting.certificate import build_certificate, write_certificate
     from dpsynrag.accounting.signing import (
         ensure_default_key,
         load_private_key,
@@ -301,7 +301,7 @@ def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: Budg
     from dpsynrag.accounting.signing import (
         fingerprint as key_fingerprint,
     )
-    from dpsynrag.transforms.emit import write_output
+    from dpsynrag.transforms.emit import output_file_hashes, write_output
 
     if signing_key is not None:
         private_key = load_private_key(signing_key)
@@ -319,7 +319,8 @@ def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: Budg
         manifest = write_output(
             partial, texts=result["texts"], cluster_keywords=result["cluster_keywords"],
             kept=result["kept"], token_counts=result["tokens"], embedder=embedder)
-        files = {name: digest for name, digest in manifest.get("files", {}).items()}
+        del manifest
+        files = output_file_hashes(partial)
         llm_identity = {k: v for k, v in runner.llm_identity().items() if k != "eos_token_ids"}
         certificate = build_certificate(
             ledger, delta=config.delta, conversion=config.conversion, plan=plan.as_dict(),
@@ -329,9 +330,8 @@ def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: Budg
                                "note": "keyed hash; the key stays in the state directory"},
             output_files=files, seeded=ledger.seeded, package_version=__version__,
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            config=config.released_options())
-        signed = sign_document(certificate, private_key)
-        _write_json(partial / "certificate.json", signed)
+            config=_public_config(config))
+        write_certificate(partial, sign_document(certificate, private_key))
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(partial, out_dir)
@@ -339,6 +339,27 @@ def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: Budg
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return key_print, created
+
+
+def _public_config(config: BuildConfig) -> dict[str, Any]:
+    """The released options plus the hashes of the prompts actually used (all public)."""
+    import hashlib
+    from importlib.metadata import version
+
+    from dpsynrag.transforms.keywords import load_prompt as load_keyword_prompt
+    from dpsynrag.transforms.self_filter import load_prompt as load_filter_prompt
+
+    prompts = {
+        "rephrase": config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT,
+        "keywords": config.keyword_prompt or load_keyword_prompt("keywords"),
+        "self_filter": config.filter_prompt or load_filter_prompt("self_filter"),
+    }
+    public = dict(config.released_options())
+    public["prompt_sha256"] = {name: hashlib.sha256(text.encode()).hexdigest()
+                               for name, text in prompts.items()}
+    if config.keywords == "statistical":
+        public["keyword_prior"] = f"wordfreq {version('wordfreq')} zipf_frequency(en)"
+    return public
 
 
 class _EmbedderProxy:
@@ -358,12 +379,6 @@ class _EmbedderProxy:
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         return self._runner.embed(texts, lambda _n: None)
-
-
-def _write_json(path: Path, value: dict[str, Any]) -> None:
-    import json
-
-    path.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def epsilon_of(rho: float, delta: float, conversion: str) -> float:

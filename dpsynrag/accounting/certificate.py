@@ -1,0 +1,573 @@
+"""The privacy certificate: what was released, what it cost, and the (epsilon, delta) it gives.
+
+``build_certificate`` compresses the ledger into a JSON document a privacy engineer (or
+``verify_output``) can re-check from public parameters alone:
+
+* ``mechanisms.sequential``: each release outside a parallel group, one entry per ledger key;
+* ``mechanisms.parallel_groups``: per group (the clusters) its ``max_overlap`` L and, per
+  partition (one cluster), its releases grouped by identical (stage, mechanism, parameters)
+  with a ``count`` and the ``rho_each`` of one of them (R=500 x T=70 token draws would
+  otherwise be 35,000 entries);
+* ``composition``: sequential releases add; a parallel group costs the sum of its L most
+  expensive partitions (exactly ``Ledger.total_rho``);
+* ``guarantee``: rho-zCDP and its (epsilon, delta) under the named conversion, the other
+  conversions and dp-accounting's RDP accountant as a cross-check;
+* identities of the model, embedder, vocabulary and input, the output files' sha256, the
+  public configuration, package version and time; ``signing.sign_document`` adds an Ed25519
+  signature.
+
+The input fingerprint is a keyed hash only (e.g. ``{"hmac_sha256": ...}``): the **exact**
+document count must not appear, because under add/remove neighbouring an exact count is not
+differentially private (it changes by one between neighbours). The HMAC itself is a
+deterministic function of the data: it hides the input only computationally and only while
+its key stays secret; it lets the key holder recognise the exact input, which is its purpose.
+
+``verify_output`` re-derives every rho from the mechanism parameters (``costs``), the
+composition, and every epsilon (``conversions``), checks the signature and every file hash,
+and returns the list of problems (empty when all is well) without raising.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path, PurePath
+from typing import Any
+
+import numpy as np
+
+from dpsynrag.accounting.conversions import CONVERSION_REFERENCES, Conversion, epsilon_for
+from dpsynrag.accounting.costs import mechanism_rho, mechanism_sensitivity
+from dpsynrag.accounting.ledger import Ledger, Release
+from dpsynrag.accounting.signing import (
+    SignatureError,
+    SigningKeyError,
+    load_public_key,
+    verify_signature,
+)
+
+CERTIFICATE_FORMAT = "dpsynrag-certificate"
+CERTIFICATE_FORMAT_VERSION = 1
+CERTIFICATE_FILE = "certificate.json"
+MANIFEST_FILE = "manifest.json"
+REQUIRED_OUTPUT_FILES = ("corpus.parquet", "index.faiss", MANIFEST_FILE)
+NEIGHBOURING = ("add or remove one privacy unit (default one record; --unit-column groups "
+                "records)")
+COMPOSITION_RULE = (
+    "zCDP: releases outside parallel groups add up (sequential, adaptive composition); a "
+    "parallel group whose privacy units each touch at most max_overlap of its partitions "
+    "costs the sum of its max_overlap most expensive partitions; a partition costs the sum "
+    "of its releases; groups and sequential releases add up")
+NOT_CHARGED = (
+    "Ingest only bounds each privacy unit to one document. Stage (b) assigns each document to "
+    "at most L clusters by a rule of that document and the released keywords alone (covered "
+    "by the parallel group's max_overlap). Stage (e) self-filter, the output files and every "
+    "later query are post-processing of released values.")
+SEEDED_NOTICE = "not for release: noise was drawn from a seeded, reproducible source (tests)"
+REL_TOL = 1e-9
+# RDP orders for the dp-accounting cross-check: fine enough that its epsilon is within a
+# fraction of a percent of the exact CKS optimum.
+_CROSS_CHECK_ORDERS = tuple(float(1.0 + 10.0 ** (e / 100.0)) for e in range(-300, 301))
+
+__all__ = [
+    "CERTIFICATE_FILE",
+    "CERTIFICATE_FORMAT",
+    "CERTIFICATE_FORMAT_VERSION",
+    "build_certificate",
+    "dp_accounting_epsilon",
+    "load_certificate",
+    "verify_output",
+    "write_certificate",
+]
+
+
+# ---------------------------------------------------------------------- building
+def _jsonable(value: Any) -> Any:
+    """JSON round trip (what a reader will see): Paths and enums as strings, numpy as Python."""
+    def default(obj: Any) -> Any:
+        if isinstance(obj, PurePath):
+            return str(obj)
+        if isinstance(obj, enum.Enum):
+            return obj.value
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, np.ndarray):
+            return obj.tolist()
+        if isinstance(obj, set | frozenset):
+            return sorted(obj)
+        raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+    return json.loads(json.dumps(value, default=default, allow_nan=False))
+
+
+def _entry_key(release: Release) -> tuple[str, str, str, float, str]:
+    return (release.stage, release.mechanism,
+            json.dumps(release.params, sort_keys=True, separators=(",", ":")),
+            float(release.sensitivity), release.sensitivity_norm)
+
+
+def _top_sum(values: list[float], overlap: int) -> float:
+    return math.fsum(sorted(values, reverse=True)[:overlap])
+
+
+def dp_accounting_epsilon(rho: float, delta: float) -> float | None:
+    """epsilon of rho-zCDP from dp-accounting's RDP accountant (None if it is not installed)."""
+    try:
+        from dp_accounting import dp_event
+        from dp_accounting.rdp import rdp_privacy_accountant
+    except ImportError:  # pragma: no cover - a declared dependency
+        return None
+    accountant = rdp_privacy_accountant.RdpAccountant(orders=list(_CROSS_CHECK_ORDERS))
+    accountant.compose(dp_event.ZCDpEvent(float(rho)))
+    return float(accountant.get_epsilon(float(delta)))
+
+
+def _mechanisms(ledger: Ledger) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                         dict[str, Any]]:
+    """(sequential entries, parallel-group entries, composition) from the ledger."""
+    sequential: list[dict[str, Any]] = []
+    partitions: dict[str, dict[str, dict[tuple, dict[str, Any]]]] = {}
+    groups = ledger.parallel_groups()
+    for release in ledger.releases():
+        if release.group is None:
+            sequential.append({
+                "key": release.key, "stage": release.stage, "mechanism": release.mechanism,
+                "params": release.params, "sensitivity": release.sensitivity,
+                "sensitivity_norm": release.sensitivity_norm, "rho": release.rho})
+            continue
+        entries = partitions.setdefault(release.group, {}).setdefault(release.partition or "",
+                                                                      {})
+        entry = entries.get(_entry_key(release))
+        if entry is None:
+            entries[_entry_key(release)] = {
+                "stage": release.stage, "mechanism": release.mechanism,
+                "params": release.params, "sensitivity": release.sensitivity,
+                "sensitivity_norm": release.sensitivity_norm, "count": 1,
+                "rho_each": release.rho}
+        else:
+            entry["count"] += 1
+    group_entries: list[dict[str, Any]] = []
+    group_rho: dict[str, Any] = {}
+    for name in sorted(groups):
+        group = groups[name]
+        parts = []
+        for part_name in sorted(partitions.get(name, {})):
+            releases = list(partitions[name][part_name].values())
+            rho = math.fsum(e["count"] * e["rho_each"] for e in releases)
+            parts.append({"partition": part_name, "rho": rho, "releases": releases})
+        rho = _top_sum([p["rho"] for p in parts], group.max_overlap)
+        group_entries.append({"name": name, "max_overlap": group.max_overlap,
+                              "description": group.description, "rho": rho,
+                              "partitions": parts})
+        group_rho[name] = {"max_overlap": group.max_overlap, "partitions": len(parts),
+                           "rho": rho}
+    rho_sequential = math.fsum(e["rho"] for e in sequential)
+    recomputed = rho_sequential + math.fsum(g["rho"] for g in group_rho.values())
+    rho_total = ledger.total_rho()
+    if not math.isclose(recomputed, rho_total, rel_tol=REL_TOL, abs_tol=1e-15):
+        raise RuntimeError("the certificate's composition disagrees with the ledger's total")
+    composition = {"rule": COMPOSITION_RULE, "rho_sequential": rho_sequential,
+                   "parallel_groups": group_rho, "rho_total": rho_total}
+    return sequential, group_entries, composition
+
+
+def _guarantee(rho: float, delta: float, conversion: Conversion) -> dict[str, Any]:
+    others = {c.value: epsilon_for(rho, delta, c) for c in Conversion if c is not conversion}
+    guarantee: dict[str, Any] = {
+        "definition": "rho-zCDP, converted to (epsilon, delta)-differential privacy",
+        "rho": rho,
+        "epsilon": epsilon_for(rho, delta, conversion),
+        "delta": delta,
+        "conversion": conversion.value,
+        "conversion_reference": CONVERSION_REFERENCES[conversion],
+        "epsilon_other_conversions": others,
+        "neighbouring": NEIGHBOURING,
+    }
+    cross = dp_accounting_epsilon(rho, delta) if rho > 0 else 0.0
+    if cross is not None:
+        guarantee["cross_check"] = {
+            "tool": "dp-accounting RdpAccountant(ZCDpEvent(rho))",
+            "orders": "1 + 10^(e/100), e = -300..300",
+            "epsilon": cross,
+        }
+    return guarantee
+
+
+def build_certificate(
+    ledger: Ledger,
+    *,
+    delta: float,
+    conversion: str,
+    plan: Mapping[str, Any],
+    model_identity: Mapping[str, Any],
+    embedder_identity: Mapping[str, Any],
+    vocabulary_sha256: str,
+    input_fingerprint: Mapping[str, Any],
+    output_files: Mapping[str, str],
+    seeded: bool,
+    package_version: str,
+    created_at: str | None = None,
+    config: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The unsigned certificate of a build (sign it with ``signing.sign_document``).
+
+    ``output_files`` maps file names in the output directory to their sha256 (include
+    ``manifest.json``; ``emit.output_file_hashes`` computes them). ``input_fingerprint`` is a
+    keyed hash such as ``{"hmac_sha256": ...}``, never an exact count (not DP under add/remove
+    neighbouring) nor content. ``config`` must hold public settings only. ``seeded`` is also
+    set when the ledger saw a seeded random source.
+    """
+    conv = Conversion(conversion)
+    if not (0 < delta < 1):
+        raise ValueError("delta must lie strictly between 0 and 1")
+    if not isinstance(vocabulary_sha256, str) or not vocabulary_sha256:
+        raise ValueError("vocabulary_sha256 must be a non-empty string")
+    for name in output_files:
+        if not _plain_name(name):
+            raise ValueError(f"output file name {name!r} is not a plain file name")
+    count_like = {"count", "documents", "n", "n_documents", "rows", "records"}
+    if count_like & {str(k).lower() for k in input_fingerprint}:
+        raise ValueError("the input fingerprint must not hold an exact count (not DP under "
+                         "add/remove neighbouring)")
+    sequential, group_entries, composition = _mechanisms(ledger)
+    is_seeded = bool(seeded) or ledger.seeded
+    certificate: dict[str, Any] = {
+        "format": CERTIFICATE_FORMAT,
+        "format_version": CERTIFICATE_FORMAT_VERSION,
+        "package": "dpsynrag",
+        "package_version": package_version,
+        "created_at": created_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "seeded": is_seeded,
+        "for_release": not is_seeded,
+        "guarantee": _guarantee(composition["rho_total"], float(delta), conv),
+        "composition": composition,
+        "mechanisms": {"sequential": sequential, "parallel_groups": group_entries},
+        "not_charged": NOT_CHARGED,
+        "ledger_rho_budget": ledger.rho_budget,
+        "plan": dict(plan),
+        "models": {"llm": dict(model_identity), "embedder": dict(embedder_identity)},
+        "vocabulary_sha256": vocabulary_sha256,
+        "input_fingerprint": dict(input_fingerprint),
+        "output_files": dict(sorted(output_files.items())),
+        "config": dict(config),
+    }
+    if is_seeded:
+        certificate["notice"] = SEEDED_NOTICE
+    return _jsonable(certificate)
+
+
+def write_certificate(out_dir: Path, certificate: Mapping[str, Any]) -> Path:
+    """Write ``certificate.json`` (pretty-printed; the signature covers canonical JSON)."""
+    path = Path(out_dir) / CERTIFICATE_FILE
+    path.write_text(json.dumps(certificate, indent=2, sort_keys=True, ensure_ascii=False,
+                               allow_nan=False) + "\n", encoding="utf-8")
+    return path
+
+
+def load_certificate(path: Path) -> dict[str, Any]:
+    """Read a certificate file (``ValueError`` if it is not a JSON object)."""
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(doc, dict):
+        raise ValueError("the certificate is not a JSON object")
+    return doc
+
+
+# ---------------------------------------------------------------------- verification
+def _plain_name(name: Any) -> bool:
+    return (isinstance(name, str) and bool(name) and name not in (".", "..")
+            and "/" not in name and "\\" not in name and "\x00" not in name)
+
+
+def _close(a: Any, b: Any) -> bool:
+    return (isinstance(a, int | float) and isinstance(b, int | float)
+            and not isinstance(a, bool) and not isinstance(b, bool)
+            and math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=1e-15))
+
+
+def _read_json(path: Path, what: str, problems: list[str]) -> dict[str, Any] | None:
+    if not path.is_file():
+        problems.append(f"{what}: {path.name} is missing")
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        problems.append(f"{what}: {path.name} is not valid JSON ({type(error).__name__})")
+        return None
+    if not isinstance(doc, dict):
+        problems.append(f"{what}: {path.name} is not a JSON object")
+        return None
+    return doc
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _check_hashes(out_dir: Path, files: Any, source: str, problems: list[str]) -> None:
+    if not isinstance(files, dict):
+        problems.append(f"{source}: the file list is missing or malformed")
+        return
+    for name, expected in sorted(files.items()):
+        if isinstance(expected, dict):  # manifest entries are {"sha256", "bytes"}
+            expected = expected.get("sha256")
+        if not _plain_name(name):
+            problems.append(f"{source}: {name!r} is not a plain file name")
+            continue
+        path = out_dir / name
+        if not path.is_file():
+            problems.append(f"{source}: {name} is missing")
+            continue
+        if not isinstance(expected, str) or _sha256(path) != expected:
+            problems.append(f"{source}: {name} does not match its recorded sha256")
+
+
+def _check_entry(entry: Any, what: str, rho_field: str, problems: list[str]) -> float | None:
+    """Re-derive one mechanism entry's rho and sensitivity; return the re-derived rho."""
+    try:
+        mechanism, params = entry["mechanism"], entry["params"]
+        rho = mechanism_rho(mechanism, params)
+        norm, sensitivity = mechanism_sensitivity(mechanism, params)
+        recorded = entry[rho_field]
+    except (KeyError, TypeError, ValueError) as error:
+        problems.append(f"{what}: malformed mechanism entry ({error})")
+        return None
+    if not _close(recorded, rho):
+        problems.append(f"{what}: recorded {rho_field} {recorded!r} but {mechanism} with these "
+                        f"parameters costs {rho!r}")
+    if entry.get("sensitivity_norm") != norm or not _close(entry.get("sensitivity"),
+                                                           sensitivity):
+        problems.append(f"{what}: recorded sensitivity {entry.get('sensitivity_norm')!r} "
+                        f"{entry.get('sensitivity')!r} but {mechanism} is calibrated to "
+                        f"{norm} {sensitivity!r}")
+    return rho
+
+
+def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
+    mechanisms = cert.get("mechanisms")
+    composition = cert.get("composition")
+    guarantee = cert.get("guarantee")
+    if not isinstance(mechanisms, dict) or not isinstance(composition, dict) \
+            or not isinstance(guarantee, dict):
+        problems.append("certificate: mechanisms, composition or guarantee is missing")
+        return
+    sequential = mechanisms.get("sequential")
+    groups = mechanisms.get("parallel_groups")
+    if not isinstance(sequential, list) or not isinstance(groups, list):
+        problems.append("certificate: the mechanism lists are malformed")
+        return
+    seq_rhos = []
+    for i, entry in enumerate(sequential):
+        key = entry.get("key", i) if isinstance(entry, dict) else i
+        rho = _check_entry(entry, f"mechanism {key}", "rho", problems)
+        seq_rhos.append(0.0 if rho is None else rho)
+    rho_sequential = math.fsum(seq_rhos)
+    if not _close(composition.get("rho_sequential"), rho_sequential):
+        problems.append(f"composition: rho_sequential {composition.get('rho_sequential')!r} "
+                        f"but the sequential mechanisms add up to {rho_sequential!r}")
+    recorded_groups = composition.get("parallel_groups")
+    if not isinstance(recorded_groups, dict):
+        recorded_groups = {}
+        problems.append("composition: parallel_groups is missing or malformed")
+    group_total = []
+    seen = set()
+    for group in groups:
+        try:
+            name, overlap, parts = group["name"], group["max_overlap"], group["partitions"]
+            if not (isinstance(overlap, int) and not isinstance(overlap, bool) and overlap >= 1):
+                raise ValueError("max_overlap must be a positive integer")
+            if not isinstance(parts, list):
+                raise TypeError("partitions must be a list")
+        except (KeyError, TypeError, ValueError) as error:
+            problems.append(f"parallel group: malformed ({error})")
+            continue
+        seen.add(name)
+        part_rhos = []
+        for part in parts:
+            try:
+                part_name, releases = part["partition"], part["releases"]
+            except (KeyError, TypeError):
+                problems.append(f"group {name}: malformed partition")
+                continue
+            costs = []
+            for entry in releases:
+                what = f"group {name} {part_name} {entry.get('stage', '?')}" \
+                    if isinstance(entry, dict) else f"group {name} {part_name}"
+                rho_each = _check_entry(entry, what, "rho_each", problems)
+                count = entry.get("count") if isinstance(entry, dict) else None
+                if not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
+                    problems.append(f"{what}: count must be a positive integer")
+                    continue
+                if rho_each is not None:
+                    costs.append(count * rho_each)
+            part_rho = math.fsum(costs)
+            if not _close(part.get("rho"), part_rho):
+                problems.append(f"group {name} {part_name}: rho {part.get('rho')!r} but its "
+                                f"releases add up to {part_rho!r}")
+            part_rhos.append(part_rho)
+        rho = _top_sum(part_rhos, overlap)
+        group_total.append(rho)
+        recorded = recorded_groups.get(name)
+        if not _close(group.get("rho"), rho) or not isinstance(recorded, dict) \
+                or not _close(recorded.get("rho"), rho) or recorded.get("max_overlap") != overlap:
+            problems.append(f"group {name}: recorded rho does not equal the sum of its "
+                            f"{overlap} most expensive partitions ({rho!r})")
+    for name in set(recorded_groups) - seen:
+        problems.append(f"composition: group {name} has no mechanism entries")
+    rho_total = rho_sequential + math.fsum(group_total)
+    if not _close(composition.get("rho_total"), rho_total):
+        problems.append(f"composition: rho_total {composition.get('rho_total')!r} but the "
+                        f"mechanisms compose to {rho_total!r}")
+    _check_guarantee(guarantee, rho_total, problems)
+    plan = cert.get("plan")
+    if isinstance(plan, dict):
+        _check_plan(plan, rho_total, sequential, groups, problems)
+
+
+def _plan_number(plan: dict[str, Any], name: str) -> float | None:
+    value = plan.get(name)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else None
+
+
+def _check_plan(plan: dict[str, Any], rho_total: float, sequential: list[Any],
+                groups: list[Any], problems: list[str]) -> None:
+    """The releases follow the recorded plan (keys of ``BudgetPlan`` that are present).
+
+    Catches pipeline bugs the arithmetic cannot: a cluster charged fewer than T tokens (the
+    worst case must be paid, EOS or not), a noise scale other than planned, overspending.
+    """
+    planned = _plan_number(plan, "rho_total")
+    if planned is not None and rho_total > planned * (1 + REL_TOL) + 1e-15:
+        problems.append(f"plan: the releases cost rho {rho_total!r}, more than the planned "
+                        f"{planned!r}")
+    sigma_h = _plan_number(plan, "sigma_h")
+    for entry in sequential:
+        if isinstance(entry, dict) and entry.get("key") == "histogram" and sigma_h is not None \
+                and not _close(entry.get("params", {}).get("sigma"), sigma_h):
+            problems.append("plan: the histogram's sigma is not the planned sigma_h")
+    clusters = [g for g in groups if isinstance(g, dict) and g.get("name") == "clusters"]
+    for group in clusters:
+        planned_l = plan.get("L")
+        if planned_l is not None and group.get("max_overlap") != planned_l:
+            problems.append(f"plan: L is {planned_l!r} but the clusters group declares "
+                            f"max_overlap {group.get('max_overlap')!r}")
+        expected = {"c-noisy-sum": ("sigma", _plan_number(plan, "sigma_mu")),
+                    "c-threshold": ("epsilon", _plan_number(plan, "eps_theta"))}
+        tokens_planned = plan.get("T")
+        ratio = _plan_number(plan, "c_over_tau")
+        for part in group.get("partitions", []):
+            name = part.get("partition") if isinstance(part, dict) else None
+            releases = [e for e in (part.get("releases", []) if isinstance(part, dict) else [])
+                        if isinstance(e, dict)]
+            tokens = 0
+            for entry in releases:
+                params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+                stage, count = entry.get("stage"), entry.get("count", 0)
+                if stage in expected:
+                    field, value = expected[stage]
+                    if value is not None and not _close(params.get(field), value):
+                        problems.append(f"plan: {name} {stage} {field} is not the planned one")
+                if entry.get("mechanism") == "token_softmax":
+                    each = params.get("tokens", 1)
+                    if isinstance(each, int) and isinstance(count, int):
+                        tokens += each * count
+                    clip, temp = params.get("clip"), params.get("temperature")
+                    if ratio is not None and isinstance(clip, int | float) \
+                            and isinstance(temp, int | float) and temp > 0 \
+                            and not _close(clip / temp, ratio):
+                        problems.append(f"plan: {name} token c/tau is not the planned one")
+            if isinstance(tokens_planned, int) and tokens != tokens_planned:
+                problems.append(f"plan: {name} is charged {tokens} token draws, not T = "
+                                f"{tokens_planned} (the worst case must be charged)")
+
+
+def _check_guarantee(guarantee: dict[str, Any], rho_total: float, problems: list[str]) -> None:
+    if not _close(guarantee.get("rho"), rho_total):
+        problems.append(f"guarantee: rho {guarantee.get('rho')!r} but the composition gives "
+                        f"{rho_total!r}")
+    try:
+        delta = float(guarantee["delta"])
+        conversion = Conversion(guarantee["conversion"])
+        epsilon = epsilon_for(rho_total, delta, conversion)
+    except (KeyError, TypeError, ValueError) as error:
+        problems.append(f"guarantee: malformed delta or conversion ({error})")
+        return
+    if not _close(guarantee.get("epsilon"), epsilon):
+        problems.append(f"guarantee: epsilon {guarantee.get('epsilon')!r} but rho {rho_total!r} "
+                        f"at delta {delta!r} gives {epsilon!r} ({conversion.value})")
+    if guarantee.get("conversion_reference") != CONVERSION_REFERENCES[conversion]:
+        problems.append("guarantee: the conversion reference does not name the conversion")
+    others = guarantee.get("epsilon_other_conversions")
+    if not isinstance(others, dict):
+        problems.append("guarantee: epsilon_other_conversions is missing")
+    else:
+        for name, value in others.items():
+            try:
+                expected = epsilon_for(rho_total, delta, name)
+            except ValueError:
+                problems.append(f"guarantee: unknown conversion {name!r}")
+                continue
+            if not _close(value, expected):
+                problems.append(f"guarantee: epsilon under {name} is {value!r}, recomputed "
+                                f"{expected!r}")
+    cross = guarantee.get("cross_check")
+    if isinstance(cross, dict):
+        expected = dp_accounting_epsilon(rho_total, delta) if rho_total > 0 else 0.0
+        if expected is not None and not _close(cross.get("epsilon"), expected):
+            problems.append(f"guarantee: dp-accounting cross-check {cross.get('epsilon')!r}, "
+                            f"recomputed {expected!r}")
+
+
+def verify_output(out_dir: Path, public_key_path: Path | None = None) -> list[str]:
+    """Every problem found in an output directory; an empty list means it verified.
+
+    Checks the Ed25519 signature (against ``public_key_path`` when given, else only against
+    the key embedded in the certificate: integrity, not authorship), every file hash in the
+    certificate and the manifest, every mechanism's rho and sensitivity re-derived from its
+    parameters, the composition, and each epsilon. Never raises for a bad directory.
+    """
+    out = Path(out_dir)
+    problems: list[str] = []
+    if not out.is_dir():
+        return [f"{out}: not a directory"]
+    cert = _read_json(out / CERTIFICATE_FILE, "certificate", problems)
+    if cert is None:
+        return problems
+    trusted = None
+    if public_key_path is not None:
+        try:
+            trusted = load_public_key(Path(public_key_path))
+        except SigningKeyError as error:
+            problems.append(f"trusted key: {error}")
+    try:
+        verify_signature(cert, trusted)
+    except SignatureError as error:
+        problems.append(f"signature: {error}")
+    if public_key_path is not None and trusted is None:
+        problems.append("signature: not checked against a trusted key (it could not be read)")
+    if cert.get("format") != CERTIFICATE_FORMAT \
+            or cert.get("format_version") != CERTIFICATE_FORMAT_VERSION:
+        problems.append(f"certificate: unknown format {cert.get('format')!r} version "
+                        f"{cert.get('format_version')!r}")
+    if not isinstance(cert.get("seeded"), bool) or cert.get("for_release") != (
+            not cert.get("seeded")):
+        problems.append("certificate: seeded / for_release are missing or inconsistent")
+    files = cert.get("output_files")
+    if isinstance(files, dict):
+        for name in REQUIRED_OUTPUT_FILES:
+            if name not in files:
+                problems.append(f"certificate: {name} is not covered by the certificate")
+    _check_hashes(out, files, "certificate", problems)
+    manifest = _read_json(out / MANIFEST_FILE, "manifest", problems)
+    if manifest is not None:
+        _check_hashes(out, manifest.get("files"), "manifest", problems)
+    try:
+        _check_accounting(cert, problems)
+    except Exception as error:  # a malformed certificate must be reported, never crash
+        problems.append(f"certificate: malformed accounting ({type(error).__name__}: {error})")
+    return problems

@@ -1,0 +1,174 @@
+"""The hand-off: write the synthetic corpus as files any RAG stack can load without dpsynrag.
+
+Privacy: none spent. Everything written here is post-processing of DP outputs (the synthetic
+texts of stage (d), their public cluster keywords from the noisy histogram, the self-filter
+flags of stage (e)) and public facts (the embedder, the package version). Nothing private
+(no input document, count, similarity or threshold) may be passed in.
+
+Files (row i of every file is synthetic text i):
+* ``corpus.parquet``: ``id`` (string ``syn-00000``), ``text``, ``cluster_keyword``,
+  ``kept`` (bool, the self-filter's decision), ``tokens`` (int32, generated tokens);
+* ``index.faiss``: ``faiss.IndexFlatIP`` over the embedder's unit-normalised float32 vectors of
+  **all** rows (``"index_rows": "all"``), so FAISS id i is parquet row i; drop hits whose
+  ``kept`` is false to use only the self-filtered corpus;
+* ``manifest.json``: how to read the two (embedder name and dimension, metric, normalisation,
+  row counts) and the sha256 of every file it describes.
+
+The caller writes into a fresh temporary directory and renames it when complete (and adds
+``certificate.json``, which covers this manifest's hash, afterwards).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import dpsynrag
+
+CORPUS_FILE = "corpus.parquet"
+INDEX_FILE = "index.faiss"
+MANIFEST_FILE = "manifest.json"
+CERTIFICATE_FILE = "certificate.json"
+RESERVED_FILES = frozenset({CORPUS_FILE, INDEX_FILE, MANIFEST_FILE, CERTIFICATE_FILE})
+MANIFEST_FORMAT = "dpsynrag-output"
+MANIFEST_FORMAT_VERSION = 1
+
+__all__ = [
+    "CERTIFICATE_FILE",
+    "CORPUS_FILE",
+    "INDEX_FILE",
+    "MANIFEST_FILE",
+    "output_file_hashes",
+    "sha256_file",
+    "write_output",
+]
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def output_file_hashes(out_dir: str | Path) -> dict[str, str]:
+    """sha256 of every regular file in ``out_dir`` except the certificate (for the certificate)."""
+    directory = Path(out_dir)
+    return {p.name: sha256_file(p) for p in sorted(directory.iterdir())
+            if p.is_file() and not p.is_symlink() and p.name != CERTIFICATE_FILE}
+
+
+def _check_name(name: str) -> None:
+    if (not name or name in RESERVED_FILES or "/" in name or "\\" in name
+            or name.startswith(".") or name != Path(name).name):
+        raise ValueError(f"extra file name {name!r} is reserved or not a plain file name")
+
+
+def _unit_float32(vectors: np.ndarray, rows: int, dimension: int) -> np.ndarray:
+    array = np.asarray(vectors, dtype=np.float32)
+    if array.shape != (rows, dimension):
+        raise ValueError(f"the embedder returned shape {array.shape}, expected "
+                         f"({rows}, {dimension})")
+    if not np.isfinite(array).all():
+        raise ValueError("the embedder returned NaN or infinite values")
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    return np.ascontiguousarray(array / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+
+
+def write_output(
+    out_dir: Path,
+    *,
+    texts: Sequence[str],
+    cluster_keywords: Sequence[str],
+    kept: Sequence[bool],
+    token_counts: Sequence[int],
+    embedder: Any,
+    extra_files: Mapping[str, bytes | str | Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Write corpus.parquet, index.faiss, the extra files and manifest.json into ``out_dir``.
+
+    ``embedder`` needs ``encode(list[str]) -> (n, dimension)``, ``name`` and ``dimension`` (and
+    optionally ``identity`` with a ``sha256``). ``extra_files`` maps plain file names to bytes,
+    text or a JSON-serialisable mapping; they are hashed in the manifest too. Returns the
+    manifest dict.
+    """
+    import faiss
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise FileNotFoundError(f"{out}: the output directory must exist")
+    if isinstance(texts, str):
+        raise TypeError("texts must be a sequence of strings")
+    n = len(texts)
+    for name, column in (("cluster_keywords", cluster_keywords), ("kept", kept),
+                         ("token_counts", token_counts)):
+        if len(column) != n:
+            raise ValueError(f"{name} has {len(column)} entries for {n} texts")
+    tokens = np.asarray(token_counts, dtype=np.int64)
+    if tokens.size and (tokens.min() < 0 or tokens.max() > np.iinfo(np.int32).max):
+        raise ValueError("token counts must be non-negative 32-bit integers")
+    extras = dict(extra_files or {})
+    for name in extras:
+        _check_name(name)
+
+    dimension = int(embedder.dimension)
+    table = pa.table({
+        "id": pa.array([f"syn-{i:05d}" for i in range(n)], type=pa.string()),
+        "text": pa.array([str(t) for t in texts], type=pa.string()),
+        "cluster_keyword": pa.array([str(w) for w in cluster_keywords], type=pa.string()),
+        "kept": pa.array([bool(k) for k in kept], type=pa.bool_()),
+        "tokens": pa.array(tokens.astype(np.int32), type=pa.int32()),
+    })
+    pq.write_table(table, out / CORPUS_FILE)
+
+    vectors = (np.zeros((0, dimension), dtype=np.float32) if n == 0
+               else embedder.encode(list(map(str, texts))))
+    index = faiss.IndexFlatIP(dimension)
+    index.add(_unit_float32(vectors, n, dimension))
+    faiss.write_index(index, str(out / INDEX_FILE))
+
+    for name, content in extras.items():
+        if isinstance(content, bytes):
+            data = content
+        elif isinstance(content, str):
+            data = content.encode("utf-8")
+        else:
+            data = (json.dumps(content, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
+        (out / name).write_bytes(data)
+
+    described = [CORPUS_FILE, INDEX_FILE, *sorted(extras)]
+    identity = dict(getattr(embedder, "identity", {}) or {})
+    embedder_entry: dict[str, Any] = {"name": str(embedder.name), "dimension": dimension}
+    if identity.get("sha256"):
+        embedder_entry["sha256"] = str(identity["sha256"])
+    manifest: dict[str, Any] = {
+        "format": MANIFEST_FORMAT,
+        "format_version": MANIFEST_FORMAT_VERSION,
+        "package": "dpsynrag",
+        "package_version": dpsynrag.__version__,
+        "rows": n,
+        "kept_rows": int(sum(bool(k) for k in kept)),
+        "corpus": {"file": CORPUS_FILE, "columns": ["id", "text", "cluster_keyword", "kept",
+                                                    "tokens"]},
+        "index": {"file": INDEX_FILE, "type": "IndexFlatIP", "metric": "inner_product",
+                  "normalized": True, "index_rows": "all",
+                  "row_alignment": "faiss id i is corpus.parquet row i; filter on kept"},
+        "embedder": embedder_entry,
+        "metric": "inner_product",
+        "normalized": True,
+        "index_rows": "all",
+        "files": {name: {"sha256": sha256_file(out / name), "bytes": (out / name).stat().st_size}
+                  for name in described},
+    }
+    (out / MANIFEST_FILE).write_text(
+        json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+    return manifest

@@ -1,0 +1,216 @@
+"""The build end to end (stages a-e, emit, certificate) with a tiny model in-process, resume
+after a crash, refusals; and one slow run of the real thing through Ray with the packaged
+models."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from test_private_prediction import tiny_llm
+
+from dpsynrag.accounting.certificate import verify_output
+from dpsynrag.accounting.costs import token_rho
+from dpsynrag.accounting.ledger import Ledger
+from dpsynrag.accounting.signing import generate_keypair
+from dpsynrag.eval.datasets import write_clinic_dataset
+from dpsynrag.pipeline.build import BuildError, make_plan, run_build
+from dpsynrag.pipeline.config import make_config
+from dpsynrag.pipeline.runners import LocalRunner
+from dpsynrag.pipeline.state import StateError
+
+SMALL = {"keywords": "statistical", "R": 6, "k": 8, "L": 2, "T": 5, "no_filter": True,
+         "seed": 3, "runner": "local"}
+
+
+class HashEmbedder:
+    """A deterministic bag-of-words embedder (no model): enough for retrieval to work."""
+
+    dimension = 64
+    name = "hash-bow-64"
+
+    def __init__(self) -> None:
+        self.identity = {"name": self.name, "source": "test", "sha256": "0" * 64}
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.lower().split():
+                digest = hashlib.sha256(word.encode()).digest()
+                out[row, digest[0] % self.dimension] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms > 0, norms, 1.0)
+
+
+@pytest.fixture(autouse=True)
+def _config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DPSYNRAG_CONFIG_DIR", str(tmp_path / "config"))
+
+
+@pytest.fixture(scope="module")
+def notes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("clinic")
+    return write_clinic_dataset(out, n_notes=80, n_diseases=5, seed=11)["notes"]
+
+
+def _runner() -> LocalRunner:
+    return LocalRunner(tiny_llm(), HashEmbedder())
+
+
+def _build(notes: Path, tmp: Path, name: str, runner=None, **options):
+    config = make_config(None, {**SMALL, **options})
+    key = tmp / "key.pem"
+    if not key.exists():
+        generate_keypair(key, tmp / "key.pem.pub")
+    summary = run_build(notes, tmp / name, config, state_dir=tmp / f"state-{name}",
+                        signing_key=key, runner=runner or _runner())
+    return config, summary
+
+
+def _expected_rho(config) -> float:
+    plan = make_plan(config)
+    per_cluster = (config.eps_theta**2 / 8 + plan.rho_mean
+                   + config.T * token_rho(config.clip, config.clip / plan.c_over_tau))
+    return plan.rho_hist + config.L * per_cluster
+
+
+def test_build_writes_a_verifiable_corpus_that_spends_exactly_the_plan(notes, tmp_path) -> None:
+    config, summary = _build(notes, tmp_path, "out")
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "certificate.json", "corpus.parquet", "index.faiss", "manifest.json"]
+    assert verify_output(out, tmp_path / "key.pem.pub") == []
+    table = pq.read_table(out / "corpus.parquet")
+    assert table.num_rows == config.R == summary.synthetic_texts
+    assert set(table.column_names) >= {"id", "text", "cluster_keyword", "kept", "tokens"}
+    assert all(0 < t <= config.T for t in table.column("tokens").to_pylist())
+    # the whole budget, to the last digit: histogram + L x (threshold + noisy sum + T tokens)
+    assert math.isclose(summary.rho_spent, _expected_rho(config), rel_tol=1e-12)
+    assert math.isclose(summary.epsilon, config.epsilon, rel_tol=1e-9)
+    cert = json.loads((out / "certificate.json").read_text())
+    assert cert["seeded"] is True
+    assert math.isclose(cert["guarantee"]["epsilon"], config.epsilon, rel_tol=1e-9)
+    # no private text in the output directory besides the synthetic corpus itself
+    text = (out / "certificate.json").read_text() + (out / "manifest.json").read_text()
+    first_note = json.loads(notes.read_text().splitlines()[0])["text"]
+    assert first_note[:40] not in text
+    # the state directory is private: 0700
+    assert (os.stat(tmp_path / "state-out").st_mode & 0o777) == 0o700
+
+
+class CrashAfter:
+    """Wraps a runner; its prediction dies after ``steps`` sampler calls (a kill mid-stage d)."""
+
+    def __init__(self, runner: LocalRunner, steps: int) -> None:
+        self.runner, self.steps = runner, steps
+
+    def __getattr__(self, name):
+        return getattr(self.runner, name)
+
+    def predict(self, groups, sampler, **kwargs):
+        calls = {"n": 0}
+
+        def dying(votes, active):
+            calls["n"] += 1
+            if calls["n"] > self.steps:
+                raise KeyboardInterrupt
+            return sampler(votes, active)
+
+        return self.runner.predict(groups, dying, **kwargs)
+
+
+def test_a_build_killed_mid_prediction_resumes_to_the_same_total(notes, tmp_path) -> None:
+    _config, uninterrupted = _build(notes, tmp_path, "straight")
+    with pytest.raises(KeyboardInterrupt):
+        _build(notes, tmp_path, "crashed", runner=CrashAfter(_runner(), steps=2))
+    assert not (tmp_path / "crashed").exists()  # no output that looks complete
+    partial = Ledger(tmp_path / "state-crashed" / "ledger.sqlite")
+    spent_at_crash = partial.total_rho()
+    partial.close()
+    assert 0 < spent_at_crash < uninterrupted.rho_spent
+    _, resumed = _build(notes, tmp_path, "crashed")
+    assert resumed.resumed
+    assert math.isclose(resumed.rho_spent, uninterrupted.rho_spent, rel_tol=1e-12)
+    assert verify_output(tmp_path / "crashed", tmp_path / "key.pem.pub") == []
+
+
+def test_a_different_config_on_an_existing_state_dir_is_refused(notes, tmp_path) -> None:
+    _build(notes, tmp_path, "out")
+    config = make_config(None, {**SMALL, "T": 6})
+    with pytest.raises(StateError, match="different configuration"):
+        run_build(notes, tmp_path / "out2", config, state_dir=tmp_path / "state-out",
+                  signing_key=tmp_path / "key.pem", runner=_runner())
+
+
+def test_too_few_documents_and_existing_output_are_refused(notes, tmp_path) -> None:
+    config = make_config(None, {**SMALL, "k": 10_000})
+    with pytest.raises(BuildError, match="too few documents"):
+        run_build(notes, tmp_path / "out", config, state_dir=tmp_path / "s", runner=_runner())
+    (tmp_path / "exists").mkdir()
+    with pytest.raises(BuildError, match="exists"):
+        run_build(notes, tmp_path / "exists", make_config(None, SMALL), runner=_runner())
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("build-corpus")
+    if not script.exists():
+        pytest.skip("console scripts not installed next to this interpreter")
+    env = {**os.environ, "DPSYNRAG_CONFIG_DIR": str(cwd / "config")}
+    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd, env=env)
+
+
+def test_cli_bad_input_is_one_line_exit_2_and_no_output(tmp_path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "body": "secret words"}\n')
+    result = _cli(str(bad), "-o", str(tmp_path / "out"), "--runner", "local", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bad.jsonl" in lines[0] and "text" in lines[0]
+    assert "secret" not in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_impossible_plan_exits_3(tmp_path, notes) -> None:
+    result = _cli(str(notes), "-o", str(tmp_path / "out"), "--epsilon", "0.5", "--runner",
+                  "local", cwd=tmp_path)
+    assert result.returncode == 3
+    assert "nothing is left for private prediction" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_ray_build_with_the_packaged_models_then_verify_and_ledger_show(tmp_path) -> None:
+    """The real path: Ray actors, packaged SmolLM2 and MiniLM, the CLI, verify, ledger show."""
+    data = write_clinic_dataset(tmp_path / "data", n_notes=60, n_diseases=4, seed=2)["notes"]
+    dpsynrag = Path(sys.executable).with_name("dpsynrag")
+    env = {**os.environ, "DPSYNRAG_CONFIG_DIR": str(tmp_path / "config")}
+    subprocess.run([str(dpsynrag), "keygen", str(tmp_path / "k.pem")], check=True, env=env,
+                   capture_output=True)
+    result = _cli(str(data), "-o", str(tmp_path / "out"), "--keywords", "statistical", "--R", "4",
+                  "--k", "10", "--L", "2", "--T", "8", "--state-dir", str(tmp_path / "state"),
+                  "--signing-key", str(tmp_path / "k.pem"), "--quiet", "--summary-json",
+                  str(tmp_path / "summary.json"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["synthetic_texts"] == 4 and summary["seeded"] is False
+    verify = subprocess.run([str(dpsynrag), "verify", str(tmp_path / "out"), "--public-key",
+                             str(tmp_path / "k.pem.pub")], capture_output=True, text=True,
+                            env=env)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    show = subprocess.run([str(dpsynrag), "ledger", "show", "--state-dir",
+                           str(tmp_path / "state"), "--json"], capture_output=True, text=True,
+                          env=env, check=True)
+    report = json.loads(show.stdout)
+    assert math.isclose(report["rho_total"], summary["rho_spent"], rel_tol=1e-12)
+    assert {r["stage"] for r in report["releases"]} == {
+        "a-histogram", "c-noisy-sum", "c-threshold", "d-prediction"}
+    assert all("value" not in r for r in report["releases"])

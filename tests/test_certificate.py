@@ -1,0 +1,459 @@
+"""The certificate: built from the ledger, signed, verified; every tampering is reported."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpsynrag.accounting import Charge, Ledger, epsilon_for, secure_rng
+from dpsynrag.accounting.certificate import (
+    build_certificate,
+    dp_accounting_epsilon,
+    load_certificate,
+    verify_output,
+    write_certificate,
+)
+from dpsynrag.accounting.costs import token_rho
+from dpsynrag.accounting.signing import (
+    SignatureError,
+    SigningKeyError,
+    canonical_json,
+    default_key_path,
+    ensure_default_key,
+    fingerprint,
+    format_fingerprint,
+    generate_keypair,
+    load_private_key,
+    load_public_key,
+    sign_document,
+    verify_signature,
+)
+from dpsynrag.transforms.emit import output_file_hashes, write_output
+from dpsynrag.transforms.retrieval import retrieval_rho, retrieve_cluster
+
+DELTA = 1e-3
+SIGMA_H = 7.0710678118654755
+SIGMA_MU = 7.45
+EPS_THETA = 0.4
+CLIP, TEMP, T = 0.1057, 1.0, 4
+L = 2
+PLAN = {"L": L, "T": T, "rho_total": 3.0, "sigma_h": SIGMA_H, "sigma_mu": SIGMA_MU,
+        "eps_theta": EPS_THETA, "c_over_tau": CLIP / TEMP}
+
+
+class FakeEmbedder:
+    name = "fake"
+    dimension = 4
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return np.array([[len(t) + 1.0, 1.0, (i % 3) + 0.5, 2.0] for i, t in enumerate(texts)],
+                        dtype=np.float32)
+
+
+def token_charge(r: int, tokens: int | None = None) -> Charge:
+    params = {"clip": CLIP, "temperature": TEMP}
+    if tokens is not None:
+        params["tokens"] = tokens
+    return Charge("d-prediction", "token_softmax", params, CLIP, "linf", group="clusters",
+                  partition=f"cluster/{r:05d}")
+
+
+def build_ledger(seed: int | None = 3, reserve: bool = True) -> Ledger:
+    ledger = Ledger(rng=secure_rng(seed))
+    ledger.release("histogram", Charge("a-histogram", "discrete_gaussian",
+                                       {"sigma": SIGMA_H, "l2_sensitivity": math.sqrt(10)},
+                                       math.sqrt(10), "l2"),
+                   lambda rng: np.zeros(6, dtype=np.int64))
+    ledger.declare_parallel_group("clusters", L, "each document in at most L clusters")
+    rs = np.random.default_rng(0)
+    for r, stop in ((0, None), (1, 2), (2, None)):
+        emb = rs.standard_normal((5 + r, 8))
+        retrieve_cluster(ledger, r, emb, sigma_mu=SIGMA_MU, eps_theta=EPS_THETA, k=3)
+        made = T if stop is None else stop
+        for n in range(made):
+            ledger.release(f"cluster/{r:05d}/token/{n:03d}", token_charge(r), lambda rng: 7)
+        if made < T and reserve:
+            ledger.release(f"cluster/{r:05d}/token-reserve", token_charge(r, T - made),
+                           lambda rng: None)
+    return ledger
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> Path:
+    path = tmp_path / "keys" / "signing_key.pem"
+    generate_keypair(path)
+    return path
+
+
+def make_output(tmp_path: Path, key: Path, ledger: Ledger | None = None) -> Path:
+    ledger = build_ledger() if ledger is None else ledger
+    out = tmp_path / "out"
+    out.mkdir()
+    write_output(out, texts=["a b", "c", "d e f"], cluster_keywords=["x", "y", "z"],
+                 kept=[True, False, True], token_counts=[4, 2, 4], embedder=FakeEmbedder())
+    cert = build_certificate(
+        ledger, delta=DELTA, conversion="bun-steinke", plan=PLAN,
+        model_identity={"name": "tiny", "sha256": "11" * 32},
+        embedder_identity={"name": "fake", "sha256": "22" * 32},
+        vocabulary_sha256="33" * 32, input_fingerprint={"hmac_sha256": "44" * 32},
+        output_files=output_file_hashes(out), seeded=False, package_version="0.1.0",
+        created_at="2025-01-01T00:00:00+00:00",
+        config={"state_dir": Path("/tmp/state"), "K": 10, "conversion": "bun-steinke"})
+    write_certificate(out, sign_document(cert, load_private_key(key)))
+    return out
+
+
+def edit(out: Path, change, key: Path | None = None) -> None:
+    """Apply ``change`` to the certificate; re-sign it with ``key`` if given."""
+    cert = load_certificate(out / "certificate.json")
+    change(cert)
+    if key is not None:
+        cert = sign_document(cert, load_private_key(key))
+    write_certificate(out, cert)
+
+
+# ---------------------------------------------------------------------- building
+def test_certificate_content(tmp_path: Path, key: Path) -> None:
+    ledger = build_ledger()
+    out = make_output(tmp_path, key, ledger)
+    cert = load_certificate(out / "certificate.json")
+    rho_hist = 10 / (2 * SIGMA_H**2)
+    per_cluster_full = retrieval_rho(SIGMA_MU, EPS_THETA) + T * token_rho(CLIP, TEMP)
+    expected = rho_hist + L * per_cluster_full  # cluster 1 is charged T tokens too
+    assert cert["composition"]["rho_total"] == ledger.total_rho()
+    assert cert["composition"]["rho_total"] == pytest.approx(expected, rel=1e-12)
+    assert cert["composition"]["rho_sequential"] == pytest.approx(rho_hist, rel=1e-12)
+    assert cert["composition"]["parallel_groups"]["clusters"]["max_overlap"] == L
+    g = cert["guarantee"]
+    assert g["rho"] == cert["composition"]["rho_total"]
+    assert g["epsilon"] == epsilon_for(g["rho"], DELTA, "bun-steinke")
+    assert g["conversion"] == "bun-steinke" and "Bun" in g["conversion_reference"]
+    assert g["epsilon_other_conversions"]["cks"] < g["epsilon"]
+    assert g["cross_check"]["epsilon"] == pytest.approx(epsilon_for(g["rho"], DELTA, "cks"),
+                                                         rel=1e-3)
+    assert g["delta"] == DELTA and "add or remove" in g["neighbouring"]
+    assert cert["seeded"] is True and cert["for_release"] is False  # the ledger was seeded
+    assert "not for release" in cert["notice"]
+    assert cert["config"]["state_dir"] == "/tmp/state"
+    assert set(cert["output_files"]) == {"corpus.parquet", "index.faiss", "manifest.json"}
+    assert "count" not in json.dumps(cert["input_fingerprint"])
+
+    [hist] = cert["mechanisms"]["sequential"]
+    assert hist["key"] == "histogram" and hist["mechanism"] == "discrete_gaussian"
+    assert hist["rho"] == pytest.approx(rho_hist, rel=1e-15)
+    [group] = cert["mechanisms"]["parallel_groups"]
+    assert group["name"] == "clusters" and group["max_overlap"] == L
+    parts = {p["partition"]: p for p in group["partitions"]}
+    assert list(parts) == ["cluster/00000", "cluster/00001", "cluster/00002"]
+    summary = {(e["stage"], json.dumps(e["params"], sort_keys=True)): e["count"]
+               for e in parts["cluster/00001"]["releases"]}
+    assert summary == {
+        ("c-noisy-sum", json.dumps({"l2_sensitivity": 1.0, "sigma": SIGMA_MU})): 1,
+        ("c-threshold", json.dumps({"epsilon": EPS_THETA, "hi": 1.0, "k": 3, "lo": 0.0})): 1,
+        ("d-prediction", json.dumps({"clip": CLIP, "temperature": TEMP})): 2,
+        ("d-prediction", json.dumps({"clip": CLIP, "temperature": TEMP, "tokens": 2})): 1,
+    }
+    for part in parts.values():
+        assert part["rho"] == pytest.approx(per_cluster_full, rel=1e-12)
+    # the signed text is the canonical JSON of what is on disk
+    verify_signature(cert, load_public_key(key.with_suffix(".pub")))
+
+
+def test_unseeded_build_is_for_release(tmp_path: Path) -> None:
+    ledger = build_ledger(seed=None)
+    cert = build_certificate(
+        ledger, delta=DELTA, conversion="cks", plan={}, model_identity={},
+        embedder_identity={}, vocabulary_sha256="v", input_fingerprint={"hmac_sha256": "h"},
+        output_files={}, seeded=False, package_version="0.1.0", config={})
+    assert cert["seeded"] is False and cert["for_release"] is True and "notice" not in cert
+    assert cert["guarantee"]["conversion"] == "cks"
+    assert set(cert["guarantee"]["epsilon_other_conversions"]) == {"bun-steinke"}
+    assert cert["created_at"].endswith("+00:00")
+
+
+@pytest.mark.parametrize("fingerprint_", [{"count": 10}, {"hmac_sha256": "x", "documents": 3}])
+def test_input_fingerprint_must_not_hold_a_count(fingerprint_: dict) -> None:
+    with pytest.raises(ValueError):
+        build_certificate(build_ledger(), delta=DELTA, conversion="cks", plan={},
+                          model_identity={}, embedder_identity={}, vocabulary_sha256="v",
+                          input_fingerprint=fingerprint_, output_files={}, seeded=True,
+                          package_version="0", config={})
+
+
+def test_dp_accounting_cross_check_agrees() -> None:
+    for rho in (0.01, 0.3, 2.2012):
+        ours = epsilon_for(rho, DELTA, "cks")
+        theirs = dp_accounting_epsilon(rho, DELTA)
+        assert ours <= theirs + 1e-9 and theirs == pytest.approx(ours, rel=1e-3)
+
+
+# ---------------------------------------------------------------------- verification
+def test_verify_ok(tmp_path: Path, key: Path) -> None:
+    out = make_output(tmp_path, key)
+    assert verify_output(out) == []
+    assert verify_output(out, key.with_suffix(".pub")) == []
+
+
+def test_wrong_trusted_key(tmp_path: Path, key: Path) -> None:
+    out = make_output(tmp_path, key)
+    other = tmp_path / "other" / "k.pem"
+    generate_keypair(other)
+    problems = verify_output(out, other.with_suffix(".pub"))
+    assert len(problems) == 1 and "trusted key" in problems[0]
+
+
+def test_tampered_rho_is_reported(tmp_path: Path, key: Path) -> None:
+    out = make_output(tmp_path, key)
+
+    def change(cert: dict) -> None:
+        cert["mechanisms"]["sequential"][0]["rho"] *= 0.5
+
+    edit(out, change)  # not re-signed
+    problems = verify_output(out)
+    assert any(p.startswith("signature:") for p in problems)
+    assert any("histogram" in p and "costs" in p for p in problems)
+
+
+@pytest.mark.parametrize("what", ["param", "rho_each", "count", "overlap", "epsilon",
+                                  "rho_total", "sensitivity", "delta_only"])
+def test_resigned_tampering_is_still_caught_by_the_arithmetic(tmp_path: Path, key: Path,
+                                                              what: str) -> None:
+    """Even a forger holding the key cannot change the numbers: they are re-derived."""
+    out = make_output(tmp_path, key)
+
+    def change(cert: dict) -> None:
+        group = cert["mechanisms"]["parallel_groups"][0]
+        first = group["partitions"][0]["releases"]
+        if what == "param":
+            cert["mechanisms"]["sequential"][0]["params"]["sigma"] = 70.0
+        elif what == "rho_each":
+            first[-1]["rho_each"] /= 10
+        elif what == "count":
+            first[-1]["count"] -= 1
+        elif what == "overlap":
+            group["max_overlap"] = 1
+            cert["composition"]["parallel_groups"]["clusters"]["max_overlap"] = 1
+        elif what == "epsilon":
+            cert["guarantee"]["epsilon"] = 1.0
+        elif what == "rho_total":
+            cert["composition"]["rho_total"] -= 0.1
+            cert["guarantee"]["rho"] -= 0.1
+        elif what == "sensitivity":
+            first[0]["sensitivity"] = 0.5
+        elif what == "delta_only":
+            cert["guarantee"]["delta"] = 0.5
+
+    edit(out, change, key=key)
+    problems = verify_output(out, key.with_suffix(".pub"))
+    assert problems, what
+    assert not any(p.startswith("signature:") for p in problems)
+
+
+def test_changed_file_byte_is_reported(tmp_path: Path, key: Path) -> None:
+    out = make_output(tmp_path, key)
+    path = out / "corpus.parquet"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    problems = verify_output(out)
+    assert any("certificate: corpus.parquet" in p for p in problems)
+    assert any("manifest: corpus.parquet" in p for p in problems)
+
+
+def test_changed_manifest_is_reported(tmp_path: Path, key: Path) -> None:
+    out = make_output(tmp_path, key)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["rows"] = 99
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert any("manifest.json" in p for p in verify_output(out))
+
+
+def test_missing_file_is_reported(tmp_path: Path, key: Path) -> None:
+    out = make_output(tmp_path, key)
+    (out / "index.faiss").unlink()
+    problems = verify_output(out)
+    assert any("index.faiss is missing" in p for p in problems)
+
+
+def test_changed_signature_is_reported(tmp_path: Path, key: Path) -> None:
+    out = make_output(tmp_path, key)
+
+    def change(cert: dict) -> None:
+        value = bytearray(__import__("base64").b64decode(cert["signature"]["value"]))
+        value[0] ^= 1
+        cert["signature"]["value"] = __import__("base64").b64encode(bytes(value)).decode()
+
+    edit(out, change)
+    problems = verify_output(out)
+    assert problems == ["signature: invalid signature: the document was changed after signing "
+                        "(or signed with another key)"]
+
+
+def test_resigned_by_another_key_passes_only_without_a_trusted_key(tmp_path: Path,
+                                                                   key: Path) -> None:
+    out = make_output(tmp_path, key)
+    forger = tmp_path / "forger" / "k.pem"
+    generate_keypair(forger)
+    edit(out, lambda cert: None, key=forger)
+    assert verify_output(out) == []  # integrity only
+    assert any("trusted key" in p for p in verify_output(out, key.with_suffix(".pub")))
+
+
+@pytest.mark.parametrize("content", [None, "{not json", "[1, 2]", "{}"])
+def test_missing_or_malformed_certificate(tmp_path: Path, key: Path, content: str | None) -> None:
+    out = make_output(tmp_path, key)
+    if content is None:
+        (out / "certificate.json").unlink()
+    else:
+        (out / "certificate.json").write_text(content)
+    problems = verify_output(out)
+    assert problems and all(isinstance(p, str) for p in problems)
+
+
+def test_garbage_inside_the_accounting_is_reported_not_raised(tmp_path: Path,
+                                                             key: Path) -> None:
+    out = make_output(tmp_path, key)
+
+    def change(cert: dict) -> None:
+        cert["mechanisms"]["parallel_groups"][0]["partitions"][0]["releases"][0] = "junk"
+        cert["mechanisms"]["sequential"].append({"mechanism": "nope"})
+        cert["guarantee"]["conversion"] = "magic"
+
+    edit(out, change, key=key)
+    problems = verify_output(out)
+    assert any("malformed" in p for p in problems)
+
+
+def test_plan_violations(tmp_path: Path, key: Path) -> None:
+    out = make_output(tmp_path, key)
+
+    def change(cert: dict) -> None:
+        cert["plan"] = {"L": 3, "rho_total": 0.01}
+
+    edit(out, change, key=key)
+    problems = verify_output(out)
+    assert any("planned" in p for p in problems)
+    assert any("max_overlap" in p for p in problems)
+
+
+def test_missing_reserve_charge_is_reported(tmp_path: Path, key: Path) -> None:
+    """A cluster that stopped at EOS must still be charged T tokens (plan check)."""
+    out = make_output(tmp_path, key, build_ledger(reserve=False))
+    problems = verify_output(out)
+    assert problems == ["plan: cluster/00001 is charged 2 token draws, not T = 4 (the worst "
+                        "case must be charged)"]
+
+
+def test_other_noise_than_planned_is_reported(tmp_path: Path, key: Path) -> None:
+    out = make_output(tmp_path, key)
+
+    def change(cert: dict) -> None:
+        cert["plan"].update(sigma_mu=1.0, eps_theta=1.0, c_over_tau=1.0, sigma_h=1.0)
+
+    edit(out, change, key=key)
+    problems = verify_output(out)
+    for text in ("c-noisy-sum sigma", "c-threshold epsilon", "c/tau", "sigma_h"):
+        assert any(text in p for p in problems), text
+
+
+def test_not_a_directory(tmp_path: Path) -> None:
+    assert verify_output(tmp_path / "nope") != []
+
+
+# ---------------------------------------------------------------------- keys and signatures
+def test_key_files(tmp_path: Path) -> None:
+    path = tmp_path / "k" / "signing_key.pem"
+    fp = generate_keypair(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    public = path.with_suffix(".pub")
+    assert public.is_file()
+    assert fingerprint(load_public_key(public)) == fp == fingerprint(
+        load_private_key(path).public_key())
+    assert len(fp) == 64 and format_fingerprint(fp) == ":".join(fp[i:i + 4]
+                                                                 for i in (0, 4, 8, 12))
+    with pytest.raises(FileExistsError):
+        generate_keypair(path)
+    assert generate_keypair(path, force=True) != fp
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_private_key_readable_by_others_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "k.pem"
+    generate_keypair(path)
+    os.chmod(path, 0o644)
+    with pytest.raises(SigningKeyError):
+        load_private_key(path)
+    load_private_key(path, strict_permissions=False)
+
+
+def test_bad_key_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pem"
+    bad.write_text("hello")
+    os.chmod(bad, 0o600)
+    with pytest.raises(SigningKeyError):
+        load_private_key(bad)
+    with pytest.raises(SigningKeyError):
+        load_public_key(bad)
+    with pytest.raises(SigningKeyError):
+        load_private_key(tmp_path / "missing.pem")
+
+
+def test_public_key_formats(tmp_path: Path) -> None:
+    import base64
+
+    from cryptography.hazmat.primitives import serialization
+
+    path = tmp_path / "k.pem"
+    generate_keypair(path)
+    key = load_private_key(path).public_key()
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    (tmp_path / "raw.txt").write_text(base64.b64encode(raw).decode() + "\n")
+    ssh = key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    (tmp_path / "id.pub").write_bytes(ssh + b" comment\n")
+    for name in ("raw.txt", "id.pub"):
+        assert fingerprint(load_public_key(tmp_path / name)) == fingerprint(key)
+
+
+def test_default_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "cfg" / "dpsynrag"
+    monkeypatch.setenv("DPSYNRAG_CONFIG_DIR", str(config))
+    assert default_key_path() == config / "signing_key.pem"
+    key, fp, created = ensure_default_key()
+    assert created and fp == fingerprint(key.public_key())
+    assert stat.S_IMODE(config.stat().st_mode) == 0o700
+    assert stat.S_IMODE((config / "signing_key.pem").stat().st_mode) == 0o600
+    _, fp2, created2 = ensure_default_key()
+    assert not created2 and fp2 == fp
+    monkeypatch.delenv("DPSYNRAG_CONFIG_DIR")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert default_key_path() == tmp_path / "xdg" / "dpsynrag" / "signing_key.pem"
+
+
+def test_sign_and_verify_documents(tmp_path: Path) -> None:
+    path = tmp_path / "k.pem"
+    generate_keypair(path)
+    key = load_private_key(path)
+    doc = {"b": [1, 2.5, "é"], "a": {"z": None, "y": True}, "signature": "old"}
+    signed = sign_document(doc, key)
+    assert "signature" not in json.loads(canonical_json(signed))
+    assert set(signed["signature"]) == {"algorithm", "public_key", "fingerprint", "value"}
+    verify_signature(signed)
+    verify_signature(json.loads(json.dumps(signed, indent=3)), key.public_key())
+    for mutate in (lambda d: d["b"].append(3), lambda d: d.__setitem__("c", 1),
+                   lambda d: d["signature"].__setitem__("fingerprint", "00"),
+                   lambda d: d["signature"].__setitem__("algorithm", "rsa"),
+                   lambda d: d["signature"].__setitem__("public_key", "!!"),
+                   lambda d: d.pop("signature")):
+        bad = copy.deepcopy(signed)
+        mutate(bad)
+        with pytest.raises(SignatureError):
+            verify_signature(bad)
+    with pytest.raises(SignatureError):
+        verify_signature(["not", "a", "dict"])  # type: ignore[arg-type]
