@@ -21,11 +21,18 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
+# The demo: plan the budget, generate 600 fictitious-clinic notes, build a synthetic corpus
+# from them with the packaged model on a local Ray cluster, and verify its certificate.
+# Rerunning resumes from demo-output/state (nothing is spent twice) and replaces the corpus.
+DEMO := demo-output
 demo: $(STAMP)
-	$(BIN)/dpsynrag budget --epsilon 10 --delta 1e-3 --K 10 --L 5 --T 70 \
-		--eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009 --conversion bun-steinke
-	$(BIN)/dpsynrag budget --epsilon 10 --delta 1e-3 --K 10 --L 5 --T 70 \
-		--eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009 --conversion cks
+	$(BIN)/dpsynrag budget --epsilon 10 --delta 1e-3 --K 10 --L 2 --T 48 \
+		--eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009
+	$(BIN)/dpsynrag dataset clinic -o $(DEMO)/data --notes 600 --diseases 12 --seed 0
+	$(BIN)/build-corpus $(DEMO)/data/notes.jsonl -o $(DEMO)/corpus \
+		--config examples/demo/build.toml --state-dir $(DEMO)/state --force \
+		--summary-json $(DEMO)/summary.json
+	$(BIN)/dpsynrag verify $(DEMO)/corpus
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -101,7 +101,7 @@ def _draw_one(row: np.ndarray, temperature: float) -> Callable[[RandomSource], i
     import torch
 
     def draw(rng: RandomSource) -> int:
-        return int(sample_tokens(torch.from_numpy(row[None, :]), temperature, rng)[0])
+        return int(sample_tokens(torch.from_numpy(np.array(row[None, :])), temperature, rng)[0])
 
     return draw
 
