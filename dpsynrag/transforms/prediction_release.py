@@ -111,11 +111,17 @@ def _no_value(_rng: RandomSource) -> None:
 
 
 def charge_unstarted(ledger: Ledger, sampler: LedgerTokenSampler) -> None:
-    """Charge the full T draws of every group the engine never sampled (none normally)."""
+    """Charge the remaining draws (T - steps) of every group the engine did not finish.
+
+    Normally none: the engine stops a group only at the model's EOS or after T tokens. This
+    keeps the per-cluster charge at exactly T draws even if the two ever disagree.
+    """
     reserves = []
     for group, cluster in enumerate(sampler.clusters):
-        if not sampler.finished[group] and sampler.steps[group] == 0:
-            reserves.append((reserve_key(cluster), sampler._charge(cluster, sampler.T),
+        if not sampler.finished[group]:
+            sampler.finished[group] = True
+            reserves.append((reserve_key(cluster),
+                             sampler._charge(cluster, sampler.T - sampler.steps[group]),
                              _no_value))
     if reserves:
         ledger.release_many(reserves)
