@@ -1,0 +1,215 @@
+"""Evaluation metrics: answer matching, retrieval recall, name leakage and verbatim copying.
+
+Pure functions of strings, no models. Every match works on :func:`normalise_for_match` text,
+so case, accents, hyphen and apostrophe variants and punctuation do not matter, and every
+match respects word boundaries ("Velarin Syndrome" is found in "velarin-syndrome." but not in
+"Velarinx Syndrome").
+
+Definitions (all counts exact):
+
+* :func:`contains_answer`: the normalised answer's tokens occur as a contiguous run of the
+  normalised text's tokens.
+* :func:`answer_recall_at_k`: share of queries with at least one retrieved text (the caller
+  passes exactly the top-k) containing the gold answer.
+* :func:`accuracy`: share of model outputs containing the gold answer.
+* :func:`name_leaks`: number of outputs that contain at least one of the given full names
+  (each name exactly as given, "First Last" or "First M. Last"; "John Smith" does not match
+  "John A. Smith" nor the reverse).
+* :func:`names_in_corpus`: number of distinct given names found in at least one text.
+* :func:`verbatim_spans`: number of distinct word n-grams (default 8) of the private texts
+  that also occur in some synthetic text (n-grams never span two texts).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+
+__all__ = [
+    "accuracy",
+    "answer_recall_at_k",
+    "contains_answer",
+    "mean_std",
+    "name_leaks",
+    "names_in_corpus",
+    "normalise_for_match",
+    "verbatim_spans",
+]
+
+_HYPHENS = re.compile("[\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d]")
+_APOSTROPHES = re.compile("[\u2018\u2019\u201b\u02bc\u02b9\u0060\u00b4\u2032\uff07]")
+_INNER_APOSTROPHE = re.compile(r"(?<=\w)'(?=\w)")
+_SEPARATORS = re.compile(r"[\W_]+")
+
+
+def normalise_for_match(text: str) -> str:
+    """Text reduced to lowercase word tokens separated by single spaces.
+
+    Steps: Unicode compatibility decomposition with accents dropped ("é" → "e"), casefold,
+    every hyphen/dash variant to "-" and apostrophe variant to "'", apostrophes inside a word
+    removed ("Velarin's" → "velarins"), then every run of whitespace, punctuation or
+    underscores becomes one space (so hyphens separate words: "Ka-Lum" → "ka lum"); no leading
+    or trailing space.
+    """
+    decomposed = unicodedata.normalize("NFKD", str(text))
+    stripped = "".join(c for c in decomposed if not unicodedata.combining(c))
+    folded = stripped.casefold()
+    folded = _HYPHENS.sub("-", folded)
+    folded = _APOSTROPHES.sub("'", folded)
+    folded = _INNER_APOSTROPHE.sub("", folded)
+    return _SEPARATORS.sub(" ", folded).strip()
+
+
+def _padded(text: str) -> str:
+    return f" {normalise_for_match(text)} "
+
+
+def _contains_normalised(padded_text: str, normalised_answer: str) -> bool:
+    return bool(normalised_answer) and f" {normalised_answer} " in padded_text
+
+
+def contains_answer(text: str, answer: str) -> bool:
+    """Whether ``answer`` occurs in ``text`` on word boundaries after normalisation.
+
+    An answer that normalises to nothing (empty or only punctuation) is never contained.
+    """
+    return _contains_normalised(_padded(text), normalise_for_match(answer))
+
+
+def _check_lengths(what: str, items: Sequence[object], answers: Sequence[str]) -> None:
+    if isinstance(items, str) or isinstance(answers, str):
+        raise TypeError(f"{what} and answers must be sequences, not strings")
+    if len(items) != len(answers):
+        raise ValueError(f"{len(items)} {what} for {len(answers)} answers")
+    if not answers:
+        raise ValueError(f"no {what}: the metric is undefined")
+
+
+def answer_recall_at_k(retrieved: Sequence[Sequence[str]], answers: Sequence[str]) -> float:
+    """Share of queries whose retrieved texts contain the gold answer.
+
+    ``retrieved[i]`` holds the texts retrieved for query i (already cut to the top k);
+    ``answers[i]`` is its gold answer. Raises ``ValueError`` on a length mismatch or no queries.
+    """
+    _check_lengths("retrieved lists", retrieved, answers)
+    hits = 0
+    for texts, answer in zip(retrieved, answers, strict=True):
+        if isinstance(texts, str):
+            raise TypeError("each retrieved entry must be a sequence of texts, not a string")
+        target = normalise_for_match(answer)
+        hits += any(_contains_normalised(_padded(t), target) for t in texts)
+    return hits / len(answers)
+
+
+def accuracy(outputs: Sequence[str], answers: Sequence[str]) -> float:
+    """Share of model outputs that contain their gold answer (see :func:`contains_answer`)."""
+    _check_lengths("outputs", outputs, answers)
+    hits = sum(contains_answer(o, a) for o, a in zip(outputs, answers, strict=True))
+    return hits / len(answers)
+
+
+class _NameMatcher:
+    """Finds given full names in texts by token n-gram lookup (one pass per name length)."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        if isinstance(names, str):
+            raise TypeError("names must be an iterable of names, not a string")
+        self.by_tokens: dict[tuple[str, ...], set[str]] = {}
+        for name in names:
+            tokens = tuple(normalise_for_match(name).split())
+            if tokens:
+                self.by_tokens.setdefault(tokens, set()).add(name)
+        self.lengths = sorted({len(t) for t in self.by_tokens})
+
+    def found(self, text: str) -> set[str]:
+        """The given names (as given) that occur in ``text``."""
+        tokens = normalise_for_match(text).split()
+        hits: set[str] = set()
+        for length in self.lengths:
+            for gram in set(_ngrams(tokens, length)):
+                names = self.by_tokens.get(gram)
+                if names:
+                    hits.update(names)
+        return hits
+
+
+def name_leaks(outputs: Sequence[str], names: Iterable[str]) -> int:
+    """Number of ``outputs`` that contain at least one of ``names`` (full name, as given).
+
+    Case-insensitive on word boundaries after :func:`normalise_for_match`; "First M. Last"
+    also matches "first m last" but not "First Last", and "First Last" does not match
+    "First M. Last".
+    """
+    if isinstance(outputs, str):
+        raise TypeError("outputs must be a sequence of texts, not a string")
+    matcher = _NameMatcher(names)
+    return sum(bool(matcher.found(text)) for text in outputs)
+
+
+def names_in_corpus(corpus_texts: Iterable[str], names: Iterable[str]) -> int:
+    """Number of distinct ``names`` that occur (as in :func:`name_leaks`) in some text."""
+    if isinstance(corpus_texts, str):
+        raise TypeError("corpus_texts must be an iterable of texts, not a string")
+    matcher = _NameMatcher(names)
+    found: set[tuple[str, ...]] = set()
+    for text in corpus_texts:
+        for name in matcher.found(text):
+            found.add(tuple(normalise_for_match(name).split()))
+    return len(found)
+
+
+def _ngrams(tokens: Sequence[str], n: int) -> Iterator[tuple[str, ...]]:
+    return zip(*(tokens[i:] for i in range(n)), strict=False)
+
+
+def verbatim_spans(corpus_texts: Iterable[str], private_texts: Iterable[str], n: int = 8, *,
+                   max_private_frequency: int | None = None) -> int:
+    """Number of distinct word ``n``-grams of ``private_texts`` found in ``corpus_texts``.
+
+    Both sides are tokenised by :func:`normalise_for_match` (split on spaces); an n-gram lies
+    within one text. Each distinct private n-gram counts once however often it recurs.
+    ``max_private_frequency`` (optional) counts only n-grams that occur in at most that many
+    private texts: 1 keeps spans unique to one note (template text shared by many notes is
+    public-looking and is then not counted).
+
+    Sets hold Python's 64-bit hashes of the n-gram tuples (collision chance ≈ m²/2⁶⁴ for m
+    n-grams, negligible); about 0.1 s for 2,000 notes × 500 texts.
+    """
+    if isinstance(corpus_texts, str) or isinstance(private_texts, str):
+        raise TypeError("corpus_texts and private_texts must be iterables of texts")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if max_private_frequency is not None and max_private_frequency < 1:
+        raise ValueError("max_private_frequency must be at least 1")
+    synthetic: set[int] = set()
+    for text in corpus_texts:
+        synthetic.update(map(hash, _ngrams(normalise_for_match(text).split(), n)))
+    if max_private_frequency is None:
+        copied: set[int] = set()
+        for text in private_texts:
+            grams = set(map(hash, _ngrams(normalise_for_match(text).split(), n)))
+            copied.update(grams & synthetic)
+        return len(copied)
+    frequency: Counter[int] = Counter()
+    for text in private_texts:
+        frequency.update(set(map(hash, _ngrams(normalise_for_match(text).split(), n))))
+    return sum(1 for gram, count in frequency.items()
+               if count <= max_private_frequency and gram in synthetic)
+
+
+def mean_std(values: Iterable[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n − 1 denominator; 0.0 for a single value).
+
+    Raises ``ValueError`` for no values.
+    """
+    data = [float(v) for v in values]
+    if not data:
+        raise ValueError("mean_std needs at least one value")
+    mean = math.fsum(data) / len(data)
+    if len(data) == 1:
+        return mean, 0.0
+    variance = math.fsum((v - mean) ** 2 for v in data) / (len(data) - 1)
+    return mean, math.sqrt(variance)
