@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml constraints.txt
 # Rerunning resumes from demo-output/state (nothing is spent twice) and replaces the corpus.
 DEMO := demo-output
 demo: $(STAMP)
-	$(BIN)/dpsynrag budget --epsilon 10 --delta 1e-3 --K 10 --L 2 --T 48 \
+	$(BIN)/dpsynrag budget --epsilon 10 --delta 1e-3 --K 10 --L 2 --T 32 \
 		--eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009
 	$(BIN)/dpsynrag dataset clinic -o $(DEMO)/data --notes 600 --diseases 12 --seed 0
 	$(BIN)/build-corpus $(DEMO)/data/notes.jsonl -o $(DEMO)/corpus \

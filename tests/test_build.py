@@ -214,3 +214,17 @@ def test_ray_build_with_the_packaged_models_then_verify_and_ledger_show(tmp_path
     assert {r["stage"] for r in report["releases"]} == {
         "a-histogram", "c-noisy-sum", "c-threshold", "d-prediction"}
     assert all("value" not in r for r in report["releases"])
+
+
+def test_clip_above_the_transforms_natural_range_is_refused() -> None:
+    """Rows of the alpha=1 transform span at most [-0.5, 0.5]; c > 0.5 would only waste budget."""
+    import torch
+
+    from dpsynrag.accounting.clipping import clip_logits
+    from dpsynrag.pipeline.config import ConfigError
+
+    rows = clip_logits(torch.randn(64, 1000) * 30, 10.0)
+    assert float(rows.max()) <= 0.5 and float(rows.min()) >= -0.5
+    with pytest.raises(ConfigError, match="only wastes budget"):
+        make_config(None, {"clip": 1.0})
+    assert make_config(None, {}).clip == 0.5

@@ -98,7 +98,7 @@ def plan_dp_synth(
     delta: float,
     conversion: Conversion | str,
     T: int,
-    clip: float = 1.0,
+    clip: float = 0.5,
     *,
     vocab_size: int = DEFAULT_VOCAB_SIZE,
 ) -> DPSynthPlan:

@@ -80,8 +80,8 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                    "(default 0.1)")
     g.add_argument("--rho-mean", type=pos_float, help="rho of each cluster's noisy embedding "
                    "sum (default 0.009)")
-    g.add_argument("--clip", type=pos_float, help="logit clip c; the temperature is c/(c/tau) "
-                   "(default 1.0)")
+    g.add_argument("--clip", type=pos_float, help="logit clip c, at most 0.5 (the transform's "
+                   "rows never span more); the temperature is c/(c/tau) (default 0.5)")
     g = parser.add_argument_group("stages")
     g.add_argument("--keywords", choices=["llm", "statistical"],
                    help="keyword extraction: the LLM (paper; default) or the document's rarest "
