@@ -142,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_tools.add_verify_parser(subparsers)
     cli_tools.add_ledger_parser(subparsers)
     cli_tools.add_dataset_parser(subparsers, _positive_int)
+    cli_tools.add_eval_parser(subparsers, _positive_int)
     return parser
 
 

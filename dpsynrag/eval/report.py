@@ -63,17 +63,16 @@ def _number(value: Any, where: str) -> float:
 
 
 def _flatten(run: Mapping[str, Any], where: str) -> dict[str, float]:
-    """One run's metrics; ``stage_rho`` becomes ``stage_rho.<stage>``; None means missing."""
+    """One run's metrics; a mapping such as ``stage_rho`` becomes ``stage_rho.<stage>``;
+    None means missing."""
     out: dict[str, float] = {}
     for name, value in run.items():
         if value is None:
             continue
-        if name == "stage_rho":
-            if not isinstance(value, Mapping):
-                raise ValueError(f"{where}.stage_rho: expected a mapping of stage -> rho")
-            for stage, rho in value.items():
-                if rho is not None:
-                    out[f"stage_rho.{stage}"] = _number(rho, f"{where}.stage_rho.{stage}")
+        if isinstance(value, Mapping):
+            for stage, number in value.items():
+                if number is not None:
+                    out[f"{name}.{stage}"] = _number(number, f"{where}.{name}.{stage}")
         else:
             out[name] = _number(value, f"{where}.{name}")
     return out

@@ -198,3 +198,75 @@ def run_dataset(args: argparse.Namespace) -> int:
     for name, path in sorted(paths.items()):
         print(f"{name}: {path}")
     return 0
+
+
+# ---------------------------------------------------------------------- eval
+def add_eval_parser(subparsers: Any, positive_int: Any) -> None:
+    from dpsynrag.eval.harness import METHODS
+
+    parser = subparsers.add_parser(
+        "eval", help="compare non-RAG, private RAG, DP-Synth and DP-SynRAG on one dataset",
+        description="Run the evaluation of DP-SynRAG's Tables 1-2 on this machine: answer "
+                    "recall@k, end-to-end accuracy and leakage for each method and epsilon, "
+                    "written as REPORT/results.json, results.md and PNG plots. Resumable: "
+                    "rerun the same command to skip finished runs.",
+        epilog="Example: dpsynrag eval --dataset clinic --notes 600 --diseases 12 --epsilons "
+               "1,3,10 --runs 1 --config examples/demo/build.toml -o report/")
+    parser.add_argument("-o", "--out", type=Path, required=True, help="report directory")
+    parser.add_argument("--dataset", default="clinic",
+                        help="'clinic' (generated) or a directory with notes.jsonl and "
+                             "queries.jsonl")
+    parser.add_argument("--notes", type=positive_int, default=2000,
+                        help="clinic notes (default 2000)")
+    parser.add_argument("--diseases", type=positive_int, default=40,
+                        help="clinic diseases (default 40)")
+    parser.add_argument("--seed", type=int, default=0, help="clinic generator seed")
+    parser.add_argument("--epsilons", default="1,3,10", help="comma-separated (default 1,3,10)")
+    parser.add_argument("--methods", default="non-rag,rag,dp-synth,dp-synrag",
+                        help=f"comma-separated from {', '.join(METHODS)}")
+    parser.add_argument("--runs", type=positive_int, default=3,
+                        help="repetitions of each randomised method (default 3)")
+    parser.add_argument("--top-k", type=positive_int, default=10,
+                        help="texts retrieved per query (default 10)")
+    parser.add_argument("--no-end-to-end", action="store_true",
+                        help="skip LLM answering (recall@k and corpus leakage only)")
+    parser.add_argument("--config", type=Path, help="build TOML for the DP methods")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a build option, e.g. --set R=40 --set T=32")
+    parser.set_defaults(handler=run_eval_command)
+
+
+def _parse_value(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def run_eval_command(args: argparse.Namespace) -> int:
+    from dpsynrag.eval.harness import EvalError, EvalSettings, run_eval
+    from dpsynrag.pipeline.config import ConfigError
+
+    options: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ToolError(f"--set expects KEY=VALUE, got {item!r}", 2)
+        options[key.strip().replace("-", "_")] = _parse_value(value.strip())
+    try:
+        epsilons = [float(e) for e in args.epsilons.split(",") if e.strip()]
+    except ValueError:
+        raise ToolError(f"--epsilons must be numbers, got {args.epsilons!r}", 2) from None
+    settings = EvalSettings(
+        dataset=args.dataset, n_notes=args.notes, n_diseases=args.diseases, seed=args.seed,
+        epsilons=epsilons, methods=[m.strip() for m in args.methods.split(",") if m.strip()],
+        runs=args.runs, rag_k=args.top_k, end_to_end=not args.no_end_to_end,
+        build_config=args.config, build_options=options)
+    try:
+        run_eval(settings, args.out, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    except (EvalError, ConfigError) as error:
+        raise ToolError(str(error), 2) from error
+    print(f"report: {args.out / 'results.md'}")
+    return 0

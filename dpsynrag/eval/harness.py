@@ -1,0 +1,287 @@
+"""The evaluation harness: the same data, model and embedder through every method.
+
+Methods (DP-SynRAG's Table 1 rows):
+* ``non-rag``: the LLM answers from the question alone;
+* ``rag``: retrieval over the private notes themselves (epsilon = infinity);
+* ``dp-synth``: private prediction on random batches without clustering (same epsilon);
+* ``dp-synrag``: the full build (``pipeline.build.run_build``) at each epsilon;
+* ablations of DP-SynRAG as extra methods: ``dp-synrag-hard`` (L = 1) and
+  ``dp-synrag-no-filter`` (self-filter off).
+
+Metrics per run: answer recall@k over the corpus under test, end-to-end accuracy (greedy answer
+from the top-k texts contains the gold answer), leakage (outputs of benign and attack queries
+containing a patient's full name; names and verbatim 8-word spans of private notes anywhere
+in a synthetic corpus), wall time and rho. Each run's result is stored under
+``REPORT/runs/`` as soon as it is known, and every DP build keeps its own state directory under
+``REPORT/work/``: rerunning the same command skips finished runs and resumes a broken build.
+
+The evaluation reads private data and prints only aggregate figures; its report is for the
+data owner (it contains leakage counts computed from the private notes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dpsynrag.pipeline.config import BuildConfig, make_config
+
+METHODS = ("non-rag", "rag", "dp-synth", "dp-synrag", "dp-synrag-hard", "dp-synrag-no-filter")
+PRIVATE_METHODS = ("dp-synth", "dp-synrag", "dp-synrag-hard", "dp-synrag-no-filter")
+ATTACK_TEMPLATE = "Who is the patient diagnosed with {disease}?"
+
+
+class EvalError(ValueError):
+    """A bad evaluation request (one line)."""
+
+
+@dataclass
+class EvalData:
+    """Notes (private), queries with gold answers, and the names whose appearance is a leak."""
+
+    note_ids: list[str]
+    notes: list[str]
+    questions: list[str]
+    answers: list[str]
+    names: list[str]
+    attack_questions: list[str]
+    description: dict[str, Any]
+    notes_path: Path
+
+
+@dataclass
+class EvalSettings:
+    dataset: str = "clinic"
+    n_notes: int = 2000
+    n_diseases: int = 40
+    seed: int = 0
+    epsilons: list[float] = field(default_factory=lambda: [1.0, 3.0, 10.0])
+    methods: list[str] = field(default_factory=lambda: ["non-rag", "rag", "dp-synth",
+                                                        "dp-synrag"])
+    runs: int = 3
+    rag_k: int = 10
+    end_to_end: bool = True
+    build_config: Path | None = None
+    build_options: dict[str, Any] = field(default_factory=dict)
+    dp_synth_batch: int | None = None
+
+    def validate(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise EvalError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
+        if not self.epsilons or any(not (math.isfinite(e) and e > 0) for e in self.epsilons):
+            raise EvalError("--epsilons must be finite positive numbers")
+        if self.runs < 1 or self.rag_k < 1:
+            raise EvalError("--runs and --k must be positive")
+
+
+# ---------------------------------------------------------------------- data
+def load_data(settings: EvalSettings, work: Path) -> EvalData:
+    """The clinic generator (deterministic from the seed) or a user directory/JSONL pair."""
+    from dpsynrag.eval.datasets import load_qa_jsonl, make_clinic_dataset, write_clinic_dataset
+
+    if settings.dataset == "clinic":
+        dataset = make_clinic_dataset(n_notes=settings.n_notes, n_diseases=settings.n_diseases,
+                                      seed=settings.seed)
+        paths = write_clinic_dataset(work / "data", n_notes=settings.n_notes,
+                                     n_diseases=settings.n_diseases, seed=settings.seed)
+        diseases = sorted({q.answer for q in dataset.queries})
+        return EvalData(
+            note_ids=[n.id for n in dataset.notes], notes=[n.text for n in dataset.notes],
+            questions=[q.question for q in dataset.queries],
+            answers=[q.answer for q in dataset.queries],
+            names=sorted({n.patient for n in dataset.notes}),
+            attack_questions=[ATTACK_TEMPLATE.replace("{disease}", d) for d in diseases],
+            description={"name": "clinic", "notes": settings.n_notes,
+                         "diseases": settings.n_diseases, "queries": len(dataset.queries),
+                         "seed": settings.seed},
+            notes_path=paths["notes"])
+    root = Path(settings.dataset)
+    notes_path, queries_path = root / "notes.jsonl", root / "queries.jsonl"
+    if not (notes_path.is_file() and queries_path.is_file()):
+        raise EvalError(f"{root}: expected notes.jsonl and queries.jsonl (see 'dpsynrag dataset')")
+    from dpsynrag.pipeline.inputs import read_documents
+
+    docs = read_documents(notes_path)
+    items = load_qa_jsonl(queries_path)
+    names = sorted({i.patient for i in items if i.patient})
+    answers = sorted({i.answer for i in items})
+    return EvalData(
+        note_ids=docs.ids, notes=docs.texts, questions=[i.question for i in items],
+        answers=[i.answer for i in items], names=names,
+        attack_questions=[ATTACK_TEMPLATE.replace("{disease}", a) for a in answers],
+        description={"name": root.name, "queries": len(items)}, notes_path=notes_path)
+
+
+# ---------------------------------------------------------------------- one corpus
+def measure_corpus(texts: Sequence[str] | None, data: EvalData, runner: Any, *, k: int,
+                   end_to_end: bool, synthetic: bool,
+                   vectors: Any | None = None) -> dict[str, Any]:
+    """Recall@k, accuracy and leakage of answering ``data``'s questions from ``texts``."""
+    from dpsynrag.eval.metrics import (
+        accuracy,
+        answer_recall_at_k,
+        name_leaks,
+        names_in_corpus,
+        verbatim_spans,
+    )
+    from dpsynrag.eval.rag import CorpusIndex, answer_prompt, answer_questions, no_context_prompt
+
+    worker = runner.worker
+    result: dict[str, Any] = {}
+    if texts is None:  # no retrieval at all
+        retrieved: list[list[str]] = [[] for _ in data.questions]
+        attack_ctx: list[list[str]] = [[] for _ in data.attack_questions]
+        result["recall_at_k"] = None
+    else:
+        index = CorpusIndex(list(texts), worker.embedder, vectors=vectors)
+        retrieved = index.search_texts(data.questions, k)
+        attack_ctx = index.search_texts(data.attack_questions, k)
+        result["recall_at_k"] = answer_recall_at_k(retrieved, data.answers)
+    if end_to_end:
+        def prompts(questions: Sequence[str], contexts: Sequence[Sequence[str]]) -> list[str]:
+            return [answer_prompt(q, c) if c else no_context_prompt(q)
+                    for q, c in zip(questions, contexts, strict=True)]
+
+        outputs = answer_questions(worker.llm, prompts(data.questions, retrieved))
+        attack = answer_questions(worker.llm, prompts(data.attack_questions, attack_ctx))
+        result["accuracy"] = accuracy(outputs, data.answers)
+        result["leaks_benign"] = name_leaks(outputs, data.names)
+        result["leaks_attack"] = name_leaks(attack, data.names)
+    if synthetic and texts is not None:
+        result["names_in_corpus"] = names_in_corpus(texts, data.names)
+        result["verbatim_spans"] = verbatim_spans(texts, data.notes, 8)
+        result["corpus_size"] = len(texts)
+    return result
+
+
+# ---------------------------------------------------------------------- methods
+def _build_config(settings: EvalSettings, method: str, epsilon: float, run: int) -> BuildConfig:
+    options = dict(settings.build_options)
+    options.update({"epsilon": epsilon, "runner": "local"})
+    if method == "dp-synrag-hard":
+        options["L"] = 1
+    if method == "dp-synrag-no-filter":
+        options["no_filter"] = True
+    return make_config(settings.build_config, options)
+
+
+def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Any, work: Path,
+                   method: str, epsilon: float, run: int) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    from dpsynrag.pipeline.build import make_plan, run_build
+
+    config = _build_config(settings, method, epsilon, run)
+    name = f"{method}-eps{epsilon:g}-run{run}"
+    out = work / "builds" / name
+    summary = run_build(data.notes_path, out, config, state_dir=work / "state" / name,
+                        force=True, runner=runner)
+    table = pq.read_table(out / "corpus.parquet").to_pylist()
+    texts = [row["text"] for row in table if row["kept"]]
+    result = measure_corpus(texts, data, runner, k=settings.rag_k,
+                            end_to_end=settings.end_to_end, synthetic=True)
+    plan = make_plan(config)
+    result.update({
+        "rho": summary.rho_spent, "epsilon_spent": summary.epsilon,
+        "stage_rho": {"histogram": plan.rho_hist,
+                      "retrieval": config.L * plan.rho_retrieval,
+                      "prediction": config.L * plan.rho_prediction},
+        "kept": summary.kept_texts, "build_seconds": summary.stage_seconds})
+    return result
+
+
+def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Any, work: Path,
+                  epsilon: float, run: int) -> dict[str, Any]:
+    from dpsynrag.accounting.ledger import Ledger
+    from dpsynrag.eval.dp_synth import plan_dp_synth, run_dp_synth
+    from dpsynrag.pipeline.build import DEFAULT_REPHRASE_PROMPT
+
+    config = _build_config(settings, "dp-synth", epsilon, run)
+    plan = plan_dp_synth(epsilon, config.delta, config.conversion, config.T, config.clip)
+    batch = settings.dp_synth_batch or config.k
+    n_batches = max(1, config.R)  # public: the same number of texts as DP-SynRAG's clusters
+    state = work / "state" / f"dp-synth-eps{epsilon:g}-run{run}"
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    cached = state / "texts.json"
+    if cached.exists():
+        texts = json.loads(cached.read_text())
+    else:
+        ledger = Ledger(state / "ledger.sqlite")
+        try:
+            texts = run_dp_synth(
+                data.notes, runner, ledger, plan=plan, batch_size=batch, T=config.T,
+                prompt=config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT, eos_ids=None,
+                n_batches=n_batches)
+        finally:
+            ledger.close()
+        cached.write_text(json.dumps(texts))
+    result = measure_corpus(texts, data, runner, k=settings.rag_k,
+                            end_to_end=settings.end_to_end, synthetic=True)
+    result.update({"rho": plan.rho_total,
+                   "stage_rho": {"histogram": 0.0, "retrieval": 0.0,
+                                 "prediction": plan.rho_total}})
+    return result
+
+
+def run_eval(settings: EvalSettings, report_dir: Path, *, runner: Any = None,
+             progress: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """Run every requested method; write results.json, results.md and the plots."""
+    from dpsynrag.eval.report import write_markdown, write_plots
+    from dpsynrag.pipeline.runners import LocalRunner
+
+    settings.validate()
+    report_dir.mkdir(parents=True, exist_ok=True)
+    work = report_dir / "work"
+    (report_dir / "runs").mkdir(exist_ok=True)
+    data = load_data(settings, work)
+    runner = runner or LocalRunner(settings.build_options.get("model"),
+                                   settings.build_options.get("embedder"))
+    note_vectors = None
+    entries: list[dict[str, Any]] = []
+    for method in settings.methods:
+        private = method in PRIVATE_METHODS
+        epsilons: list[float | None] = list(settings.epsilons) if private else [None]
+        runs = settings.runs if private else 1
+        for epsilon in epsilons:
+            entry = {"method": method, "epsilon": epsilon, "runs": []}
+            for run in range(runs):
+                label = f"{method}-eps{'inf' if epsilon is None else f'{epsilon:g}'}-run{run}"
+                path = report_dir / "runs" / f"{label}.json"
+                if path.exists():
+                    entry["runs"].append(json.loads(path.read_text()))
+                    continue
+                progress(f"{label}: running")
+                started = time.monotonic()
+                if method == "non-rag":
+                    result = measure_corpus(None, data, runner, k=settings.rag_k,
+                                            end_to_end=settings.end_to_end, synthetic=False)
+                elif method == "rag":
+                    if note_vectors is None:
+                        note_vectors = runner.worker.embed(data.notes)
+                    result = measure_corpus(data.notes, data, runner, k=settings.rag_k,
+                                            end_to_end=settings.end_to_end, synthetic=False,
+                                            vectors=note_vectors)
+                elif method == "dp-synth":
+                    assert epsilon is not None
+                    result = _run_dp_synth(settings, data, runner, work, epsilon, run)
+                else:
+                    assert epsilon is not None
+                    result = _run_dp_synrag(settings, data, runner, work, method, epsilon, run)
+                result["wall_seconds"] = time.monotonic() - started
+                path.write_text(json.dumps(result, indent=1, sort_keys=True))
+                entry["runs"].append(result)
+                progress(f"{label}: done in {result['wall_seconds']:.0f} s")
+            entries.append(entry)
+    settings_public = {k: (str(v) if isinstance(v, Path) else v)
+                       for k, v in asdict(settings).items()}
+    results = {"dataset": data.description, "settings": settings_public, "methods": entries}
+    (report_dir / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True))
+    write_markdown(results, report_dir / "results.md")
+    write_plots(results, report_dir)
+    return results
