@@ -228,3 +228,15 @@ def test_clip_above_the_transforms_natural_range_is_refused() -> None:
     with pytest.raises(ConfigError, match="only wastes budget"):
         make_config(None, {"clip": 1.0})
     assert make_config(None, {}).clip == 0.5
+
+
+def test_no_retrieval_ablation_gives_stage_c_budget_to_prediction(notes, tmp_path) -> None:
+    config, summary = _build(notes, tmp_path, "noret", no_retrieval=True)
+    plan = make_plan(config)
+    assert plan.rho_retrieval == 0.0
+    assert math.isclose(summary.rho_spent, plan.rho_total, rel_tol=1e-12)
+    assert math.isclose(summary.epsilon, config.epsilon, rel_tol=1e-9)
+    ledger = Ledger(tmp_path / "state-noret" / "ledger.sqlite")
+    assert not [r for r in ledger.releases() if r.stage.startswith("c-")]
+    ledger.close()
+    assert verify_output(tmp_path / "noret", tmp_path / "key.pem.pub") == []

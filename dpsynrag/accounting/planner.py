@@ -43,6 +43,7 @@ class PlanRequest:
     rho_mean: float
     conversion: Conversion = Conversion.BUN_STEINKE
     vocab_size: int = DEFAULT_VOCAB_SIZE
+    retrieval: bool = True  # False: the "w/o retrieval" ablation, S_r = C_r, stage (c) free
 
     def validate(self) -> None:
         _finite_positive(self.epsilon, "--epsilon")
@@ -115,8 +116,9 @@ def plan_budget(request: PlanRequest) -> BudgetPlan:
     request.validate()
     conversion = Conversion(request.conversion)
     rho_total = rho_for(request.epsilon, request.delta, conversion)
-    rho_threshold = exponential_rho(request.eps_theta)
-    rho_retrieval = rho_threshold + request.rho_mean
+    rho_threshold = exponential_rho(request.eps_theta) if request.retrieval else 0.0
+    rho_mean = request.rho_mean if request.retrieval else 0.0
+    rho_retrieval = rho_threshold + rho_mean
     rho_clusters_total = rho_total - request.rho_hist
     rho_prediction = rho_clusters_total / request.L - rho_retrieval
     if rho_prediction <= 0:
@@ -142,8 +144,8 @@ def plan_budget(request: PlanRequest) -> BudgetPlan:
         sigma_h=math.sqrt(request.K / (2.0 * request.rho_hist)),
         eps_theta=request.eps_theta,
         rho_threshold=rho_threshold,
-        rho_mean=request.rho_mean,
-        sigma_mu=math.sqrt(1.0 / (2.0 * request.rho_mean)),
+        rho_mean=rho_mean,
+        sigma_mu=math.sqrt(1.0 / (2.0 * request.rho_mean)) if request.retrieval else 0.0,
         rho_retrieval=rho_retrieval,
         rho_prediction=rho_prediction,
         rho_per_token=rho_per_token,

@@ -86,7 +86,7 @@ def make_plan(config: BuildConfig, vocab_size: int | None = None) -> BudgetPlan:
     request = PlanRequest(
         epsilon=config.epsilon, delta=config.delta, K=config.K, L=config.L, T=config.T,
         eps_theta=config.eps_theta, rho_hist=config.rho_hist, rho_mean=config.rho_mean,
-        conversion=Conversion(config.conversion),
+        conversion=Conversion(config.conversion), retrieval=not config.no_retrieval,
         **({"vocab_size": vocab_size} if vocab_size else {}))
     return plan_budget(request)
 
@@ -211,6 +211,9 @@ def _stages(texts: list[str], config: BuildConfig, plan: BudgetPlan, state: Buil
     # (c) noisy embedding sum and exponential-mechanism threshold per cluster
     t0 = time.monotonic()
     selected = state.load("selected")
+    if selected is None and config.no_retrieval:  # ablation: S_r = C_r, nothing released
+        selected = [list(members) for members in clusters]
+        state.save("selected", selected)
     if selected is None:
         from dpsynrag.transforms.retrieval import retrieve_cluster
 

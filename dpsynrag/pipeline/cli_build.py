@@ -94,6 +94,9 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                    "with {document} (or @FILE; default: the paper's Medical Synth prompt)")
     g.add_argument("--no-filter", action="store_true", default=None,
                    help="skip the self-filter (every text kept)")
+    g.add_argument("--no-retrieval", action="store_true", default=None,
+                   help="ablation: predict from the whole cluster C_r (no stage (c); its budget "
+                        "goes to prediction)")
     g = parser.add_argument_group("models and execution")
     g.add_argument("--model", help="local Hugging Face directory or .gguf file (default: the "
                    "packaged SmolLM2-135M-Instruct)")
@@ -125,6 +128,7 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
 CONFIG_FLAGS = ("text_column", "id_column", "unit_column", "max_chars", "epsilon", "delta",
                 "conversion", "K", "R", "L", "k", "T", "eps_theta", "rho_hist", "rho_mean", "clip",
                 "keywords", "rephrase_prompt", "keyword_prompt", "filter_prompt", "no_filter",
+                "no_retrieval",
                 "model", "embedder", "device", "dtype", "runner", "ray_address", "workers",
                 "batch_rows", "seed")
 

@@ -57,6 +57,7 @@ class BuildConfig:
     keyword_prompt: str | None = None
     filter_prompt: str | None = None
     no_filter: bool = False
+    no_retrieval: bool = False  # ablation (paper Table 3): S_r = C_r, no stage (c) releases
     # models and execution (not part of the fingerprint unless they change the output)
     model: str | None = None
     embedder: str | None = None
