@@ -163,8 +163,24 @@ def measure_corpus(texts: Sequence[str] | None, data: EvalData, runner: Any, *, 
 
 # ---------------------------------------------------------------------- methods
 def _build_config(settings: EvalSettings, method: str, epsilon: float, run: int) -> BuildConfig:
+    """The build options at ``epsilon`` with the same stage shares as the reference config.
+
+    The config (file and ``--set``) is read as the plan at its own epsilon (default 10); at
+    another epsilon rho_hist and rho_mean scale with the total rho and eps_theta with its
+    square root (its cost is eps_theta^2 / 8), so every stage keeps its share of the budget
+    and prediction gets the rest, as in the reference plan.
+    """
+    from dpsynrag.accounting.conversions import Conversion, rho_for
+
     options = dict(settings.build_options)
-    options.update({"epsilon": epsilon, "runner": "local"})
+    reference = make_config(settings.build_config, {**options, "runner": "local"})
+    conversion = Conversion(reference.conversion)
+    ratio = (rho_for(epsilon, reference.delta, conversion)
+             / rho_for(reference.epsilon, reference.delta, conversion))
+    options.update({"epsilon": epsilon, "runner": "local",
+                    "rho_hist": reference.rho_hist * ratio,
+                    "rho_mean": reference.rho_mean * ratio,
+                    "eps_theta": reference.eps_theta * math.sqrt(ratio)})
     if method == "dp-synrag-hard":
         options["L"] = 1
     if method == "dp-synrag-no-filter":
