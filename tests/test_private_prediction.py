@@ -292,3 +292,30 @@ def test_shared_prefix_leaves_each_row_a_token() -> None:
     assert _shared_prefix_length([(1, 2), (1, 2, 3, 4)]) == 1
     assert _shared_prefix_length([(5,), (6,)]) == 0
     assert _shared_prefix_length([]) == 0
+
+
+@pytest.mark.parametrize("engine", ["packed", "reference"])
+def test_response_prefix_is_forced_public_text_and_votes_follow_it(llm: LoadedLLM,
+                                                                   engine: str) -> None:
+    """A public reply prefix sits after the chat prompt of every row: the votes equal the
+    row-by-row reference computed with the same prefix, and the texts start with it."""
+    prefix = "red green"
+    groups = _groups("mixed")
+    eos = next(iter(llm.eos_token_ids))
+    script = Scripted(llm.vocab_size, eos, {0: 1})
+    texts = private_predict(llm, groups, prompt=PROMPT, max_new_tokens=3, clip=CLIP,
+                            temperature=1.0, rng=secure_rng(0), sampler=script, engine=engine,
+                            response_prefix=prefix)
+    for g, text in enumerate(texts):
+        assert text.startswith(prefix)
+        assert text == llm.tokenizer.decode(
+            [*llm.tokenizer.encode(prefix, add_special_tokens=False),
+             *[t for t in script.tokens[g] if t != eos]], skip_special_tokens=True)
+    for (g, step), votes in script.votes.items():
+        expected = aggregated_logits(llm, groups[g], prompt=PROMPT,
+                                     generated=script.tokens[g][:step], clip=CLIP,
+                                     response_prefix=prefix)
+        torch.testing.assert_close(votes, expected, rtol=0, atol=2e-5)
+        if groups[g] and step == 0:  # the prefix changes what the model sees
+            plain = aggregated_logits(llm, groups[g], prompt=PROMPT, generated=[], clip=CLIP)
+            assert not torch.allclose(votes, plain)

@@ -259,7 +259,8 @@ def _stages(texts: list[str], config: BuildConfig, plan: BudgetPlan, state: Buil
             prompt = config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT
             out_texts = runner.predict(groups, sampler, prompt=prompt, max_new_tokens=config.T,
                                        clip=config.clip, temperature=temperature,
-                                       batch_rows=config.batch_rows)
+                                       batch_rows=config.batch_rows,
+                                       response_prefix=config.response_prefix or "")
             charge_unstarted(ledger, sampler)
         synthetic = {"texts": out_texts, "tokens": token_counts}
         state.save("synthetic", synthetic)

@@ -88,6 +88,9 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                         "words by a public prior (much faster)")
     g.add_argument("--rephrase-prompt", type=_prompt_text, help="stage (d) prompt with "
                    "{document} (or @FILE)")
+    g.add_argument("--response-prefix", help="public text every synthetic reply starts with, "
+                   "e.g. 'The diagnosis is' (free: it does not depend on the data; spares the "
+                   "first tokens a consensus of their own)")
     g.add_argument("--keyword-prompt", type=_prompt_text, help="stage (a) prompt with {K} and "
                    "{document} (or @FILE)")
     g.add_argument("--filter-prompt", type=_prompt_text, help="stage (e) YES/NO task prompt "
@@ -127,8 +130,8 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
 
 CONFIG_FLAGS = ("text_column", "id_column", "unit_column", "max_chars", "epsilon", "delta",
                 "conversion", "K", "R", "L", "k", "T", "eps_theta", "rho_hist", "rho_mean", "clip",
-                "keywords", "rephrase_prompt", "keyword_prompt", "filter_prompt", "no_filter",
-                "no_retrieval",
+                "keywords", "rephrase_prompt", "response_prefix", "keyword_prompt",
+                "filter_prompt", "no_filter", "no_retrieval",
                 "model", "embedder", "device", "dtype", "runner", "ray_address", "workers",
                 "batch_rows", "seed")
 

@@ -54,6 +54,7 @@ class BuildConfig:
     # stages
     keywords: str = "llm"
     rephrase_prompt: str | None = None
+    response_prefix: str | None = None  # public text every synthetic reply starts with
     keyword_prompt: str | None = None
     filter_prompt: str | None = None
     no_filter: bool = False

@@ -84,7 +84,7 @@ class ModelWorker:
     # ------------------------------------------------------------------ private prediction
     def start_prediction(self, groups: Sequence[Sequence[str]], *, prompt: str,
                          max_new_tokens: int, clip: float, temperature: float,
-                         batch_rows: int | None = None) -> None:
+                         batch_rows: int | None = None, response_prefix: str = "") -> None:
         """Start the engine on ``groups``; its votes come out of ``next_request``."""
         from dpsynrag.transforms.private_prediction import private_predict
 
@@ -107,7 +107,8 @@ class ModelWorker:
                 texts = private_predict(
                     self.llm, [list(g) for g in groups], prompt=prompt,
                     max_new_tokens=max_new_tokens, clip=clip, temperature=temperature,
-                    rng=None, batch_rows=batch_rows, sampler=sampler)  # type: ignore[arg-type]
+                    rng=None, batch_rows=batch_rows, sampler=sampler,  # type: ignore[arg-type]
+                    response_prefix=response_prefix)
                 requests.put(("done", texts))
             except _Cancelled:
                 requests.put(("cancelled",))

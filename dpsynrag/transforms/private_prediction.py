@@ -64,9 +64,17 @@ def _check(clip: float, temperature: float | None, max_new_tokens: int) -> None:
         raise ValueError("max_new_tokens must be a non-negative integer")
 
 
+def response_prefix_ids(llm: Any, response_prefix: str) -> list[int]:
+    """Token ids of a public text that every reply starts with (no special tokens)."""
+    if not response_prefix:
+        return []
+    return [int(t) for t in llm.tokenizer.encode(response_prefix, add_special_tokens=False)]
+
+
 @torch.inference_mode()
 def aggregated_logits(
-    llm: Any, docs: Sequence[str], *, prompt: str, generated: Sequence[int], clip: float
+    llm: Any, docs: Sequence[str], *, prompt: str, generated: Sequence[int], clip: float,
+    response_prefix: str = "",
 ) -> torch.Tensor:
     """z = sum over ``docs`` of clip_c(next-token logits after ``generated``), float64 (vocab,).
 
@@ -77,7 +85,8 @@ def aggregated_logits(
     _check(clip, None, 0)
     total = torch.zeros(llm.vocab_size, dtype=torch.float64)
     for doc in docs:
-        ids = [*llm.chat_prompt_ids(render_prompt(prompt, doc)), *map(int, generated)]
+        ids = [*llm.chat_prompt_ids(render_prompt(prompt, doc)),
+               *response_prefix_ids(llm, response_prefix), *map(int, generated)]
         input_ids = torch.tensor([ids], dtype=torch.long, device=llm.device)
         logits = llm.model(input_ids=input_ids).logits[0, -1]
         total += clip_logits(logits, clip).to(device="cpu", dtype=torch.float64)
@@ -97,6 +106,7 @@ def private_predict(
     on_step: Callable[[StepReport], None] | None = None,
     sampler: Sampler | None = None,
     engine: Literal["auto", "packed", "reference"] = "auto",
+    response_prefix: str = "",
 ) -> list[str]:
     """One synthetic text per group: DP-SynRAG private prediction (see the module docstring).
 
@@ -108,7 +118,10 @@ def private_predict(
     An empty group is still sampled (from the zero vector) for up to ``max_new_tokens`` steps.
 
     ``batch_rows`` bounds the rows decoded together (default 128 on CPU, 1024 on GPU; raised
-    to the largest group, whose rows must decode together). ``on_step`` receives a
+    to the largest group, whose rows must decode together). ``response_prefix`` is public
+    text that every reply starts with (appended after the chat prompt, part of the returned
+    text): it costs nothing, since it does not depend on the data, and spares the first
+    sampled tokens, which otherwise need a consensus of their own. ``on_step`` receives a
     ``StepReport`` after each step of the packed engine: it holds counts derived from private
     data, for progress bars and benchmarks in this process only; never log it.
     """
@@ -121,13 +134,15 @@ def private_predict(
         def sampler(votes: torch.Tensor, _active: list[int]) -> np.ndarray:
             return sample_tokens(votes, temperature, rng)
 
+    forced = response_prefix_ids(llm, response_prefix)
     token_ids: dict[str, tuple[int, ...]] = {}
     rows: list[list[tuple[int, ...]]] = []
     for group in groups:
         rows.append([])
         for doc in group:
             if doc not in token_ids:
-                token_ids[doc] = tuple(llm.chat_prompt_ids(render_prompt(prompt, doc)))
+                token_ids[doc] = tuple([*llm.chat_prompt_ids(render_prompt(prompt, doc)),
+                                        *forced])
             rows[-1].append(token_ids[doc])
     eos = frozenset(int(t) for t in llm.eos_token_ids)
     device = torch.device(llm.device)
@@ -147,7 +162,7 @@ def private_predict(
         tokens = reference_tokens(
             llm.model, rows, max_new_tokens=max_new_tokens, clip=clip, sampler=sampler,
             eos_ids=eos, vocab_size=llm.vocab_size, device=device)
-    return [_decode(llm.tokenizer, t) for t in tokens]
+    return [_decode(llm.tokenizer, [*forced, *t]) for t in tokens]
 
 
 def _shared_prefix_length(rows: list[tuple[int, ...]]) -> int:
