@@ -352,6 +352,7 @@ def run_dp_synth(
     progress: Callable[[int], None] | None = None,
     n_batches: int | None = None,
     batches: Sequence[Sequence[int]] | None = None,
+    response_prefix: str = "",
 ) -> list[str]:
     """Run DP-Synth on ``texts``: one synthetic text per batch, every token charged.
 
@@ -399,6 +400,7 @@ def run_dp_synth(
         clip=plan.clip, temperature=plan.temperature, max_new_tokens=T, eos_ids=eos_ids,
         on_finish=finished)
     out = runner.predict(groups, sampler, prompt=prompt, max_new_tokens=T, clip=plan.clip,
-                         temperature=plan.temperature, batch_rows=batch_rows)
+                         temperature=plan.temperature, batch_rows=batch_rows,
+                         response_prefix=response_prefix)
     sampler.charge_unfinished()
     return list(out)

@@ -236,7 +236,7 @@ def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Any, work: Pat
             texts = run_dp_synth(
                 data.notes, runner, ledger, plan=plan, batch_size=batch, T=config.T,
                 prompt=config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT, eos_ids=None,
-                n_batches=n_batches)
+                n_batches=n_batches, response_prefix=config.response_prefix or "")
         finally:
             ledger.close()
         cached.write_text(json.dumps(texts))
