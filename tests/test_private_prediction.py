@@ -319,3 +319,23 @@ def test_response_prefix_is_forced_public_text_and_votes_follow_it(llm: LoadedLL
         if groups[g] and step == 0:  # the prefix changes what the model sees
             plain = aggregated_logits(llm, groups[g], prompt=PROMPT, generated=[], clip=CLIP)
             assert not torch.allclose(votes, plain)
+
+
+def test_one_public_prefix_per_group(llm: LoadedLLM) -> None:
+    groups = _groups("mixed")
+    prefixes = [["red", "green blue", ""][g % 3] for g in range(len(groups))]
+    eos = next(iter(llm.eos_token_ids))
+    script = Scripted(llm.vocab_size, eos, {})
+    texts = private_predict(llm, groups, prompt=PROMPT, max_new_tokens=2, clip=CLIP,
+                            temperature=1.0, rng=secure_rng(0), sampler=script,
+                            response_prefix=prefixes)
+    for g, text in enumerate(texts):
+        assert text.startswith(prefixes[g])
+    for (g, step), votes in script.votes.items():
+        expected = aggregated_logits(llm, groups[g], prompt=PROMPT,
+                                     generated=script.tokens[g][:step], clip=CLIP,
+                                     response_prefix=prefixes[g])
+        torch.testing.assert_close(votes, expected, rtol=0, atol=2e-5)
+    with pytest.raises(ValueError, match="one response prefix per group"):
+        private_predict(llm, groups, prompt=PROMPT, max_new_tokens=1, clip=CLIP,
+                        temperature=1.0, rng=secure_rng(0), response_prefix=["x"])

@@ -260,7 +260,7 @@ def _stages(texts: list[str], config: BuildConfig, plan: BudgetPlan, state: Buil
             out_texts = runner.predict(groups, sampler, prompt=prompt, max_new_tokens=config.T,
                                        clip=config.clip, temperature=temperature,
                                        batch_rows=config.batch_rows,
-                                       response_prefix=config.response_prefix or "")
+                                       response_prefix=_reply_prefixes(config, top_words))
             charge_unstarted(ledger, sampler)
         synthetic = {"texts": out_texts, "tokens": token_counts}
         state.save("synthetic", synthetic)
@@ -279,6 +279,14 @@ def _stages(texts: list[str], config: BuildConfig, plan: BudgetPlan, state: Buil
     seconds["e_self_filter"] = time.monotonic() - t0
     return {"texts": synthetic["texts"], "tokens": synthetic["tokens"], "kept": kept,
             "cluster_keywords": top_words, "vocabulary_sha256": vocab.sha256}
+
+
+def _reply_prefixes(config: BuildConfig, top_words: list[str]) -> str | list[str]:
+    """The public reply prefix; ``{keyword}`` names each cluster's released keyword."""
+    prefix = config.response_prefix or ""
+    if "{keyword}" not in prefix:
+        return prefix
+    return [prefix.replace("{keyword}", word) for word in top_words]
 
 
 def _eos_ids(runner: Runner) -> frozenset[int]:

@@ -90,7 +90,8 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                    "{document} (or @FILE)")
     g.add_argument("--response-prefix", help="public text every synthetic reply starts with, "
                    "e.g. 'The diagnosis is' (free: it does not depend on the data; spares the "
-                   "first tokens a consensus of their own)")
+                   "first tokens a consensus of their own); {keyword} becomes the cluster's "
+                   "released keyword")
     g.add_argument("--keyword-prompt", type=_prompt_text, help="stage (a) prompt with {K} and "
                    "{document} (or @FILE)")
     g.add_argument("--filter-prompt", type=_prompt_text, help="stage (e) YES/NO task prompt "

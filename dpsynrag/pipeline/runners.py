@@ -34,7 +34,7 @@ class Runner(Protocol):
                     progress: Progress) -> list[bool]: ...
     def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
                 max_new_tokens: int, clip: float, temperature: float,
-                batch_rows: int | None, response_prefix: str = "") -> list[str]: ...
+                batch_rows: int | None, response_prefix: str | Sequence[str] = "") -> list[str]: ...
     def close(self) -> None: ...
 
 
@@ -127,7 +127,7 @@ class LocalRunner:
 
     def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
                 max_new_tokens: int, clip: float, temperature: float,
-                batch_rows: int | None, response_prefix: str = "") -> list[str]:
+                batch_rows: int | None, response_prefix: str | Sequence[str] = "") -> list[str]:
         worker = self.worker
         worker.start_prediction(groups, prompt=prompt, max_new_tokens=max_new_tokens, clip=clip,
                                 temperature=temperature, batch_rows=batch_rows,
@@ -216,13 +216,15 @@ class RayRunner:
 
     def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
                 max_new_tokens: int, clip: float, temperature: float,
-                batch_rows: int | None, response_prefix: str = "") -> list[str]:
+                batch_rows: int | None, response_prefix: str | Sequence[str] = "") -> list[str]:
         ray = self._ray
         shards = _balanced_shards(groups, len(self.workers))
         calls = [(self.workers[i], shard) for i, shard in enumerate(shards)]
         ray.get([worker.start_prediction.remote(
             [groups[g] for g in shard], prompt=prompt, max_new_tokens=max_new_tokens, clip=clip,
-            temperature=temperature, batch_rows=batch_rows, response_prefix=response_prefix)
+            temperature=temperature, batch_rows=batch_rows,
+            response_prefix=response_prefix if isinstance(response_prefix, str)
+            else [response_prefix[g] for g in shard])
             for worker, shard in calls])
         owner: dict[Any, int] = {}
 

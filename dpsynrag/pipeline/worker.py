@@ -84,7 +84,8 @@ class ModelWorker:
     # ------------------------------------------------------------------ private prediction
     def start_prediction(self, groups: Sequence[Sequence[str]], *, prompt: str,
                          max_new_tokens: int, clip: float, temperature: float,
-                         batch_rows: int | None = None, response_prefix: str = "") -> None:
+                         batch_rows: int | None = None,
+                         response_prefix: str | Sequence[str] = "") -> None:
         """Start the engine on ``groups``; its votes come out of ``next_request``."""
         from dpsynrag.transforms.private_prediction import private_predict
 

@@ -106,7 +106,7 @@ def private_predict(
     on_step: Callable[[StepReport], None] | None = None,
     sampler: Sampler | None = None,
     engine: Literal["auto", "packed", "reference"] = "auto",
-    response_prefix: str = "",
+    response_prefix: str | Sequence[str] = "",
 ) -> list[str]:
     """One synthetic text per group: DP-SynRAG private prediction (see the module docstring).
 
@@ -121,7 +121,8 @@ def private_predict(
     to the largest group, whose rows must decode together). ``response_prefix`` is public
     text that every reply starts with (appended after the chat prompt, part of the returned
     text): it costs nothing, since it does not depend on the data, and spares the first
-    sampled tokens, which otherwise need a consensus of their own. ``on_step`` receives a
+    sampled tokens, which otherwise need a consensus of their own. A sequence gives one public
+    prefix per group (e.g. naming the cluster's released keyword). ``on_step`` receives a
     ``StepReport`` after each step of the packed engine: it holds counts derived from private
     data, for progress bars and benchmarks in this process only; never log it.
     """
@@ -134,16 +135,22 @@ def private_predict(
         def sampler(votes: torch.Tensor, _active: list[int]) -> np.ndarray:
             return sample_tokens(votes, temperature, rng)
 
-    forced = response_prefix_ids(llm, response_prefix)
-    token_ids: dict[str, tuple[int, ...]] = {}
+    prefixes = [response_prefix] * len(groups) if isinstance(response_prefix, str) \
+        else list(response_prefix)
+    if len(prefixes) != len(groups):
+        raise ValueError("one response prefix per group is required")
+    forced_of = {p: tuple(response_prefix_ids(llm, p)) for p in set(prefixes)}
+    prompt_ids: dict[str, tuple[int, ...]] = {}
+    token_ids: dict[tuple[str, str], tuple[int, ...]] = {}
     rows: list[list[tuple[int, ...]]] = []
-    for group in groups:
+    for group, prefix in zip(groups, prefixes, strict=True):
         rows.append([])
         for doc in group:
-            if doc not in token_ids:
-                token_ids[doc] = tuple([*llm.chat_prompt_ids(render_prompt(prompt, doc)),
-                                        *forced])
-            rows[-1].append(token_ids[doc])
+            if doc not in prompt_ids:
+                prompt_ids[doc] = tuple(llm.chat_prompt_ids(render_prompt(prompt, doc)))
+            if (doc, prefix) not in token_ids:
+                token_ids[(doc, prefix)] = (*prompt_ids[doc], *forced_of[prefix])
+            rows[-1].append(token_ids[(doc, prefix)])
     eos = frozenset(int(t) for t in llm.eos_token_ids)
     device = torch.device(llm.device)
     packed = engine == "packed" or (engine == "auto" and decoding_llama.supports(llm.model))
@@ -162,7 +169,8 @@ def private_predict(
         tokens = reference_tokens(
             llm.model, rows, max_new_tokens=max_new_tokens, clip=clip, sampler=sampler,
             eos_ids=eos, vocab_size=llm.vocab_size, device=device)
-    return [_decode(llm.tokenizer, [*forced, *t]) for t in tokens]
+    return [_decode(llm.tokenizer, [*forced_of[p], *t]) for p, t in zip(prefixes, tokens,
+                                                                        strict=True)]
 
 
 def _shared_prefix_length(rows: list[tuple[int, ...]]) -> int:
