@@ -41,10 +41,11 @@ from dpsynrag.accounting.conversions import (
     epsilon_for,
     rho_for,
 )
-from dpsynrag.accounting.ledger import Charge, Ledger
+from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.planner import DEFAULT_VOCAB_SIZE, PlanError, consensus_rows
 from dpsynrag.accounting.rng import RandomSource, secure_rng
 from dpsynrag.pipeline.runners import Runner
+from dpsynrag.transforms.prediction_release import PartitionTokenSampler
 from dpsynrag.transforms.private_prediction import PLACEHOLDER
 
 __all__ = [
@@ -230,111 +231,6 @@ def check_batches(batches: Sequence[Sequence[int]], n_docs: int) -> None:
 # ---------------------------------------------------------------------------------- sampling
 def partition_name(batch: int) -> str:
     return f"{GROUP}/batch/{batch:05d}"
-
-
-class PartitionTokenSampler:
-    """Driver-side sampler ``(votes, active group indices) -> tokens`` through the ledger.
-
-    A parameterised copy of ``prediction_release.LedgerTokenSampler`` (which hardcodes the
-    group ``clusters`` and partitions ``cluster/NNNNN``): group g's tokens are released under
-    ``<partitions[g]>/token/<step>`` in partition ``partitions[g]`` of parallel group
-    ``group``, stage ``stage``.
-
-    Privacy: each released token is one exponential-mechanism draw from exactly
-    softmax(votes / temperature) over rows clipped to [-clip, clip]: rho = (clip/temperature)^2
-    / 2, recomputed by the ledger from the recorded parameters. A group that stops after
-    n < T tokens (EOS) is charged the remaining T - n draws under ``<partition>/token-reserve``
-    (no value), so every partition costs exactly T (clip/temperature)^2 / 2 whatever the data.
-    A token already in the ledger (resume) is returned as stored: never redrawn or recharged.
-    """
-
-    def __init__(self, ledger: Ledger, partitions: Sequence[str], *, group: str, stage: str,
-                 clip: float, temperature: float, max_new_tokens: int,
-                 eos_ids: Iterable[int],
-                 on_finish: Callable[[int, int], None] | None = None) -> None:
-        if len(set(partitions)) != len(partitions):
-            raise ValueError("partition names must be distinct")
-        self.ledger = ledger
-        self.partitions = list(partitions)
-        self.group, self.stage = group, stage
-        self.clip, self.temperature, self.T = float(clip), float(temperature), max_new_tokens
-        self.eos_ids = frozenset(int(t) for t in eos_ids)
-        self.on_finish = on_finish
-        self.steps = [0] * len(self.partitions)
-        self.finished = [False] * len(self.partitions)
-
-    def _charge(self, partition: str, tokens: int | None = None) -> Charge:
-        params: dict[str, float | int] = {"clip": self.clip, "temperature": self.temperature}
-        if tokens is not None:
-            params["tokens"] = tokens
-        return Charge(stage=self.stage, mechanism="token_softmax", params=params,
-                      sensitivity=self.clip, sensitivity_norm="linf", group=self.group,
-                      partition=partition)
-
-    def __call__(self, votes: np.ndarray, active: list[int]) -> np.ndarray:
-        votes = np.asarray(votes, dtype=np.float64)
-        if votes.ndim != 2 or votes.shape[0] != len(active):
-            raise ValueError("one row of votes per active group is required")
-        requests = []
-        for row, group in enumerate(active):
-            if self.finished[group]:
-                raise RuntimeError("the engine asked for a token of a finished group")
-            step = self.steps[group]
-            if step >= self.T:
-                raise RuntimeError("the engine asked for more than T tokens")
-            partition = self.partitions[group]
-            requests.append((f"{partition}/token/{step:03d}", self._charge(partition),
-                             _draw_one(votes[row], self.temperature)))
-        tokens = [int(t) for t in self.ledger.release_many(requests)]
-        reserves = []
-        for group, token in zip(active, tokens, strict=True):
-            self.steps[group] += 1
-            n = self.steps[group]
-            if token in self.eos_ids or n >= self.T:
-                self.finished[group] = True
-                if n < self.T:
-                    partition = self.partitions[group]
-                    reserves.append((f"{partition}/token-reserve",
-                                     self._charge(partition, self.T - n), _no_value))
-                if self.on_finish is not None:
-                    self.on_finish(group, n)
-        if reserves:
-            self.ledger.release_many(reserves)
-        return np.asarray(tokens, dtype=np.int64)
-
-    def charge_unfinished(self) -> None:
-        """Charge the remaining draws of every group that did not finish through this sampler.
-
-        Normally none: the engine stops a group only at an EOS token or after T tokens, which
-        the sampler sees. A group the engine never sampled, or stopped at a token outside
-        ``eos_ids`` (a caller passing another EOS set than the model's), would otherwise be
-        charged fewer than T draws; here it is charged ``T - steps`` as a reservation.
-        """
-        reserves = []
-        for group, partition in enumerate(self.partitions):
-            if not self.finished[group]:
-                reserves.append((f"{partition}/token-reserve",
-                                 self._charge(partition, self.T - self.steps[group]),
-                                 _no_value))
-                self.finished[group] = True
-        if reserves:
-            self.ledger.release_many(reserves)
-
-
-def _draw_one(row: np.ndarray, temperature: float) -> Callable[[RandomSource], int]:
-    """One draw from exactly softmax(row / temperature) with the ledger's random source."""
-    import torch
-
-    from dpsynrag.accounting.token_sampling import sample_tokens
-
-    def draw(rng: RandomSource) -> int:
-        return int(sample_tokens(torch.from_numpy(np.array(row[None, :])), temperature, rng)[0])
-
-    return draw
-
-
-def _no_value(_rng: RandomSource) -> None:
-    return None
 
 
 # ---------------------------------------------------------------------------------- the run

@@ -17,7 +17,7 @@ again), so replaying a cluster after a crash regenerates the same text.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -41,35 +41,47 @@ def reserve_key(cluster: int) -> str:
     return f"{partition_name(cluster)}/token-reserve"
 
 
-class LedgerTokenSampler:
-    """The driver-side sampler: ``(votes, active group indices) -> tokens`` via the ledger.
+class PartitionTokenSampler:
+    """Driver-side sampler ``(votes, active group indices) -> tokens`` through the ledger.
 
-    ``clusters[g]`` is the cluster id of group g. ``on_finish(g, n_tokens)`` is called when a
-    group ends (EOS or T tokens).
+    Group g's tokens are released under
+    ``<partitions[g]>/token/<step>`` in partition ``partitions[g]`` of parallel group
+    ``group``, stage ``stage``.
+
+    Privacy: each released token is one exponential-mechanism draw from exactly
+    softmax(votes / temperature) over rows clipped to [-clip, clip]: rho = (clip/temperature)^2
+    / 2, recomputed by the ledger from the recorded parameters. A group that stops after
+    n < T tokens (EOS) is charged the remaining T - n draws under ``<partition>/token-reserve``
+    (no value), so every partition costs exactly T (clip/temperature)^2 / 2 whatever the data.
+    A token already in the ledger (resume) is returned as stored: never redrawn or recharged.
     """
 
-    def __init__(self, ledger: Ledger, clusters: Sequence[int], *, clip: float,
-                 temperature: float, max_new_tokens: int, eos_ids: frozenset[int],
+    def __init__(self, ledger: Ledger, partitions: Sequence[str], *, group: str, stage: str,
+                 clip: float, temperature: float, max_new_tokens: int,
+                 eos_ids: Iterable[int],
                  on_finish: Callable[[int, int], None] | None = None) -> None:
+        if len(set(partitions)) != len(partitions):
+            raise ValueError("partition names must be distinct")
         self.ledger = ledger
-        self.clusters = list(clusters)
-        self.clip, self.temperature, self.T = clip, temperature, max_new_tokens
-        self.eos_ids = eos_ids
+        self.partitions = list(partitions)
+        self.group, self.stage = group, stage
+        self.clip, self.temperature, self.T = float(clip), float(temperature), max_new_tokens
+        self.eos_ids = frozenset(int(t) for t in eos_ids)
         self.on_finish = on_finish
-        self.steps = [0] * len(self.clusters)
-        self.finished = [False] * len(self.clusters)
+        self.steps = [0] * len(self.partitions)
+        self.finished = [False] * len(self.partitions)
 
-    def _charge(self, cluster: int, tokens: int | None = None) -> Charge:
+    def _charge(self, partition: str, tokens: int | None = None) -> Charge:
         params: dict[str, float | int] = {"clip": self.clip, "temperature": self.temperature}
         if tokens is not None:
             params["tokens"] = tokens
-        return Charge(stage=STAGE, mechanism="token_softmax", params=params,
-                      sensitivity=self.clip, sensitivity_norm="linf", group=GROUP,
-                      partition=partition_name(cluster))
+        return Charge(stage=self.stage, mechanism="token_softmax", params=params,
+                      sensitivity=self.clip, sensitivity_norm="linf", group=self.group,
+                      partition=partition)
 
     def __call__(self, votes: np.ndarray, active: list[int]) -> np.ndarray:
         votes = np.asarray(votes, dtype=np.float64)
-        if votes.shape[0] != len(active):
+        if votes.ndim != 2 or votes.shape[0] != len(active):
             raise ValueError("one row of votes per active group is required")
         requests = []
         for row, group in enumerate(active):
@@ -78,8 +90,9 @@ class LedgerTokenSampler:
             step = self.steps[group]
             if step >= self.T:
                 raise RuntimeError("the engine asked for more than T tokens")
-            requests.append((token_key(self.clusters[group], step), self._charge(
-                self.clusters[group]), _draw_one(votes[row], self.temperature)))
+            partition = self.partitions[group]
+            requests.append((f"{partition}/token/{step:03d}", self._charge(partition),
+                             _draw_one(votes[row], self.temperature)))
         tokens = [int(t) for t in self.ledger.release_many(requests)]
         reserves = []
         for group, token in zip(active, tokens, strict=True):
@@ -88,16 +101,52 @@ class LedgerTokenSampler:
             if token in self.eos_ids or n >= self.T:
                 self.finished[group] = True
                 if n < self.T:
-                    reserves.append((reserve_key(self.clusters[group]),
-                                     self._charge(self.clusters[group], self.T - n), _no_value))
+                    partition = self.partitions[group]
+                    reserves.append((f"{partition}/token-reserve",
+                                     self._charge(partition, self.T - n), _no_value))
                 if self.on_finish is not None:
                     self.on_finish(group, n)
         if reserves:
             self.ledger.release_many(reserves)
         return np.asarray(tokens, dtype=np.int64)
 
+    def charge_unfinished(self) -> None:
+        """Charge the remaining draws of every group that did not finish through this sampler.
+
+        Normally none: the engine stops a group only at an EOS token or after T tokens, which
+        the sampler sees. A group the engine never sampled, or stopped at a token outside
+        ``eos_ids`` (a caller passing another EOS set than the model's), would otherwise be
+        charged fewer than T draws; here it is charged ``T - steps`` as a reservation.
+        """
+        reserves = []
+        for group, partition in enumerate(self.partitions):
+            if not self.finished[group]:
+                reserves.append((f"{partition}/token-reserve",
+                                 self._charge(partition, self.T - self.steps[group]),
+                                 _no_value))
+                self.finished[group] = True
+        if reserves:
+            self.ledger.release_many(reserves)
+
+
+class LedgerTokenSampler(PartitionTokenSampler):
+    """DP-SynRAG's stage (d) sampler: partition ``cluster/<r>`` of the group ``clusters``.
+
+    ``clusters[g]`` is the cluster id of group g; see ``PartitionTokenSampler`` for the
+    privacy cost (T (c/tau)^2 / 2 per cluster, whatever the data).
+    """
+
+    def __init__(self, ledger: Ledger, clusters: Sequence[int], *, clip: float,
+                 temperature: float, max_new_tokens: int, eos_ids: Iterable[int],
+                 on_finish: Callable[[int, int], None] | None = None) -> None:
+        self.clusters = list(clusters)
+        super().__init__(ledger, [partition_name(c) for c in self.clusters], group=GROUP,
+                         stage=STAGE, clip=clip, temperature=temperature,
+                         max_new_tokens=max_new_tokens, eos_ids=eos_ids, on_finish=on_finish)
+
 
 def _draw_one(row: np.ndarray, temperature: float) -> Callable[[RandomSource], int]:
+    """One draw from exactly softmax(row / temperature) with the ledger's random source."""
     import torch
 
     def draw(rng: RandomSource) -> int:
@@ -110,18 +159,12 @@ def _no_value(_rng: RandomSource) -> None:
     return None
 
 
-def charge_unstarted(ledger: Ledger, sampler: LedgerTokenSampler) -> None:
+def charge_unstarted(ledger: Ledger, sampler: PartitionTokenSampler) -> None:
     """Charge the remaining draws (T - steps) of every group the engine did not finish.
 
     Normally none: the engine stops a group only at the model's EOS or after T tokens. This
     keeps the per-cluster charge at exactly T draws even if the two ever disagree.
     """
-    reserves = []
-    for group, cluster in enumerate(sampler.clusters):
-        if not sampler.finished[group]:
-            sampler.finished[group] = True
-            reserves.append((reserve_key(cluster),
-                             sampler._charge(cluster, sampler.T - sampler.steps[group]),
-                             _no_value))
-    if reserves:
-        ledger.release_many(reserves)
+    if sampler.ledger is not ledger:
+        raise ValueError("the sampler charges a different ledger")
+    sampler.charge_unfinished()
