@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from tiny_models import make_tiny_llm
 
 from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.models.llm import LoadedLLM
@@ -32,31 +31,13 @@ _WORD_TEXT = (
 )
 WORDS = _WORD_TEXT.split()
 SPECIALS = ["<unk>", "<|im_start|>", "<|im_end|>", "<|endoftext|>"]
-TEMPLATE = (
-    "{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> "
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|> assistant {% endif %}"
-)
 PROMPT = "rewrite the following note : {document} ."
 CLIP = 1.0
 FIRST_WORD = len(SPECIALS)
 
 
 def tiny_llm(dtype: torch.dtype = torch.float32, seed: int = 0) -> LoadedLLM:
-    vocab = {t: i for i, t in enumerate(SPECIALS + sorted(set(WORDS)))}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, unk_token="<unk>", eos_token="<|im_end|>",
-        additional_special_tokens=["<|im_start|>", "<|endoftext|>"])
-    tokenizer.chat_template = TEMPLATE
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        initializer_range=0.3, eos_token_id=vocab["<|im_end|>"], bos_token_id=None,
-        pad_token_id=None, tie_word_embeddings=True)
-    model = LlamaForCausalLM(config).to(dtype).eval()
-    return LoadedLLM(model=model, tokenizer=tokenizer, device=torch.device("cpu"), dtype=dtype)
+    return make_tiny_llm(WORDS, specials=SPECIALS, dtype=dtype, seed=seed)
 
 
 @pytest.fixture(scope="module")
