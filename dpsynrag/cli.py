@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     cli_tools.add_ledger_parser(subparsers)
     cli_tools.add_dataset_parser(subparsers, _positive_int)
     cli_tools.add_eval_parser(subparsers, _positive_int)
+    from dpsynrag.query.cli import add_query_parser
+
+    add_query_parser(subparsers, _positive_float, _positive_int)
     return parser
 
 

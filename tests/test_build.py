@@ -240,3 +240,26 @@ def test_no_retrieval_ablation_gives_stage_c_budget_to_prediction(notes, tmp_pat
     assert not [r for r in ledger.releases() if r.stage.startswith("c-")]
     ledger.close()
     assert verify_output(tmp_path / "noret", tmp_path / "key.pem.pub") == []
+
+
+def test_the_build_is_charged_to_the_corpus_ledger_once_and_checked_against_its_cap(
+        notes, tmp_path) -> None:
+    from dpsynrag.accounting.corpus_ledger import BudgetRefusedError, CorpusLedger
+
+    ledger_path = tmp_path / "corpus.sqlite"
+    config = make_config(None, SMALL)
+    for _ in range(2):  # the second run resumes the same state: no second charge
+        summary = run_build(notes, tmp_path / "out", config, state_dir=tmp_path / "state",
+                            runner=_runner(), force=True, corpus_ledger=ledger_path)
+    with CorpusLedger(ledger_path) as ledger:
+        [entry] = ledger.entries()
+        assert entry.kind == "build"
+        assert math.isclose(entry.rho, summary.rho_spent, rel_tol=1e-12)
+    capped = tmp_path / "capped.sqlite"
+    with CorpusLedger(capped) as ledger:
+        ledger.set_cap(epsilon=config.epsilon / 2, delta=config.delta)
+    with pytest.raises(BudgetRefusedError):
+        run_build(notes, tmp_path / "out2", config, state_dir=tmp_path / "state2",
+                  runner=_runner(), corpus_ledger=capped)
+    assert not (tmp_path / "out2").exists()
+    assert not (tmp_path / "state2" / "ledger.sqlite").exists()  # nothing private was drawn

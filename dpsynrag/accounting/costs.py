@@ -2,12 +2,18 @@
 
 The ledger never trusts a caller's rho: it recomputes it here from the recorded parameters, and
 ``dpsynrag verify`` re-derives it the same way. One entry per mechanism name.
+
+Mechanisms that are only (epsilon, delta)-DP (LimitedDomain, PTR) are accounted as
+*approximate* zCDP (Bun & Steinke 2016, Def. 8.1): ``mechanism_rho`` gives their rho and
+``mechanism_delta`` their approximate delta (0 for every pure/zCDP mechanism). Approximate
+zCDP composes by adding rho and adding delta; delta-approximately rho-zCDP implies
+(epsilon(rho, delta'), delta + delta')-DP for every delta' > 0 (see ``conversions``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
@@ -31,6 +37,26 @@ def token_rho(clip: float, temperature: float) -> float:
     return (clip / temperature) ** 2 / 2.0
 
 
+def pure_dp_rho(epsilon: float) -> float:
+    """Pure epsilon-DP implies rho = epsilon^2 / 2 zCDP (Bun & Steinke 2016, Prop. 1.4)."""
+    _positive(epsilon, "epsilon")
+    return epsilon**2 / 2.0
+
+
+def approximate_delta(delta: float) -> float:
+    """The approximate delta of an (epsilon, delta)-DP mechanism: delta itself, in (0, 1)."""
+    if not (isinstance(delta, int | float) and not isinstance(delta, bool)
+            and math.isfinite(delta) and 0 < delta < 1):
+        raise ValueError(f"delta must lie strictly between 0 and 1, got {delta!r}")
+    return float(delta)
+
+
+def _with_delta(rho: float, delta: float) -> float:
+    """``rho``, once the approximate ``delta`` of the same mechanism is validated."""
+    approximate_delta(delta)
+    return rho
+
+
 def _positive(value: float, name: str) -> None:
     if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a finite positive number, got {value!r}")
@@ -46,7 +72,79 @@ MECHANISM_COSTS: Mapping[str, Callable[..., float]] = {
     "gaussian": lambda p: gaussian_rho(p["l2_sensitivity"], p["sigma"]),
     "exponential_threshold": lambda p: exponential_rho(p["epsilon"]),
     "token_softmax": lambda p: p.get("tokens", 1) * token_rho(p["clip"], p["temperature"]),
+    # Query-time mechanisms (mechanism-specs.md sections 1.2-1.6); see also MECHANISM_DELTAS.
+    # Exponential mechanism, epsilon-DP and epsilon-bounded-range: rho = eps^2/8 (Cesar & Rogers
+    # 2021; specs 1.2).
+    "exponential": lambda p: exponential_rho(p["epsilon"]),
+    # LimitedDomain, (eps, delta)-DP (Durfee & Rogers 2019): delta-approximately eps^2/2-zCDP
+    # (Bun & Steinke 2016, Prop. 1.4 and Def. 8.1; specs 1.6).
+    "limited_domain": lambda p: _with_delta(pure_dp_rho(p["epsilon"]), p["delta"]),
+    # One sparse-vector epoch (AboveThreshold up to one crossing), eps-DP (Dwork & Roth 2014,
+    # Thm 3.23): rho = eps^2/2 (Bun & Steinke 2016, Prop. 1.4; specs 1.4).
+    "sparse_vector_epoch": lambda p: pure_dp_rho(p["epsilon"]),
+    # PTR test: statistic of l2 sensitivity 2 plus N(0, (2 sigma)^2): rho = 2^2/(2 (2 sigma)^2)
+    # = 1/(2 sigma^2), delta-approximate (Zhu & Wang 2022 as used by DP-KSA; specs 1.5, 2.5).
+    "ptr_gaussian": lambda p: _with_delta(gaussian_rho(2.0, 2.0 * p["sigma"]), p["delta"]),
+    # Koga et al.'s per-query composition, charged in (epsilon, delta) currency, not zCDP:
+    # see MECHANISM_DP. Its rho is 0; the ledger adds its epsilon after converting the rest.
+    "dp_composition": lambda p: _check_dp_composition(p) * 0.0,
 }
+
+
+MECHANISM_DELTAS: Mapping[str, Callable[[Mapping[str, Any]], float]] = {
+    # LimitedDomain: its (eps, delta)-DP delta (Bun & Steinke 2016, Def. 8.1).
+    "limited_domain": lambda p: approximate_delta(p["delta"]),
+    # PTR: the probability delta that the test passes on an unstable input (specs 1.5, 2.5).
+    "ptr_gaussian": lambda p: approximate_delta(p["delta"]),
+}
+
+
+def _check_dp_composition(p: Mapping[str, Any]) -> float:
+    """Validate a ``dp_composition`` charge; returns 1.0.
+
+    ``steps`` (epsilon_tok, delta_tok)-DP private tokens must fit in the charged (epsilon,
+    delta) by Koga et al.'s rule (the better of sequential and advanced composition).
+    """
+    from dpsynrag.accounting.calibration import koga_max_steps
+
+    epsilon, delta = float(p["epsilon"]), float(p["delta"])
+    token_epsilon, token_delta = float(p["token_epsilon"]), float(p["token_delta"])
+    steps = p["steps"]
+    _positive(epsilon, "epsilon")
+    _positive(token_epsilon, "token_epsilon")
+    approximate_delta(delta)
+    approximate_delta(token_delta)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    if koga_max_steps(token_epsilon, token_delta, epsilon, delta) < steps:
+        raise ValueError(f"{steps} steps of ({token_epsilon:g}, {token_delta:g})-DP do not fit "
+                         f"in ({epsilon:g}, {delta:g})-DP")
+    return 1.0
+
+
+# Mechanisms charged in (epsilon, delta)-DP currency: composed with the rest by basic
+# composition (the zCDP part is converted to (eps', delta') first, then epsilons and deltas add).
+MECHANISM_DP: Mapping[str, Callable[[Mapping[str, Any]], tuple[float, float]]] = {
+    "dp_composition": lambda p: (float(p["epsilon"]), float(p["delta"])),
+}
+
+
+def mechanism_dp(mechanism: str, params: Mapping[str, Any]) -> tuple[float, float]:
+    """(epsilon, delta) charged in DP currency by one release ((0, 0) for zCDP mechanisms)."""
+    mechanism_rho(mechanism, params)  # validates the name and the parameters
+    cost = MECHANISM_DP.get(mechanism)
+    return (0.0, 0.0) if cost is None else cost(params)
+
+
+def dp_spend_of(mechanisms: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
+    """Summed (epsilon, delta) of the items charged in DP currency (basic composition)."""
+    spend_of(mechanisms)  # validates every item
+    epsilon = delta = 0.0
+    for item in mechanisms:
+        e, d = mechanism_dp(item["mechanism"], item.get("params", {}))
+        epsilon += item.get("count", 1) * e
+        delta += item.get("count", 1) * d
+    return epsilon, delta
 
 
 MECHANISM_SENSITIVITY: Mapping[str, tuple[str, Callable[[Mapping[str, Any]], float]]] = {
@@ -54,6 +152,11 @@ MECHANISM_SENSITIVITY: Mapping[str, tuple[str, Callable[[Mapping[str, Any]], flo
     "gaussian": ("l2", lambda p: float(p["l2_sensitivity"])),
     "exponential_threshold": ("count", lambda p: 1.0),
     "token_softmax": ("linf", lambda p: float(p["clip"])),
+    "exponential": ("count", lambda p: 1.0),
+    "limited_domain": ("count", lambda p: 1.0),  # a vote count moves by at most 1
+    "sparse_vector_epoch": ("count", lambda p: 1.0),  # each query has sensitivity 1
+    "ptr_gaussian": ("l2", lambda p: 2.0),  # the tested gap statistic has sensitivity 2
+    "dp_composition": ("count", lambda p: 1.0),  # one vote changes per neighbour
 }
 
 
@@ -75,3 +178,43 @@ def mechanism_rho(mechanism: str, params: Mapping[str, Any]) -> float:
         return float(cost(params))
     except KeyError as missing:
         raise ValueError(f"mechanism {mechanism!r} needs parameter {missing}") from None
+
+
+def mechanism_delta(mechanism: str, params: Mapping[str, Any]) -> float:
+    """The approximate delta of one recorded release (0.0 for a pure or zCDP mechanism)."""
+    mechanism_rho(mechanism, params)  # validates the name and the parameters
+    delta = MECHANISM_DELTAS.get(mechanism)
+    return 0.0 if delta is None else float(delta(params))
+
+
+_SPEND_KEYS = frozenset({"mechanism", "params", "count"})
+
+
+def spend_of(mechanisms: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
+    """Summed (rho, approximate delta) of ``{"mechanism", "params", "count" (default 1)}`` items.
+
+    Costs are recomputed from each mechanism's parameters; an item carrying anything else (a
+    ``rho``, say) is refused, so a caller cannot state its own cost.
+    """
+    if isinstance(mechanisms, str | bytes | Mapping):
+        raise ValueError("mechanisms must be a sequence of {mechanism, params, count} mappings")
+    rho = delta = 0.0
+    for item in mechanisms:
+        if not isinstance(item, Mapping):
+            raise ValueError(f"each mechanism must be a mapping, got {type(item).__name__}")
+        extra = sorted(set(item) - _SPEND_KEYS)
+        if extra:
+            raise ValueError(f"unexpected field(s) {extra} in a mechanism; costs are recomputed "
+                             "from 'mechanism' and 'params' only")
+        name, params = item.get("mechanism"), item.get("params", {})
+        if not isinstance(name, str):
+            raise ValueError("each mechanism needs a 'mechanism' name")
+        if not isinstance(params, Mapping):
+            raise ValueError(f"mechanism {name!r}: 'params' must be a mapping")
+        count = item.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"mechanism {name!r}: 'count' must be a positive integer, "
+                             f"got {count!r}")
+        rho += count * mechanism_rho(name, params)
+        delta += count * mechanism_delta(name, params)
+    return rho, delta

@@ -65,3 +65,53 @@ def exponential_threshold(
     keys = log_mass + rng.gumbel(log_mass.size)
     j = int(np.argmax(keys))
     return rng.uniform(float(breakpoints[j]), float(breakpoints[j + 1]))
+
+
+def top_p_weight(scores: np.ndarray, alpha: float, lo: float, hi: float) -> np.ndarray:
+    """Grislain's contrast weight w(s) = exp(alpha (s - hi) / (hi - lo)) in (0, 1].
+
+    The bounds are PUBLIC constants (the paper's observed min/max would break sensitivity 1).
+    """
+    clipped = np.clip(np.asarray(scores, dtype=np.float64).ravel(), lo, hi)
+    return np.exp(alpha * (clipped - hi) / (hi - lo))
+
+
+def top_p_interval_log_weights(
+    scores: np.ndarray, p: float, alpha: float, epsilon: float, lo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Like :func:`threshold_interval_log_weights` with the top-p utility.
+
+    u(theta) = -| sum_{s_i > theta} w(s_i) - p * sum_i w(s_i) |. Adding or removing one
+    document changes it by at most max(p, 1 - p) * max w <= 1, so the sensitivity is 1.
+    """
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+        raise ValueError("the threshold range needs finite lo < hi")
+    if not (np.isfinite(epsilon) and epsilon > 0):
+        raise ValueError("epsilon must be a finite positive number")
+    if not (0.0 < p < 1.0):
+        raise ValueError("p must lie strictly between 0 and 1")
+    if not (np.isfinite(alpha) and alpha >= 0):
+        raise ValueError("alpha must be a finite non-negative number")
+    clipped = np.sort(np.clip(np.asarray(scores, dtype=np.float64).ravel(), lo, hi))
+    if np.isnan(clipped).any():
+        raise ValueError("scores contain NaN")
+    weights = top_p_weight(clipped, alpha, lo, hi)
+    breakpoints = np.concatenate([[lo], clipped, [hi]])
+    widths = np.diff(breakpoints)
+    # interval j lies above the j smallest scores: the mass above it is the sum of the rest
+    mass_above = np.concatenate([np.cumsum(weights[::-1])[::-1], [0.0]])
+    utility = -np.abs(mass_above - p * weights.sum())
+    with np.errstate(divide="ignore"):
+        log_mass = np.log(widths) + epsilon * utility / 2.0
+    log_mass[widths <= 0] = -np.inf
+    return breakpoints, log_mass
+
+
+def sample_threshold(breakpoints: np.ndarray, log_mass: np.ndarray, rng: RandomSource) -> float:
+    """Draw theta: an interval by Gumbel-max on ``log_mass``, then a uniform point inside.
+
+    The result is private: use it only to select documents, never log or return it.
+    """
+    keys = log_mass + rng.gumbel(log_mass.size)
+    j = int(np.argmax(keys))
+    return rng.uniform(float(breakpoints[j]), float(breakpoints[j + 1]))

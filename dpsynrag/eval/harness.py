@@ -6,7 +6,9 @@ Methods (DP-SynRAG's Table 1 rows):
 * ``dp-synth``: private prediction on random batches without clustering (same epsilon);
 * ``dp-synrag``: the full build (``pipeline.build.run_build``) at each epsilon;
 * ablations of DP-SynRAG (the paper's Table 3) as extra methods: ``dp-synrag-hard``
-  (L = 1), ``dp-synrag-no-filter`` (self-filter off), ``dp-synrag-no-retrieval`` (S_r = C_r).
+  (L = 1), ``dp-synrag-no-filter`` (self-filter off), ``dp-synrag-no-retrieval`` (S_r = C_r);
+* query-time mechanisms over the private notes (``eval.query_methods``): ``dp-rag``,
+  ``dp-ksa``, ``sparse-vote``, where epsilon is PER QUERY and the run's total is reported.
 
 Metrics per run: answer recall@k over the corpus under test, end-to-end accuracy (greedy answer
 from the top-k texts contains the gold answer), leakage (outputs of benign and attack queries
@@ -29,10 +31,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpsynrag.eval.query_methods import QUERY_METHODS, run_query_method
 from dpsynrag.pipeline.config import BuildConfig, make_config
 
 METHODS = ("non-rag", "rag", "dp-synth", "dp-synrag", "dp-synrag-hard", "dp-synrag-no-filter",
-           "dp-synrag-no-retrieval")
+           "dp-synrag-no-retrieval", "dp-rag", "dp-ksa", "sparse-vote")
 PRIVATE_METHODS = METHODS[2:]
 ATTACK_TEMPLATE = "Who is the patient diagnosed with {disease}?"
 
@@ -70,6 +73,8 @@ class EvalSettings:
     build_config: Path | None = None
     build_options: dict[str, Any] = field(default_factory=dict)
     dp_synth_batch: int | None = None
+    n_queries: int | None = None
+    query_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def validate(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -88,9 +93,10 @@ def load_data(settings: EvalSettings, work: Path) -> EvalData:
 
     if settings.dataset == "clinic":
         dataset = make_clinic_dataset(n_notes=settings.n_notes, n_diseases=settings.n_diseases,
-                                      seed=settings.seed)
+                                      seed=settings.seed, n_queries=settings.n_queries)
         paths = write_clinic_dataset(work / "data", n_notes=settings.n_notes,
-                                     n_diseases=settings.n_diseases, seed=settings.seed)
+                                     n_diseases=settings.n_diseases, seed=settings.seed,
+                                     n_queries=settings.n_queries)
         diseases = sorted({q.answer for q in dataset.queries})
         return EvalData(
             note_ids=[n.id for n in dataset.notes], notes=[n.text for n in dataset.notes],
@@ -289,6 +295,12 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, runner: Any = None,
                 elif method == "dp-synth":
                     assert epsilon is not None
                     result = _run_dp_synth(settings, data, runner, work, epsilon, run)
+                elif method in QUERY_METHODS:
+                    assert epsilon is not None
+                    if note_vectors is None:
+                        note_vectors = runner.worker.embed(data.notes)
+                    result = run_query_method(data, runner, work, method, epsilon, run,
+                                              note_vectors, settings.query_options.get(method))
                 else:
                     assert epsilon is not None
                     result = _run_dp_synrag(settings, data, runner, work, method, epsilon, run)

@@ -231,6 +231,22 @@ def write_markdown(results: Mapping[str, Any], path: str | Path, *,
                 for row in budget_rows]
         lines += [*_table(["Method", "ε", "ρ total", *STAGES], rows), ""]
 
+    query_rows = [row for row in ordered if "epsilon_total" in row["metrics"]]
+    if query_rows:
+        lines += ["## Query-time methods: what the queries cost in total", "",
+                  "For query-time methods ε is per query; every query (benign and attack) is "
+                  "charged to one ledger and composed (zCDP, or basic composition for the "
+                  "(ε, δ) mechanisms). A synthetic corpus costs its ε once, for any number of "
+                  "queries.", ""]
+        rows = [[row["method"], _eps_cell(row["epsilon"]),
+                 _cell(row["metrics"].get("queries_charged"), digits=0, hide_zero_std=True),
+                 _cell(row["metrics"].get("epsilon_total"), digits=2, hide_zero_std=True),
+                 _cell(row["metrics"].get("delta_total"), digits=6, hide_zero_std=True),
+                 _cell(row["metrics"].get("ptr_pass_rate"), digits=1)]
+                for row in query_rows]
+        lines += [*_table(["Method", "ε per query", "Queries", "Total ε", "Total δ",
+                           "PTR pass (%)"], rows), ""]
+
     lines += ["## Wall time (seconds)", ""]
     rows = [[row["method"], _eps_cell(row["epsilon"]), str(row["n_runs"]),
              _cell(row["metrics"].get("wall_seconds"), digits=1)] for row in ordered]

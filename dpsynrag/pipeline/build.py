@@ -105,8 +105,15 @@ def run_build(input_path: Path, out_dir: Path, config: BuildConfig, *,
               state_dir: Path | None = None, signing_key: Path | None = None,
               force: bool = False, purge_state: bool = False,
               progress: ProgressFactory = _no_progress, runner: Runner | None = None,
-              log: Callable[[str], None] = lambda _m: None) -> BuildSummary:
-    """Build the synthetic corpus of ``input_path`` into ``out_dir``. See the module docstring."""
+              log: Callable[[str], None] = lambda _m: None,
+              corpus_ledger: Path | bool | None = None) -> BuildSummary:
+    """Build the synthetic corpus of ``input_path`` into ``out_dir``. See the module docstring.
+
+    The build's whole planned spend is charged to the private corpus's ledger
+    (``corpus_ledger``: a path, None for the default path derived from ``input_path``, False
+    for none) before any private computation; a resumed build finds its charge and pays
+    nothing more, and a cap the build does not fit in refuses it (``BudgetRefusedError``).
+    """
     from dpsynrag.pipeline.inputs import bound_units, input_fingerprint, read_documents
 
     started = time.monotonic()
@@ -134,6 +141,9 @@ def run_build(input_path: Path, out_dir: Path, config: BuildConfig, *,
                              "a changed corpus needs a fresh build (new --state-dir) and a "
                              "fresh budget")
         state.save("input", {"fingerprint": fingerprint})
+        if corpus_ledger is not False:
+            charge_corpus_ledger(Path(input_path), config, plan, state,
+                                 None if corpus_ledger in (None, True) else Path(corpus_ledger))
         rng = secure_rng(config.seed) if config.seed is not None else None
         ledger = Ledger(state.ledger_path, rng=rng)
         ledger.declare_parallel_group(
@@ -167,6 +177,46 @@ def run_build(input_path: Path, out_dir: Path, config: BuildConfig, *,
             state.purge()
     seconds["total"] = time.monotonic() - started
     return summary
+
+
+def corpus_ledger_mechanisms(config: BuildConfig, plan: BudgetPlan) -> list[dict[str, Any]]:
+    """The build's planned releases as corpus-ledger mechanisms (costs recomputed there).
+
+    The clusters compose by overlapping parallel composition: their cost is at most L times one
+    cluster's (every cluster has the same parameters), so L copies of one cluster's releases
+    are charged: exactly the build ledger's total.
+    """
+    temperature = config.clip / plan.c_over_tau
+    mechanisms: list[dict[str, Any]] = [
+        {"mechanism": "discrete_gaussian",
+         "params": {"sigma": plan.sigma_h, "l2_sensitivity": math.sqrt(config.K)}, "count": 1}]
+    if not config.no_retrieval:
+        mechanisms += [
+            {"mechanism": "gaussian", "params": {"sigma": plan.sigma_mu, "l2_sensitivity": 1.0},
+             "count": config.L},
+            {"mechanism": "exponential_threshold", "params": {"epsilon": config.eps_theta},
+             "count": config.L}]
+    mechanisms.append({"mechanism": "token_softmax",
+                       "params": {"clip": config.clip, "temperature": temperature,
+                                  "tokens": config.T}, "count": config.L})
+    return mechanisms
+
+
+def charge_corpus_ledger(input_path: Path, config: BuildConfig, plan: BudgetPlan,
+                         state: BuildState, ledger_path: Path | None) -> None:
+    """Charge the build to the private corpus's ledger once per state directory."""
+    import uuid
+
+    from dpsynrag.accounting.corpus_ledger import CorpusLedger, default_corpus_ledger_path
+
+    recorded = state.load("corpus_ledger") or {}
+    build_id = recorded.get("build_id") or uuid.uuid4().hex
+    state.save("corpus_ledger", {"build_id": build_id})
+    path = ledger_path or default_corpus_ledger_path(input_path)
+    with CorpusLedger(path) as ledger:
+        ledger.charge(f"build/{build_id}", kind="build", method="dp-synrag",
+                      mechanisms=corpus_ledger_mechanisms(config, plan),
+                      description=f"config {config.fingerprint()[:16]}")
 
 
 # ---------------------------------------------------------------------- stages

@@ -122,6 +122,10 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                    "intermediates; 0700; default ./.dpsynrag-state/<OUT name>-<hash>)")
     g.add_argument("--signing-key", type=Path, help="Ed25519 private key (PEM) from 'dpsynrag "
                    "keygen' (default: a key in ~/.config/dpsynrag, created on first use)")
+    g.add_argument("--corpus-ledger", type=Path, help="the private corpus's ledger, charged "
+                   "with this build's whole planned spend before any private computation and "
+                   "checked against its cap (exit 3 when it does not fit; default: derived from "
+                   "INPUT in the config dir, see 'dpsynrag ledger show --corpus INPUT')")
     g.add_argument("--force", action="store_true", help="replace an existing OUT")
     g.add_argument("--purge-state", action="store_true",
                    help="delete the state directory after a successful build")
@@ -161,7 +165,7 @@ def run_build_command(args: argparse.Namespace) -> int:
     summary = run_build(args.input, args.out, config, state_dir=args.state_dir,
                         signing_key=args.signing_key, force=args.force,
                         purge_state=args.purge_state, progress=progress_factory(args.quiet),
-                        log=lambda message: None)
+                        log=lambda message: None, corpus_ledger=args.corpus_ledger)
     print_summary(summary.as_dict())
     if args.summary_json is not None:
         args.summary_json.write_text(json.dumps(summary.as_dict(), indent=2, sort_keys=True)

@@ -1,4 +1,5 @@
-"""``dpsynrag keygen | verify | ledger show | dataset``: the operator's and auditor's tools."""
+"""``dpsynrag keygen | verify | ledger show | ledger cap | dataset``: the operator's and auditor's
+tools."""
 
 from __future__ import annotations
 
@@ -92,21 +93,76 @@ def _read_json(path: Path) -> Any:
         return {}
 
 
-# ---------------------------------------------------------------------- ledger show
+# ---------------------------------------------------------------------- ledger show / cap
 def add_ledger_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "ledger", help="inspect a build's privacy ledger",
-        description="Inspect the privacy ledger in a state directory (safe while a build runs).")
+        "ledger", help="inspect a build's privacy ledger or a private corpus's ledger",
+        description="Inspect the privacy ledger in a state directory, or the ledger of a "
+                    "private corpus (its builds and query-time spends), and set that corpus's "
+                    "cap. Safe while a build or queries run.")
     sub = parser.add_subparsers(title="ledger commands", metavar="COMMAND",
                                 parser_class=type(parser))
-    show = sub.add_parser("show", help="every release so far and the composed rho",
-                          description="Print every release (stage, mechanism, rho, sha256 of the "
-                                      "released value; never the value) and the composed rho.")
-    show.add_argument("--state-dir", type=Path, required=True, help="the build's state directory")
+    show = sub.add_parser(
+        "show", help="every release so far and the composed rho, or a corpus's spend and cap",
+        description="With --state-dir: print every release of a build (stage, mechanism, rho, "
+                    "sha256 of the released value; never the value) and the composed rho. With "
+                    "--corpus or --corpus-ledger: print the private corpus's spend (rho, "
+                    "approximate delta, epsilon and its conversion), its cap, the epsilon left, "
+                    "the number of builds, queries and refused charges, and the spend per "
+                    "method.")
+    where = show.add_mutually_exclusive_group(required=True)
+    where.add_argument("--state-dir", type=Path, help="the build's state directory")
+    _add_corpus_arguments(where)
     show.add_argument("--json", action="store_true", help="machine-readable output")
-    show.add_argument("--delta", type=float, default=None,
-                      help="also convert to epsilon at this delta (default: the build's)")
+    show.add_argument("--delta", type=_unit_float, default=None,
+                      help="also convert to epsilon at this delta (default: the build's, or the "
+                           "corpus cap's)")
     show.set_defaults(handler=run_ledger_show)
+    cap = sub.add_parser(
+        "cap", help="set the (epsilon, delta) cap of a private corpus",
+        description="Set or change the cap of a private corpus's ledger (created if missing). "
+                    "Every later build or query charge that would take the composed spend past "
+                    "the cap is refused before it runs. A cap below what is already spent is "
+                    "refused; every change is kept in the ledger's cap history.",
+        epilog="Example: dpsynrag ledger cap --corpus notes.jsonl --epsilon 10 --delta 1e-3")
+    where = cap.add_mutually_exclusive_group(required=True)
+    _add_corpus_arguments(where)
+    cap.add_argument("--epsilon", type=_positive_float, required=True, help="the cap's epsilon")
+    cap.add_argument("--delta", type=_unit_float, required=True,
+                     help="the cap's delta, in (0, 1); the approximate delta of (epsilon, "
+                          "delta)-DP mechanisms is spent out of it")
+    cap.add_argument("--conversion", choices=["bun-steinke", "cks"], default="bun-steinke",
+                     help="zCDP to (epsilon, delta) conversion (default: bun-steinke; cks is "
+                          "tighter)")
+    cap.add_argument("--json", action="store_true", help="print the ledger summary as JSON")
+    cap.set_defaults(handler=run_ledger_cap)
+
+
+def _add_corpus_arguments(group: Any) -> None:
+    group.add_argument("--corpus", type=Path, metavar="PRIVATE_INPUT",
+                       help="the private corpus (its ledger lives in the config directory, "
+                            "$DPSYNRAG_CONFIG_DIR/ledgers)")
+    group.add_argument("--corpus-ledger", type=Path, metavar="PATH",
+                       help="a corpus ledger file, given directly")
+
+
+def _positive_float(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite positive number, got {text!r}")
+    return value
+
+
+def _unit_float(text: str) -> float:
+    value = _positive_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {text!r}")
+    return value
 
 
 def ledger_report(state_dir: Path, delta: float | None = None) -> dict[str, Any]:
@@ -148,6 +204,8 @@ def ledger_report(state_dir: Path, delta: float | None = None) -> dict[str, Any]
 
 
 def run_ledger_show(args: argparse.Namespace) -> int:
+    if args.state_dir is None:
+        return _show_corpus_ledger(args)
     report = ledger_report(args.state_dir, args.delta)
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
@@ -170,6 +228,90 @@ def run_ledger_show(args: argparse.Namespace) -> int:
     console.print(f"composed rho: {report['rho_total']:.6f}")
     for name, eps in report.get("epsilon", {}).items():
         console.print(f"epsilon at delta={report['delta']:g} ({name}): {eps:.4f}")
+    return 0
+
+
+def _corpus_ledger_path(args: argparse.Namespace) -> tuple[Path, str]:
+    """The corpus ledger's path and how to name it in a message."""
+    from dpsynrag.accounting.corpus_ledger import default_corpus_ledger_path
+
+    if args.corpus_ledger is not None:
+        return args.corpus_ledger, str(args.corpus_ledger)
+    path = default_corpus_ledger_path(args.corpus)
+    return path, f"{args.corpus} (ledger {path})"
+
+
+def _open_corpus_ledger(args: argparse.Namespace, *, create: bool) -> Any:
+    from dpsynrag.accounting.corpus_ledger import CorpusLedger
+    from dpsynrag.accounting.ledger import LedgerError
+
+    path, name = _corpus_ledger_path(args)
+    if not create and not path.exists():
+        raise ToolError(f"{name}: no corpus ledger yet; set a cap with 'dpsynrag ledger cap' "
+                        "or charge a build or query first", 2)
+    if path.exists() and not path.is_file():
+        raise ToolError(f"{path}: not a file", 2)
+    try:
+        return CorpusLedger(path, create=create)
+    except LedgerError as error:
+        raise ToolError(str(error), 2) from None
+    except OSError as error:
+        raise ToolError(f"{path}: cannot open the corpus ledger: {error.strerror}", 2) from None
+
+
+def run_ledger_cap(args: argparse.Namespace) -> int:
+    from dpsynrag.accounting.corpus_ledger import CapError
+
+    with _open_corpus_ledger(args, create=True) as ledger:
+        try:
+            cap = ledger.set_cap(args.epsilon, args.delta, args.conversion)
+        except CapError as error:
+            raise ToolError(str(error), 1) from None
+        summary = ledger.summary()
+    if args.json:
+        print(json.dumps(summary, indent=1, sort_keys=True))
+        return 0
+    spent = summary["spent"]
+    print(f"cap of {summary['path']}: epsilon={cap.epsilon:g}, delta={cap.delta:g} "
+          f"({cap.conversion}); spent epsilon={_fmt(spent['epsilon'])}, remaining "
+          f"epsilon={_fmt(summary['remaining_epsilon'])}")
+    return 0
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _show_corpus_ledger(args: argparse.Namespace) -> int:
+    with _open_corpus_ledger(args, create=False) as ledger:
+        summary = ledger.summary(args.delta)
+    if args.json:
+        print(json.dumps(summary, indent=1, sort_keys=True))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"corpus ledger {summary['path']}")
+    for column in ("kind", "method", "charges", "rho", "approximate delta"):
+        table.add_column(column)
+    for row in summary["methods"]:
+        table.add_row(row["kind"], row["method"], str(row["charges"]), f"{row['rho']:.6f}",
+                      f"{row['delta_approx']:.3g}")
+    console = Console()
+    console.print(table)
+    spent, cap = summary["spent"], summary["cap"]
+    console.print(f"spent: rho={spent['rho']:.6f}, approximate delta={spent['delta_approx']:.3g}")
+    if spent["delta"] is not None:
+        epsilon = "inf" if spent["epsilon"] is None else f"{spent['epsilon']:.4f}"
+        console.print(f"epsilon at delta={spent['delta']:g} ({summary['conversion']}): {epsilon}")
+    if cap is None:
+        console.print("cap: none (every charge is accepted and recorded)")
+    else:
+        left = f"{_fmt(summary['remaining_epsilon'])} (rho={_fmt(summary['remaining_rho'], 6)})"
+        console.print(f"cap: epsilon={cap['epsilon']:g}, delta={cap['delta']:g} "
+                      f"({cap['conversion']}); remaining epsilon={left}")
+    console.print(f"builds: {summary['builds']}, queries: {summary['queries']}, refused "
+                  f"charges: {summary['refusals']}")
     return 0
 
 

@@ -42,6 +42,7 @@ from dpsynrag.accounting.clipping import clip_logits
 from dpsynrag.transforms.decoding_llama import LlamaStack, PrefixKV
 
 Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
+RowTransform = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -122,12 +123,14 @@ class PackedEngine:
         doc_cache_bytes: int | None = None,
         prefill_tokens: int = 4096,
         on_step: Callable[[StepReport], None] | None = None,
+        row_transform: RowTransform | None = None,
     ) -> None:
         self.stack = stack
         self.groups = [_Group(i, [row[prefix_len:] for row in g]) for i, g in enumerate(groups)]
         self.prefix_ids = prefix_ids
         self.max_new_tokens = max_new_tokens
         self.clip = clip
+        self.row_transform = row_transform
         self.sampler = sampler
         self.eos_ids = eos_ids
         self.vocab_size = vocab_size
@@ -312,7 +315,9 @@ class PackedEngine:
                                  device=device)
             rows = torch.as_tensor(occupied, device=device)
             with torch.inference_mode():
-                clipped = clip_logits(self.stack.logits(hidden[rows]), self.clip)
+                logits = self.stack.logits(hidden[rows])
+                clipped = clip_logits(logits, self.clip) if self.row_transform is None \
+                    else self.row_transform(logits)
                 votes.index_add_(0, owner, clipped.to(torch.float64))
             self.row_steps += int(occupied.size)
         tokens = np.asarray(self.sampler(votes, list(active)), dtype=np.int64)

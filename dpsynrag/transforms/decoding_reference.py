@@ -36,6 +36,7 @@ def reference_tokens(
     vocab_size: int,
     device: torch.device,
     timings: dict[str, float] | None = None,
+    row_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> list[list[int]]:
     """Generate one token list per group (EOS excluded); ``timings`` gets prefill/decode s."""
     clock = {"prefill_seconds": 0.0, "decode_seconds": 0.0, "row_steps": 0.0}
@@ -52,7 +53,9 @@ def reference_tokens(
                     tick = time.perf_counter()
                 else:
                     logits, state = _feed(model, state, tokens[-1])
-                votes = clip_logits(logits, clip).to(torch.float64).sum(dim=0, keepdim=True)
+                rows_out = clip_logits(logits, clip) if row_transform is None \
+                    else row_transform(logits)
+                votes = rows_out.to(torch.float64).sum(dim=0, keepdim=True)
                 clock["row_steps"] += len(rows)
             else:
                 tick = time.perf_counter()
@@ -93,3 +96,16 @@ def _feed(model: Any, state: dict[str, Any], token: int) -> tuple[torch.Tensor, 
                 past_key_values=state["cache"], use_cache=True)
     state = {"mask": mask, "next": state["next"] + 1, "cache": out.past_key_values}
     return out.logits[:, -1].float(), state
+
+
+def prefill_rows(
+    model: Any, rows: Sequence[Sequence[int]], device: torch.device
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Run left-padded ``rows`` once; their next-token logits and a cache state for feeding."""
+    return _prefill(model, rows, device)
+
+
+def feed_token(model: Any, state: dict[str, Any], token: int) -> tuple[torch.Tensor,
+                                                                       dict[str, Any]]:
+    """Append ``token`` to every row of ``state``; the next-token logits and the new state."""
+    return _feed(model, state, token)

@@ -36,7 +36,7 @@ from dpsynrag.accounting.clipping import clip_logits
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.accounting.token_sampling import sample_tokens
 from dpsynrag.transforms import decoding_llama
-from dpsynrag.transforms.decoding_packed import PackedEngine, StepReport
+from dpsynrag.transforms.decoding_packed import PackedEngine, RowTransform, StepReport
 from dpsynrag.transforms.decoding_reference import reference_tokens
 
 PLACEHOLDER = "{document}"
@@ -97,7 +97,7 @@ def private_predict(
     llm: Any,
     groups: Sequence[Sequence[str]],
     *,
-    prompt: str,
+    prompt: str | Sequence[str],
     max_new_tokens: int,
     clip: float,
     temperature: float,
@@ -107,6 +107,7 @@ def private_predict(
     sampler: Sampler | None = None,
     engine: Literal["auto", "packed", "reference"] = "auto",
     response_prefix: str | Sequence[str] = "",
+    row_transform: RowTransform | None = None,
 ) -> list[str]:
     """One synthetic text per group: DP-SynRAG private prediction (see the module docstring).
 
@@ -122,12 +123,19 @@ def private_predict(
     text that every reply starts with (appended after the chat prompt, part of the returned
     text): it costs nothing, since it does not depend on the data, and spares the first
     sampled tokens, which otherwise need a consensus of their own. A sequence gives one public
-    prefix per group (e.g. naming the cluster's released keyword). ``on_step`` receives a
+    prefix per group (e.g. naming the cluster's released keyword); likewise ``prompt`` may be
+    one prompt per group (query-time DP-RAG: each query's question). ``row_transform``
+    replaces the clipping of each row (e.g. a one-hot greedy vote for Koga et al.); the
+    caller then owns the sensitivity argument. ``on_step`` receives a
     ``StepReport`` after each step of the packed engine: it holds counts derived from private
     data, for progress bars and benchmarks in this process only; never log it.
     """
     _check(clip, temperature, max_new_tokens)
-    if PLACEHOLDER not in prompt or prompt.count(PLACEHOLDER) != 1:
+    prompts = [prompt] * len(groups) if isinstance(prompt, str) else list(prompt)
+    if len(prompts) != len(groups):
+        raise ValueError("one prompt per group is required")
+    if any(p.count(PLACEHOLDER) != 1 for p in prompts) or (isinstance(prompt, str)
+                                                          and prompt.count(PLACEHOLDER) != 1):
         raise ValueError("the prompt must contain the placeholder {document} exactly once")
     if batch_rows is not None and batch_rows < 1:
         raise ValueError("batch_rows must be positive")
@@ -140,17 +148,19 @@ def private_predict(
     if len(prefixes) != len(groups):
         raise ValueError("one response prefix per group is required")
     forced_of = {p: tuple(response_prefix_ids(llm, p)) for p in set(prefixes)}
-    prompt_ids: dict[str, tuple[int, ...]] = {}
-    token_ids: dict[tuple[str, str], tuple[int, ...]] = {}
+    prompt_ids: dict[tuple[str, str], tuple[int, ...]] = {}
+    token_ids: dict[tuple[str, str, str], tuple[int, ...]] = {}
     rows: list[list[tuple[int, ...]]] = []
-    for group, prefix in zip(groups, prefixes, strict=True):
+    for group, group_prompt, prefix in zip(groups, prompts, prefixes, strict=True):
         rows.append([])
         for doc in group:
-            if doc not in prompt_ids:
-                prompt_ids[doc] = tuple(llm.chat_prompt_ids(render_prompt(prompt, doc)))
-            if (doc, prefix) not in token_ids:
-                token_ids[(doc, prefix)] = (*prompt_ids[doc], *forced_of[prefix])
-            rows[-1].append(token_ids[(doc, prefix)])
+            if (group_prompt, doc) not in prompt_ids:
+                prompt_ids[(group_prompt, doc)] = tuple(
+                    llm.chat_prompt_ids(render_prompt(group_prompt, doc)))
+            if (group_prompt, doc, prefix) not in token_ids:
+                token_ids[(group_prompt, doc, prefix)] = (*prompt_ids[(group_prompt, doc)],
+                                                          *forced_of[prefix])
+            rows[-1].append(token_ids[(group_prompt, doc, prefix)])
     eos = frozenset(int(t) for t in llm.eos_token_ids)
     device = torch.device(llm.device)
     packed = engine == "packed" or (engine == "auto" and decoding_llama.supports(llm.model))
@@ -164,11 +174,11 @@ def private_predict(
             decoding_llama.LlamaStack(llm.model), rows, prefix_len=prefix_len,
             prefix_ids=list(some_row[:prefix_len]), max_new_tokens=max_new_tokens, clip=clip,
             sampler=sampler, eos_ids=eos, batch_rows=batch_rows, vocab_size=llm.vocab_size,
-            on_step=on_step).run()
+            on_step=on_step, row_transform=row_transform).run()
     else:
         tokens = reference_tokens(
             llm.model, rows, max_new_tokens=max_new_tokens, clip=clip, sampler=sampler,
-            eos_ids=eos, vocab_size=llm.vocab_size, device=device)
+            eos_ids=eos, vocab_size=llm.vocab_size, device=device, row_transform=row_transform)
     return [_decode(llm.tokenizer, [*forced_of[p], *t]) for p, t in zip(prefixes, tokens,
                                                                         strict=True)]
 

@@ -1,0 +1,98 @@
+"""Query-time methods in the evaluation: DP-RAG, DP-KSA and (Sparse)VoteRAG per query.
+
+Each run answers every benign and attack question from the PRIVATE notes with the mechanism
+at ``epsilon`` per query, charging a run-private corpus ledger (no cap) so that the total
+spend of the run is composed exactly as a deployment would compose it. The report shows the
+per-query epsilon and the run's total (epsilon, delta): these mechanisms pay for every query,
+DP-SynRAG once.
+
+DP-KSA's one-document ensemble answers are greedy and depend only on the question, the notes
+and the model (not on epsilon), so they are computed once per dataset and reused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+QUERY_METHODS = ("dp-rag", "dp-ksa", "sparse-vote")
+
+# clinic answers are disease names: a short answer and the RAG baseline's instruction
+DEFAULT_QUERY_OPTIONS: dict[str, dict[str, Any]] = {
+    "dp-rag": {"max_new_tokens": 16},
+    "dp-ksa": {"ensemble": 20, "answer_tokens": 12, "final_tokens": 24},
+    "sparse-vote": {"max_tokens": 24},
+}
+
+
+def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: float,
+                     run: int, note_vectors: Any, options: dict[str, Any] | None = None,
+                     ) -> dict[str, Any]:
+    """Accuracy, leakage and spend of ``method`` at ``epsilon`` per query (one run)."""
+    from dpsynrag.accounting.corpus_ledger import CorpusLedger
+    from dpsynrag.eval.metrics import accuracy, name_leaks
+    from dpsynrag.eval.rag import DEFAULT_INSTRUCTION
+    from dpsynrag.query.private_corpus import PrivateCorpus
+    from dpsynrag.query.service import QueryService, make_settings
+
+    worker = runner.worker
+    corpus = PrivateCorpus(list(data.note_ids), list(data.notes), note_vectors)
+    merged = {"instruction": DEFAULT_INSTRUCTION, **DEFAULT_QUERY_OPTIONS.get(method, {}),
+              **(options or {})}
+    settings = make_settings(method, epsilon, **merged)
+    state = work / "state" / f"{method}-eps{epsilon:g}-run{run}"
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ledger_path = state / "ledger.sqlite"
+    ledger_path.unlink(missing_ok=True)  # a rerun is a new run: start its ledger afresh
+    ledger = CorpusLedger(ledger_path)
+    try:
+        service = QueryService(corpus, ledger, worker.llm, worker.embedder)
+        questions = [*data.questions, *data.attack_questions]
+        keys, refused, _ = service.charge(method, settings, len(questions))
+        if refused:
+            raise RuntimeError("the evaluation ledger has no cap; a refusal is a bug")
+        extra: dict[str, Any] = {}
+        releases: list[Any] = []
+        if method == "dp-ksa":
+            extra["responses"] = _ksa_responses(work, questions, corpus, worker, settings)
+            extra["releases"] = releases
+        answers = service.answer(method, settings, questions, **extra)
+        spent = ledger.spent(delta=getattr(settings, "delta", 1e-3) * len(keys))
+    finally:
+        ledger.close()
+    benign = answers[:len(data.questions)]
+    attack = answers[len(data.questions):]
+    result: dict[str, Any] = {
+        "recall_at_k": None,
+        "accuracy": accuracy(benign, data.answers),
+        "leaks_benign": name_leaks(benign, data.names),
+        "leaks_attack": name_leaks(attack, data.names),
+        "epsilon_per_query": epsilon,
+        "queries_charged": len(keys),
+        "rho": spent.rho,
+        "epsilon_total": spent.epsilon,
+        "delta_total": spent.delta_total,
+    }
+    if releases:
+        result["ptr_pass_rate"] = 100.0 * sum(r.passed for r in releases) / len(releases)
+    if method == "sparse-vote":
+        result["private_tokens_per_query"] = settings.private_tokens()
+    return result
+
+
+def _ksa_responses(work: Path, questions: list[str], corpus: Any, worker: Any,
+                   settings: Any) -> list[list[str]]:
+    """The ensemble answers, cached in the (private, 0700) work directory."""
+    from dpsynrag.query import dp_ksa
+
+    key = f"ksa-responses-n{settings.ensemble}-t{settings.answer_tokens}.json"
+    cache = work / "state" / key
+    if cache.exists():
+        stored = json.loads(cache.read_text())
+        if stored.get("questions") == questions:
+            return stored["responses"]
+    responses = dp_ksa.ensemble_responses(questions, corpus, worker.llm, worker.embedder,
+                                          settings)
+    cache.write_text(json.dumps({"questions": questions, "responses": responses}))
+    return responses

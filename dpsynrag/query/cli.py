@@ -1,0 +1,123 @@
+"""``dpsynrag query``: answer questions from the PRIVATE corpus with a query-time DP mechanism.
+
+Each question is charged to the private corpus's ledger before anything private is computed;
+the answer is a DP release and is printed. Nothing else derived from the corpus (retrieved
+documents, scores, counts, thresholds) is ever printed or logged.
+Exit codes: 0 all answered, 1 failure, 2 bad input or options, 3 refused by the ledger's cap
+(questions before the refusal were charged and are answered).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_REFUSED = 3
+
+
+def add_query_parser(subparsers: Any, positive_float: Any, positive_int: Any) -> None:
+    parser = subparsers.add_parser(
+        "query", help="answer questions from a private corpus with DP-RAG, DP-KSA or "
+                      "(Sparse)VoteRAG, charged to the corpus ledger",
+        description=(
+            "Answer questions directly from the PRIVATE documents with a query-time "
+            "differentially private mechanism. Unlike a synthetic corpus, every question costs "
+            "privacy budget: it is charged in full to the corpus ledger (see 'dpsynrag ledger "
+            "cap' and 'dpsynrag ledger show --corpus') BEFORE any private computation, and "
+            "refused if the ledger's cap cannot afford it."),
+        epilog=("Example: dpsynrag query --corpus notes.jsonl --method dp-rag --epsilon 10 "
+                "\"I have a rash and a fever. What is my disease?\""))
+    parser.add_argument("questions", nargs="*", metavar="QUESTION", help="question text(s)")
+    parser.add_argument("--corpus", type=Path, required=True,
+                        help="the private documents (JSONL, Parquet, CSV or a .txt directory)")
+    parser.add_argument("--method", required=True,
+                        choices=["dp-rag", "dp-ksa", "sparse-vote", "vote"],
+                        help="dp-rag (Grislain), dp-ksa (Tang et al.), sparse-vote / vote "
+                             "(Koga et al.)")
+    parser.add_argument("--epsilon", type=positive_float, required=True,
+                        help="epsilon of EACH query (the ledger composes them)")
+    parser.add_argument("--delta", type=positive_float, default=None,
+                        help="delta of each query (default: 1e-3 dp-rag, 1e-4 others)")
+    parser.add_argument("--questions-file", type=Path, default=None,
+                        help="a text file with one question per line (added to QUESTION)")
+    parser.add_argument("--ledger", type=Path, default=None,
+                        help="the corpus ledger (default: derived from --corpus in the config "
+                             "dir, as 'dpsynrag ledger show --corpus' finds it)")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=None,
+                        help="answer length cap (dp-rag: tokens charged; vote: public cap)")
+    parser.add_argument("--instruction", default=None,
+                        help="instruction after the question (default 'Answer briefly.')")
+    parser.add_argument("--text-column", default="text")
+    parser.add_argument("--id-column", default="id")
+    parser.add_argument("--model", default=None, help="local LLM (default: packaged)")
+    parser.add_argument("--embedder", default=None, help="local embedder (default: packaged)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a mechanism option, e.g. --set top_p=0.05 --set voters=40")
+    parser.add_argument("--json", action="store_true", help="print JSON lines")
+    parser.set_defaults(handler=run_query)
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    if args.max_new_tokens is not None:
+        key = "max_new_tokens" if args.method == "dp-rag" else \
+            "final_tokens" if args.method == "dp-ksa" else "max_tokens"
+        options[key] = args.max_new_tokens
+    if args.instruction is not None:
+        options["instruction"] = args.instruction
+    return options
+
+
+def run_query(args: argparse.Namespace) -> int:
+    from dpsynrag.pipeline.cli_tools import ToolError
+    from dpsynrag.query.service import QueryService, make_settings
+
+    questions = [q for q in args.questions if q.strip()]
+    if args.questions_file is not None:
+        try:
+            lines = args.questions_file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            raise ToolError(f"{args.questions_file}: cannot read: {type(error).__name__}",
+                            2) from None
+        questions.extend(line.strip() for line in lines if line.strip())
+    if not questions:
+        raise ToolError("no question given (QUESTION arguments or --questions-file)", 2)
+    try:
+        make_settings(args.method, args.epsilon, args.delta, **_options(args))
+    except (TypeError, ValueError) as error:
+        raise ToolError(f"--method {args.method}: {error}", 2) from None
+    if not args.corpus.exists():
+        raise ToolError(f"{args.corpus}: no such file or directory", 2)
+    service = QueryService.open(args.corpus, ledger=args.ledger, model=args.model,
+                                embedder=args.embedder, text_column=args.text_column,
+                                id_column=args.id_column or None)
+    result = service.ask(questions, method=args.method, epsilon=args.epsilon,
+                         delta=args.delta, **_options(args))
+    assert service.ledger is not None
+    spent = service.ledger.spent()
+    for question, reply in zip(questions, result.answers, strict=True):
+        if args.json:
+            print(json.dumps({"question": question, "answer": reply,
+                              "refused": reply is None}))
+        elif reply is not None:
+            print(f"Q: {question}\nA: {reply}\n")
+    summary = (f"{result.charged} quer{'y' if result.charged == 1 else 'ies'} charged at "
+               f"epsilon {args.epsilon:g} each; corpus ledger total epsilon "
+               f"{spent.epsilon:.4f}")
+    print(summary, file=sys.stderr)
+    if result.refused:
+        print(f"dpsynrag: refused {result.refused} question(s): {result.refusal_message}",
+              file=sys.stderr)
+        return EXIT_REFUSED
+    return 0

@@ -1,0 +1,251 @@
+"""Query-time mechanisms end to end on a tiny model: DP-RAG, DP-KSA, (Sparse)VoteRAG, the
+service's charge-first rule and the ``dpsynrag query`` CLI."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_build import HashEmbedder
+from test_private_prediction import WORDS, tiny_llm
+
+from dpsynrag.accounting.conversions import rho_for
+from dpsynrag.accounting.corpus_ledger import CorpusLedger
+from dpsynrag.accounting.costs import spend_of
+from dpsynrag.accounting.rng import secure_rng
+from dpsynrag.query import dp_ksa, dp_rag, sparse_vote
+from dpsynrag.query.private_corpus import PrivateCorpus
+from dpsynrag.query.prompts import document_prompt, no_context_prompt
+from dpsynrag.query.service import QueryService, make_settings
+from dpsynrag.transforms.private_prediction import aggregated_logits, render_prompt
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return tiny_llm()
+
+
+def _corpus(n: int = 24, seed: int = 0) -> PrivateCorpus:
+    rs = np.random.default_rng(seed)
+    texts = [" ".join(rs.choice(WORDS[:-8], 12)) for _ in range(n)]
+    return PrivateCorpus.from_texts([f"doc-{i}" for i in range(n)], texts, HashEmbedder())
+
+
+# ---------------------------------------------------------------------- private corpus
+def test_exact_top_breaks_ties_by_id_hash_not_position() -> None:
+    ids = [f"d{i}" for i in range(6)]
+    vectors = np.tile(np.eye(4, dtype=np.float32)[0], (6, 1))  # all documents tie
+    forward = PrivateCorpus(ids, ["x"] * 6, vectors)
+    backward = PrivateCorpus(ids[::-1], ["x"] * 6, vectors[::-1])
+    query = np.eye(4, dtype=np.float32)[0]
+    top_f = [forward.ids[i] for i in forward.exact_top(forward.similarities(query), 3)]
+    top_b = [backward.ids[i] for i in backward.exact_top(backward.similarities(query), 3)]
+    assert top_f == top_b
+
+
+def test_voter_partition_depends_only_on_each_id() -> None:
+    corpus = _corpus(30)
+    voters = corpus.voter_of(7)
+    smaller = PrivateCorpus(corpus.ids[5:], corpus.texts[5:], corpus.vectors[5:])
+    assert list(smaller.voter_of(7)) == list(voters[5:])
+    assert set(voters) <= set(range(7))
+
+
+def test_units_owning_several_documents_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.jsonl"
+    path.write_text('{"id": "a", "text": "alpha beta", "person": "p1"}\n'
+                    '{"id": "b", "text": "gamma delta", "person": "p1"}\n')
+    with pytest.raises(ValueError, match="one document per unit"):
+        PrivateCorpus.from_path(path, HashEmbedder(), unit_column="person")
+
+
+# ---------------------------------------------------------------------- DP-RAG
+def test_dp_rag_spends_exactly_the_query_budget() -> None:
+    settings = dp_rag.DPRagSettings(epsilon=5.0, delta=1e-3, retrieval_epsilon=0.5,
+                                    max_new_tokens=70)
+    rho, delta = spend_of(settings.mechanisms())
+    assert math.isclose(rho, rho_for(5.0, 1e-3, "bun-steinke"), rel_tol=1e-12)
+    assert delta == 0.0
+    # the spec's B.3 figure: epsilon 5 at delta 1e-3 with eps_ret 0.5 over 70 tokens
+    assert settings.token_epsilon() == pytest.approx(0.2716, abs=1e-4)
+
+
+def test_dp_rag_refuses_a_budget_that_leaves_nothing_for_tokens() -> None:
+    with pytest.raises(ValueError, match="nothing for generation"):
+        dp_rag.DPRagSettings(epsilon=0.01, retrieval_epsilon=5.0)
+
+
+def test_dp_rag_top_k_retrieval_with_a_large_budget_keeps_about_k() -> None:
+    corpus = _corpus(40)
+    query = corpus.vectors[3]
+    settings = dp_rag.DPRagSettings(epsilon=5000.0, retrieval_epsilon=100.0, mode="top-k",
+                                    top_k=5, score_low=-1.0, score_high=1.0)
+    sizes = [len(dp_rag.select_documents(corpus, query, settings, secure_rng(s)))
+             for s in range(20)]
+    assert np.median(sizes) == 5
+    chosen = dp_rag.select_documents(corpus, query, settings, secure_rng(0))
+    best = corpus.exact_top(corpus.similarities(query), len(chosen))
+    assert sorted(chosen) == sorted(best)  # the threshold keeps the highest scores
+
+
+def test_dp_rag_votes_are_the_clipped_sum_of_the_selected_documents(
+        llm, monkeypatch: pytest.MonkeyPatch) -> None:
+    corpus = _corpus(24)
+    question = " ".join(WORDS[:6])
+    settings = dp_rag.DPRagSettings(epsilon=8.0, max_new_tokens=1, mode="top-k", top_k=4,
+                                    retrieval_epsilon=2.0)
+    seen: list[torch.Tensor] = []
+    real = dp_rag.sample_tokens
+
+    def spy(utility, temperature, rng):
+        seen.append(utility.clone())
+        assert temperature == pytest.approx(settings.temperature())
+        return real(utility, temperature, rng)
+
+    monkeypatch.setattr(dp_rag, "sample_tokens", spy)
+    selected = dp_rag.select_documents(corpus, HashEmbedder().encode([question])[0], settings,
+                                       secure_rng(11))
+    dp_rag.answer([question], corpus, llm, HashEmbedder(), settings, secure_rng(11))
+    docs = [corpus.texts[i] for i in selected]
+    reference = aggregated_logits(llm, docs, prompt=document_prompt(question,
+                                                                    settings.instruction),
+                                  generated=[], clip=settings.clip)
+    assert len(seen) == 1
+    torch.testing.assert_close(seen[0][0], reference, atol=2e-5, rtol=1e-5)
+
+
+def test_dp_rag_prior_uses_the_public_no_context_distribution(
+        llm, monkeypatch: pytest.MonkeyPatch) -> None:
+    corpus = _corpus(10)
+    settings = dp_rag.DPRagSettings(epsilon=3.0, max_new_tokens=2, prior_weight=0.5)
+    answers = dp_rag.answer(["alpha question", "beta question"], corpus, llm, HashEmbedder(),
+                            settings, secure_rng(3))
+    assert len(answers) == 2 and all(isinstance(a, str) for a in answers)
+
+
+# ---------------------------------------------------------------------- (Sparse)VoteRAG
+def test_greedy_vote_rows_are_one_hot_at_the_argmax() -> None:
+    logits = torch.tensor([[0.1, 2.0, 2.0, -1.0], [5.0, 0.0, 0.0, 0.0]])
+    votes = sparse_vote.greedy_vote(logits)
+    assert votes.tolist() == [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
+
+
+def test_vote_with_unanimous_voters_releases_their_greedy_tokens(llm) -> None:
+    text = " ".join(WORDS[:10])
+    corpus = PrivateCorpus.from_texts([f"same-{i}" for i in range(40)], [text] * 40,
+                                      HashEmbedder())
+    settings = sparse_vote.SparseVoteSettings(
+        epsilon=400.0, delta=1e-4, token_epsilon=50.0, token_delta=1e-6, voters=6,
+        sparse=False, max_tokens=5)
+    assert settings.private_tokens() == 8
+    [reply] = sparse_vote.answer(["what now"], corpus, llm, HashEmbedder(), settings,
+                                 secure_rng(0))
+    # every voter holds the same document: the greedy continuation of that one prompt
+    ids = llm.chat_prompt_ids(render_prompt(document_prompt("what now", settings.instruction),
+                                            text))
+    greedy: list[int] = []
+    with torch.inference_mode():
+        for _ in range(5):
+            logits = llm.model(input_ids=torch.tensor([ids + greedy])).logits[0, -1]
+            token = int(torch.argmax(logits))
+            if token in llm.eos_token_ids:
+                break
+            greedy.append(token)
+    assert reply == llm.tokenizer.decode(greedy, skip_special_tokens=True)
+
+
+def test_sparse_vote_never_releases_more_private_tokens_than_c_max(
+        llm, monkeypatch: pytest.MonkeyPatch) -> None:
+    corpus = _corpus(60)
+    settings = sparse_vote.SparseVoteSettings(epsilon=10.0, token_epsilon=2.0, voters=8,
+                                              max_tokens=12)
+    budget = settings.private_tokens()
+    assert budget == 5  # Koga: sequential (2, 10) -> 5
+    calls: list[np.ndarray] = []
+    real = sparse_vote.limited_domain_top1
+
+    def counting(counts, *args, **kwargs):
+        calls.append(np.asarray(counts).copy())
+        return real(counts, *args, **kwargs)
+
+    monkeypatch.setattr(sparse_vote, "limited_domain_top1", counting)
+    questions = ["alpha beta", "gamma delta", "what is it"]
+    sparse_vote.answer(questions, corpus, llm, HashEmbedder(), settings, secure_rng(5))
+    assert len(calls) <= budget * len(questions)
+    assert all(c.sum() == pytest.approx(settings.voters) for c in calls)  # one vote each
+
+
+def test_sparse_vote_charges_its_koga_composition() -> None:
+    settings = make_settings("sparse-vote", 10.0, token_epsilon=1.0)
+    [entry] = settings.mechanisms()
+    assert entry["params"]["steps"] == 10
+    with pytest.raises(ValueError, match="one private token"):
+        make_settings("vote", 2.0, token_epsilon=5.0)
+
+
+# ---------------------------------------------------------------------- DP-KSA
+def test_ksa_words_are_normalised_by_a_public_rule() -> None:
+    assert dp_ksa.normalise_words("The FLUMOX-fever, flumox-fever!", frozenset({"the"})) == \
+        {"flumox-fever"}
+    assert dp_ksa.normalise_words("Ｆｕｌｌ width", frozenset()) == {"full", "width"}
+
+
+def test_ksa_releases_a_consensus_as_an_alphabetical_set() -> None:
+    settings = dp_ksa.DPKsaSettings(epsilon=50.0, ensemble=40)
+    responses = ["zorbax fever"] * 36 + ["something else"] * 4
+    release = dp_ksa.release_keywords(responses, "what is my disease", settings,
+                                      secure_rng(0))
+    assert release.passed and release.keywords == ["fever", "zorbax"]
+    shuffled = dp_ksa.release_keywords(list(reversed(responses)), "what is my disease",
+                                       settings, secure_rng(0))
+    assert shuffled.keywords == release.keywords
+
+
+def test_ksa_fails_the_test_on_spread_answers_and_falls_back_to_non_rag(
+        llm, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = dp_ksa.DPKsaSettings(epsilon=1.0, ensemble=20)
+    spread = [f"word{i} other{i}" for i in range(20)]
+    passes = sum(dp_ksa.release_keywords(spread, "q", settings, secure_rng(s)).passed
+                 for s in range(50))
+    assert passes == 0  # gap <= 2 everywhere: a pass has probability <= delta_ptr
+    prompts: list[list[str]] = []
+    monkeypatch.setattr("dpsynrag.eval.rag.answer_questions",
+                        lambda _llm, p, **_k: prompts.append(list(p)) or ["x"] * len(p))
+    releases: list[dp_ksa.KeywordRelease] = []
+    dp_ksa.answer(["my question"], _corpus(5), llm, HashEmbedder(), settings, secure_rng(1),
+                  responses=[spread], releases=releases)
+    assert not releases[0].passed
+    assert prompts[-1] == [no_context_prompt("my question", settings.instruction)]
+
+
+def test_ksa_budget_split_adds_up() -> None:
+    settings = dp_ksa.DPKsaSettings(epsilon=5.0, delta=1e-4, em_share=0.25)
+    rho, delta = spend_of(settings.mechanisms())
+    assert math.isclose(rho, rho_for(5.0, 5e-5, "bun-steinke"), rel_tol=1e-12)
+    assert delta == pytest.approx(5e-5)
+
+
+# ---------------------------------------------------------------------- service
+def test_service_charges_before_computing_and_refuses_past_the_cap(
+        llm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = CorpusLedger(tmp_path / "ledger.sqlite")
+    ledger.set_cap(epsilon=10.0, delta=1e-3)  # affords 3 queries at 5
+    service = QueryService(_corpus(12), ledger, llm, HashEmbedder(), rng=secure_rng(0))
+
+    def explode(*_args, **_kwargs):
+        assert len(ledger.entries()) == 1  # already charged when computing starts
+        raise RuntimeError("crash after the charge")
+
+    monkeypatch.setattr(dp_rag, "answer", explode)
+    with pytest.raises(RuntimeError, match="crash"):
+        service.ask(["q one"], method="dp-rag", epsilon=5.0, max_new_tokens=2)
+    assert len(ledger.entries()) == 1  # a crashed query keeps its charge
+    monkeypatch.undo()
+    result = service.ask(["q two", "q three", "q four"], method="dp-rag", epsilon=5.0,
+                         max_new_tokens=2)
+    assert result.charged + result.refused == 3 and result.refused >= 1
+    assert result.answers[-1] is None and "cap" in result.refusal_message
+    assert result.refused == 1 and ledger.spent().epsilon <= 10.0 + 1e-9
