@@ -68,3 +68,25 @@ def test_corpus_metrics_count_a_leaking_corpus(tmp_path: Path) -> None:
 def test_unknown_methods_are_refused() -> None:
     with pytest.raises(EvalError, match="unknown method"):
         _settings(methods=["magic"]).validate()
+
+
+def test_query_time_methods_report_accuracy_and_their_composed_total(tmp_path: Path) -> None:
+    runner = LocalRunner(tiny_llm(), HashEmbedder())
+    settings = _settings(methods=["dp-rag", "dp-ksa", "sparse-vote"], epsilons=[10.0],
+                         n_queries=6,
+                         query_options={"dp-rag": {"max_new_tokens": 3},
+                                        "dp-ksa": {"ensemble": 4, "answer_tokens": 3,
+                                                   "final_tokens": 3},
+                                        "sparse-vote": {"max_tokens": 3, "voters": 4}})
+    results = run_eval(settings, tmp_path / "report", runner=runner)
+    runs = {m["method"]: m["runs"][0] for m in results["methods"]}
+    questions = 6 + 4  # benign + one attack query per disease
+    for method, run in runs.items():
+        assert run["queries_charged"] == questions, method
+        assert 0.0 <= run["accuracy"] <= 1.0 and run["recall_at_k"] is None
+        # Q queries cost more than one, less than Q times one (zCDP) or exactly Q (basic)
+        assert 10.0 < run["epsilon_total"] <= questions * 10.0 + 1e-9, method
+    assert math.isclose(runs["sparse-vote"]["epsilon_total"], questions * 10.0, rel_tol=1e-12)
+    assert 0.0 <= runs["dp-ksa"]["ptr_pass_rate"] <= 100.0
+    text = (tmp_path / "report" / "results.md").read_text()
+    assert "what the queries cost in total" in text

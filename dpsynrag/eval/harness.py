@@ -75,6 +75,7 @@ class EvalSettings:
     dp_synth_batch: int | None = None
     n_queries: int | None = None
     query_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    query_attack: bool = True
 
     def validate(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -300,7 +301,8 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, runner: Any = None,
                     if note_vectors is None:
                         note_vectors = runner.worker.embed(data.notes)
                     result = run_query_method(data, runner, work, method, epsilon, run,
-                                              note_vectors, settings.query_options.get(method))
+                                              note_vectors, settings.query_options.get(method),
+                                              attack=settings.query_attack)
                 else:
                     assert epsilon is not None
                     result = _run_dp_synrag(settings, data, runner, work, method, epsilon, run)

@@ -17,18 +17,21 @@ from pathlib import Path
 from typing import Any
 
 QUERY_METHODS = ("dp-rag", "dp-ksa", "sparse-vote")
+# A run's total is reported at delta = (sum of the queries' approximate deltas) + this, the
+# delta of the zCDP conversion; DP-SynRAG's whole corpus uses delta = 1e-3 too.
+CONVERSION_DELTA = 1e-3
 
 # clinic answers are disease names: a short answer and the RAG baseline's instruction
 DEFAULT_QUERY_OPTIONS: dict[str, dict[str, Any]] = {
     "dp-rag": {"max_new_tokens": 16},
     "dp-ksa": {"ensemble": 20, "answer_tokens": 12, "final_tokens": 24},
-    "sparse-vote": {"max_tokens": 24},
+    "sparse-vote": {"max_tokens": 24, "voters": 60},
 }
 
 
 def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: float,
                      run: int, note_vectors: Any, options: dict[str, Any] | None = None,
-                     ) -> dict[str, Any]:
+                     *, attack: bool = True) -> dict[str, Any]:
     """Accuracy, leakage and spend of ``method`` at ``epsilon`` per query (one run)."""
     from dpsynrag.accounting.corpus_ledger import CorpusLedger
     from dpsynrag.eval.metrics import accuracy, name_leaks
@@ -48,7 +51,7 @@ def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: f
     ledger = CorpusLedger(ledger_path)
     try:
         service = QueryService(corpus, ledger, worker.llm, worker.embedder)
-        questions = [*data.questions, *data.attack_questions]
+        questions = [*data.questions, *(data.attack_questions if attack else [])]
         keys, refused, _ = service.charge(method, settings, len(questions))
         if refused:
             raise RuntimeError("the evaluation ledger has no cap; a refusal is a bug")
@@ -58,21 +61,21 @@ def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: f
             extra["responses"] = _ksa_responses(work, questions, corpus, worker, settings)
             extra["releases"] = releases
         answers = service.answer(method, settings, questions, **extra)
-        spent = ledger.spent(delta=getattr(settings, "delta", 1e-3) * len(keys))
+        spent = ledger.spent(delta=ledger.spent().delta_approx + CONVERSION_DELTA)
     finally:
         ledger.close()
     benign = answers[:len(data.questions)]
-    attack = answers[len(data.questions):]
+    attack_answers = answers[len(data.questions):]
     result: dict[str, Any] = {
         "recall_at_k": None,
         "accuracy": accuracy(benign, data.answers),
         "leaks_benign": name_leaks(benign, data.names),
-        "leaks_attack": name_leaks(attack, data.names),
+        **({"leaks_attack": name_leaks(attack_answers, data.names)} if attack else {}),
         "epsilon_per_query": epsilon,
         "queries_charged": len(keys),
         "rho": spent.rho,
         "epsilon_total": spent.epsilon,
-        "delta_total": spent.delta_total,
+        "delta_total": spent.delta,
     }
     if releases:
         result["ptr_pass_rate"] = 100.0 * sum(r.passed for r in releases) / len(releases)

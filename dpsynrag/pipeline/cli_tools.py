@@ -375,6 +375,15 @@ def add_eval_parser(subparsers: Any, positive_int: Any) -> None:
     parser.add_argument("--config", type=Path, help="build TOML for the DP methods")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a build option, e.g. --set R=40 --set T=32")
+    parser.add_argument("--queries", type=positive_int, default=None,
+                        help="clinic test queries (default: one per disease that has a note)")
+    parser.add_argument("--query-set", action="append", default=[],
+                        metavar="METHOD:KEY=VALUE",
+                        help="an option of a query-time method, e.g. --query-set "
+                             "dp-ksa:ensemble=40 --query-set dp-rag:max_new_tokens=24")
+    parser.add_argument("--no-attack", action="store_true",
+                        help="skip the attack queries of the query-time methods (they cost "
+                             "budget like any query)")
     parser.set_defaults(handler=run_eval_command)
 
 
@@ -397,6 +406,13 @@ def run_eval_command(args: argparse.Namespace) -> int:
         if not sep:
             raise ToolError(f"--set expects KEY=VALUE, got {item!r}", 2)
         options[key.strip().replace("-", "_")] = _parse_value(value.strip())
+    query_options: dict[str, dict[str, Any]] = {}
+    for item in args.query_set:
+        method, colon, rest = item.partition(":")
+        key, sep, value = rest.partition("=")
+        if not (colon and sep):
+            raise ToolError(f"--query-set expects METHOD:KEY=VALUE, got {item!r}", 2)
+        query_options.setdefault(method.strip(), {})[key.strip()] = _parse_value(value.strip())
     try:
         epsilons = [float(e) for e in args.epsilons.split(",") if e.strip()]
     except ValueError:
@@ -405,7 +421,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
         dataset=args.dataset, n_notes=args.notes, n_diseases=args.diseases, seed=args.seed,
         epsilons=epsilons, methods=[m.strip() for m in args.methods.split(",") if m.strip()],
         runs=args.runs, rag_k=args.top_k, end_to_end=not args.no_end_to_end,
-        build_config=args.config, build_options=options)
+        build_config=args.config, build_options=options, n_queries=args.queries,
+        query_options=query_options, query_attack=not args.no_attack)
     try:
         run_eval(settings, args.out, progress=lambda m: print(m, file=sys.stderr, flush=True))
     except (EvalError, ConfigError) as error:

@@ -50,7 +50,7 @@ class SparseVoteSettings:
 
     epsilon: float
     delta: float = 1e-4
-    token_epsilon: float = 2.0
+    token_epsilon: float | None = None  # default min(2, epsilon)
     token_delta: float = 1e-5
     voters: int = 30
     sparse: bool = True
@@ -60,6 +60,10 @@ class SparseVoteSettings:
     response_prefix: str = ""
 
     def __post_init__(self) -> None:
+        if self.token_epsilon is None:
+            if not (isinstance(self.epsilon, int | float) and self.epsilon > 0):
+                raise ValueError("epsilon must be a finite positive number")
+            object.__setattr__(self, "token_epsilon", min(2.0, float(self.epsilon)))
         for name in ("epsilon", "token_epsilon"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -71,12 +75,18 @@ class SparseVoteSettings:
         if self.private_tokens() < 1:
             raise ValueError(
                 f"epsilon {self.epsilon:g}, delta {self.delta:g} do not allow one private "
-                f"token at token_epsilon {self.token_epsilon:g}, token_delta "
+                f"token at token_epsilon {self.per_token_epsilon:g}, token_delta "
                 f"{self.token_delta:g}; raise epsilon or lower token_epsilon")
+
+    @property
+    def per_token_epsilon(self) -> float:
+        assert self.token_epsilon is not None
+        return float(self.token_epsilon)
 
     def private_tokens(self) -> int:
         """T_max (Vote) or c_max (Sparse), by Koga's composition rule."""
-        return koga_max_steps(self.token_epsilon, self.token_delta, self.epsilon, self.delta)
+        return koga_max_steps(self.per_token_epsilon, self.token_delta, self.epsilon,
+                              self.delta)
 
     @property
     def method(self) -> str:
@@ -85,7 +95,7 @@ class SparseVoteSettings:
     def mechanisms(self) -> list[dict[str, Any]]:
         """What one query can release, charged in full up front, for the corpus ledger."""
         return [{"mechanism": "dp_composition",
-                 "params": {"token_epsilon": self.token_epsilon,
+                 "params": {"token_epsilon": self.per_token_epsilon,
                             "token_delta": self.token_delta,
                             "steps": self.private_tokens(),
                             "epsilon": self.epsilon, "delta": self.delta},
@@ -137,11 +147,11 @@ def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: Any, embedder: 
         if settings.sparse:
             stream = PublicStream(llm, [*llm.chat_prompt_ids(
                 no_context_prompt(question, settings.instruction)), *forced])
-            svt = SparseVectorBelow(settings.voters / 2.0, settings.token_epsilon / 2.0, rng)
+            svt = SparseVectorBelow(settings.voters / 2.0, settings.per_token_epsilon / 2.0, rng)
             states.append(_QueryState(stream, svt))
         else:
             states.append(_QueryState(None, None))
-    ld_epsilon = settings.token_epsilon / 2.0 if settings.sparse else settings.token_epsilon
+    ld_epsilon = settings.per_token_epsilon / (2.0 if settings.sparse else 1.0)
 
     def release(counts: np.ndarray, state: _QueryState) -> int:
         state.private_tokens += 1
