@@ -369,3 +369,26 @@ def test_cli_missing_corpus_ledger_is_one_line_and_exit_2(
     assert "no ledger.sqlite" in capsys.readouterr().err
     assert main(["ledger", "cap", "--corpus-ledger", str(tmp_path / "x.sqlite"), "--epsilon",
                  "1", "--delta", "2"]) == 2
+
+
+def test_dp_currency_charges_add_their_epsilon_after_the_zcdp_conversion(tmp_path) -> None:
+    from dpsynrag.accounting.conversions import epsilon_for
+
+    koga = [{"mechanism": "dp_composition",
+             "params": {"token_epsilon": 2.0, "token_delta": 1e-5, "steps": 5,
+                        "epsilon": 10.0, "delta": 1e-4}}]
+    exp = [{"mechanism": "exponential", "params": {"epsilon": 1.0}}]
+    with CorpusLedger(tmp_path / "l.sqlite") as ledger:
+        ledger.set_cap(epsilon=25.0, delta=1e-3)
+        ledger.charge("q1", kind="query", method="sparse-vote", mechanisms=koga)
+        ledger.charge("q2", kind="query", method="dp-rag", mechanisms=exp)
+        spent = ledger.spent()
+        assert spent.epsilon_dp == 10.0 and spent.delta_approx == pytest.approx(1e-4)
+        assert spent.epsilon == pytest.approx(10.0 + epsilon_for(1 / 8, 1e-3 - 1e-4,
+                                                                  "bun-steinke"), rel=1e-12)
+        ledger.charge("q3", kind="query", method="sparse-vote", mechanisms=koga)
+        with pytest.raises(BudgetRefusedError):  # a third 10 would pass 25
+            ledger.charge("q4", kind="query", method="sparse-vote", mechanisms=koga)
+    with pytest.raises(ValueError, match="do not fit"):  # 6 steps of 2 exceed 10 sequentially
+        spend_of([{"mechanism": "dp_composition",
+                   "params": {**koga[0]["params"], "steps": 6}}])

@@ -249,3 +249,68 @@ def test_service_charges_before_computing_and_refuses_past_the_cap(
     assert result.charged + result.refused == 3 and result.refused >= 1
     assert result.answers[-1] is None and "cap" in result.refusal_message
     assert result.refused == 1 and ledger.spent().epsilon <= 10.0 + 1e-9
+
+
+# ---------------------------------------------------------------------- CLI
+@pytest.fixture()
+def tiny_models(monkeypatch: pytest.MonkeyPatch):
+    model = tiny_llm()
+    monkeypatch.setattr("dpsynrag.models.llm.load_llm", lambda *_a, **_k: model)
+    monkeypatch.setattr("dpsynrag.models.embedder.load_embedder",
+                        lambda *_a, **_k: HashEmbedder())
+
+
+def _notes(tmp_path: Path, n: int = 12) -> Path:
+    import json
+
+    rs = np.random.default_rng(1)
+    path = tmp_path / "notes.jsonl"
+    path.write_text("".join(json.dumps({"id": f"n{i}", "text": " ".join(rs.choice(WORDS, 10))})
+                            + "\n" for i in range(n)))
+    return path
+
+
+def test_cli_query_answers_and_charges_the_corpus_ledger(tmp_path, tiny_models, capsys) -> None:
+    from dpsynrag.cli import main
+
+    notes, ledger = _notes(tmp_path), tmp_path / "ledger.sqlite"
+    code = main(["query", "--corpus", str(notes), "--ledger", str(ledger), "--method",
+                 "dp-rag", "--epsilon", "2", "--max-new-tokens", "2", "--json",
+                 "first question", "second question"])
+    assert code == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert len(lines) == 2
+    with CorpusLedger(ledger) as opened:
+        assert [e.kind for e in opened.entries()] == ["query", "query"]
+
+
+def test_cli_query_refused_by_the_cap_exits_3_and_computes_nothing(
+        tmp_path, tiny_models, capsys) -> None:
+    from dpsynrag.cli import main
+
+    notes, ledger = _notes(tmp_path), tmp_path / "ledger.sqlite"
+    assert main(["ledger", "cap", "--corpus-ledger", str(ledger), "--epsilon", "1",
+                 "--delta", "1e-3"]) == 0
+    code = main(["query", "--corpus", str(notes), "--ledger", str(ledger), "--method",
+                 "dp-ksa", "--epsilon", "5", "a question"])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert "refused 1 question" in err and "nothing was computed" in err
+    with CorpusLedger(ledger) as opened:
+        assert opened.entries() == [] and opened.refusal_count() == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--method", "dp-rag", "--epsilon", "1"], "no question"),
+    (["--method", "vote", "--epsilon", "2", "--set", "token_epsilon=5", "q"],
+     "one private token"),
+    (["--method", "dp-rag", "--epsilon", "1", "--set", "nonsense", "q"], "KEY=VALUE"),
+])
+def test_cli_query_bad_options_are_one_line_exit_2(tmp_path, tiny_models, capsys, argv,
+                                                   message) -> None:
+    from dpsynrag.cli import main
+
+    code = main(["query", "--corpus", str(_notes(tmp_path)), "--ledger",
+                 str(tmp_path / "l.sqlite"), *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and "\n" not in err

@@ -106,6 +106,8 @@ def run_query(args: argparse.Namespace) -> int:
                          delta=args.delta, **_options(args))
     assert service.ledger is not None
     spent = service.ledger.spent()
+    if spent.epsilon is None:  # no cap: report at the usual delta plus the queries' deltas
+        spent = service.ledger.spent(delta=spent.delta_approx + 1e-3)
     for question, reply in zip(questions, result.answers, strict=True):
         if args.json:
             print(json.dumps({"question": question, "answer": reply,
@@ -114,7 +116,7 @@ def run_query(args: argparse.Namespace) -> int:
             print(f"Q: {question}\nA: {reply}\n")
     summary = (f"{result.charged} quer{'y' if result.charged == 1 else 'ies'} charged at "
                f"epsilon {args.epsilon:g} each; corpus ledger total epsilon "
-               f"{spent.epsilon:.4f}")
+               f"{spent.epsilon:.4f} at delta {spent.delta:.3g} ({spent.conversion})")
     print(summary, file=sys.stderr)
     if result.refused:
         print(f"dpsynrag: refused {result.refused} question(s): {result.refusal_message}",
