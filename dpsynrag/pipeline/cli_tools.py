@@ -95,6 +95,8 @@ def _read_json(path: Path) -> Any:
 
 # ---------------------------------------------------------------------- ledger show / cap
 def add_ledger_parser(subparsers: Any) -> None:
+    from dpsynrag.cli import _open_unit_float, _positive_float  # the shared argument types
+
     parser = subparsers.add_parser(
         "ledger", help="inspect a build's privacy ledger or a private corpus's ledger",
         description="Inspect the privacy ledger in a state directory, or the ledger of a "
@@ -114,7 +116,7 @@ def add_ledger_parser(subparsers: Any) -> None:
     where.add_argument("--state-dir", type=Path, help="the build's state directory")
     _add_corpus_arguments(where)
     show.add_argument("--json", action="store_true", help="machine-readable output")
-    show.add_argument("--delta", type=_unit_float, default=None,
+    show.add_argument("--delta", type=_open_unit_float, default=None,
                       help="also convert to epsilon at this delta (default: the build's, or the "
                            "corpus cap's)")
     show.set_defaults(handler=run_ledger_show)
@@ -128,7 +130,7 @@ def add_ledger_parser(subparsers: Any) -> None:
     where = cap.add_mutually_exclusive_group(required=True)
     _add_corpus_arguments(where)
     cap.add_argument("--epsilon", type=_positive_float, required=True, help="the cap's epsilon")
-    cap.add_argument("--delta", type=_unit_float, required=True,
+    cap.add_argument("--delta", type=_open_unit_float, required=True,
                      help="the cap's delta, in (0, 1); the approximate delta of (epsilon, "
                           "delta)-DP mechanisms is spent out of it")
     cap.add_argument("--conversion", choices=["bun-steinke", "cks"], default="bun-steinke",
@@ -144,25 +146,6 @@ def _add_corpus_arguments(group: Any) -> None:
                             "$DPSYNRAG_CONFIG_DIR/ledgers)")
     group.add_argument("--corpus-ledger", type=Path, metavar="PATH",
                        help="a corpus ledger file, given directly")
-
-
-def _positive_float(text: str) -> float:
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite positive number, got {text!r}")
-    return value
-
-
-def _unit_float(text: str) -> float:
-    value = _positive_float(text)
-    if value >= 1:
-        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {text!r}")
-    return value
 
 
 def ledger_report(state_dir: Path, delta: float | None = None) -> dict[str, Any]:
