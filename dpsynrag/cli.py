@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     cli_tools.add_verify_parser(subparsers)
     cli_tools.add_ledger_parser(subparsers)
     cli_tools.add_dataset_parser(subparsers, _positive_int)
+    from dpsynrag.pipeline.cli_ingest import add_ingest_parser
+
+    add_ingest_parser(subparsers, _positive_int)
     cli_tools.add_eval_parser(subparsers, _positive_int)
     from dpsynrag.query.cli import add_query_parser
 

@@ -199,7 +199,15 @@ def corpus_ledgers_dir() -> Path:
 
 
 def default_corpus_ledger_path(private_input: str | os.PathLike[str]) -> Path:
-    """``<config dir>/ledgers/<basename>-<16 hex of sha256(resolved absolute path)>.sqlite``."""
+    """``<config dir>/ledgers/<basename>-<16 hex of sha256(resolved absolute path)>.sqlite``.
+
+    A URL-like input (``gs://bucket/notes/*.jsonl``) is hashed as written.
+    """
+    text = os.fspath(private_input)
+    if "://" in text:
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+        name = text.rstrip("/").rsplit("/", 1)[-1].replace("*", "_") or "root"
+        return corpus_ledgers_dir() / f"{name}-{digest}.sqlite"
     resolved = Path(private_input).expanduser().resolve()
     digest = hashlib.sha256(os.fsencode(resolved)).hexdigest()[:16]
     return corpus_ledgers_dir() / f"{resolved.name or 'root'}-{digest}.sqlite"

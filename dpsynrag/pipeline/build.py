@@ -101,7 +101,7 @@ def make_runner(config: BuildConfig, llm: Any = None, embedder: Any = None) -> R
                      workers=config.workers, device=config.device, dtype=config.dtype)
 
 
-def run_build(input_path: Path, out_dir: Path, config: BuildConfig, *,
+def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
               state_dir: Path | None = None, signing_key: Path | None = None,
               force: bool = False, purge_state: bool = False,
               progress: ProgressFactory = _no_progress, runner: Runner | None = None,
@@ -114,18 +114,14 @@ def run_build(input_path: Path, out_dir: Path, config: BuildConfig, *,
     for none) before any private computation; a resumed build finds its charge and pays
     nothing more, and a cap the build does not fit in refuses it (``BudgetRefusedError``).
     """
-    from dpsynrag.pipeline.inputs import bound_units, input_fingerprint, read_documents
+    from dpsynrag.pipeline.inputs import input_fingerprint
 
     started = time.monotonic()
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:
         raise BuildError(f"{out_dir}: output directory exists; remove it or pass --force")
     plan = make_plan(config)
-    docs = read_documents(Path(input_path), text_column=config.text_column,
-                          id_column=config.id_column, unit_column=config.unit_column,
-                          max_chars=config.max_chars)
-    if config.unit_column:
-        docs = bound_units(docs)
+    docs = read_input(input_path, config, log)
     n_docs = len(docs.texts)
     if n_docs < config.k:
         raise BuildError(f"{input_path}: too few documents for the plan: fewer usable documents "
@@ -142,7 +138,7 @@ def run_build(input_path: Path, out_dir: Path, config: BuildConfig, *,
                              "fresh budget")
         state.save("input", {"fingerprint": fingerprint})
         if corpus_ledger is not False:
-            charge_corpus_ledger(Path(input_path), config, plan, state,
+            charge_corpus_ledger(input_path, config, plan, state,
                                  None if corpus_ledger in (None, True) else Path(corpus_ledger))
         rng = secure_rng(config.seed) if config.seed is not None else None
         ledger = Ledger(state.ledger_path, rng=rng)
@@ -179,6 +175,47 @@ def run_build(input_path: Path, out_dir: Path, config: BuildConfig, *,
     return summary
 
 
+def read_input(input_path: str | Path, config: BuildConfig,
+               log: Callable[[str], None] = lambda _m: None) -> Any:
+    """The build's documents, one per privacy unit (``InputDocuments``).
+
+    ``config.ingest == "inline"`` reads them in this process; ``"beam"`` runs the Beam ingest
+    job into a private temporary directory (0700, removed afterwards) and reads its shards;
+    its input may then be any path or pattern Beam can read (``gs://...``). Both validate,
+    normalise and bound units the same way.
+    """
+    import tempfile
+
+    from dpsynrag.pipeline.inputs import bound_units, read_documents
+
+    if config.ingest == "inline":
+        docs = read_documents(Path(input_path), text_column=config.text_column,
+                              id_column=config.id_column, unit_column=config.unit_column,
+                              max_chars=config.max_chars)
+        if config.unit_column:
+            docs = bound_units(docs, config.unit_bound, config.max_chars)
+        return docs
+    from dpsynrag.pipeline.beam_ingest import parse_beam_options, run_ingest
+    from dpsynrag.transforms.ingest import IngestSettings
+
+    settings = IngestSettings(text_column=config.text_column, id_column=config.id_column,
+                              unit_column=config.unit_column, max_chars=config.max_chars,
+                              unit_bound=config.unit_bound)
+    scratch = Path(tempfile.mkdtemp(prefix="dpsynrag-ingest-"))
+    try:
+        report = run_ingest(input_path, scratch / "shards", settings,
+                            runner=config.beam_runner,
+                            beam_options=parse_beam_options(config.beam_options),
+                            on_bad_row=config.on_bad_row, log=log)
+        docs = read_documents(scratch / "shards", unit_column="unit", max_chars=None)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    docs.skipped = dict(report.skipped)
+    if report.bad_rows:
+        docs.skipped["bad_row"] = report.bad_rows
+    return docs
+
+
 def corpus_ledger_mechanisms(config: BuildConfig, plan: BudgetPlan) -> list[dict[str, Any]]:
     """The build's planned releases as corpus-ledger mechanisms (costs recomputed there).
 
@@ -202,7 +239,7 @@ def corpus_ledger_mechanisms(config: BuildConfig, plan: BudgetPlan) -> list[dict
     return mechanisms
 
 
-def charge_corpus_ledger(input_path: Path, config: BuildConfig, plan: BudgetPlan,
+def charge_corpus_ledger(input_path: str | Path, config: BuildConfig, plan: BudgetPlan,
                          state: BuildState, ledger_path: Path | None) -> None:
     """Charge the build to the private corpus's ledger once per state directory."""
     import uuid

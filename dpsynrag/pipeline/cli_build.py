@@ -46,9 +46,10 @@ def _prompt_text(value: str) -> str:
 def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callable]) -> None:
     pos_float, unit_float, pos_int = (types["positive_float"], types["open_unit_float"],
                                       types["positive_int"])
-    parser.add_argument("input", type=Path, metavar="INPUT",
+    parser.add_argument("input", metavar="INPUT",
                         help="private documents: a .jsonl, .parquet or .csv file, or a "
-                             "directory of .txt files")
+                             "directory of .txt or .parquet files (with --ingest beam also a "
+                             "file pattern on any filesystem Beam reads, e.g. gs://b/*.jsonl)")
     parser.add_argument("-o", "--out", type=Path, required=True, metavar="OUT",
                         help="output directory (written under a temporary name and renamed "
                              "when complete)")
@@ -62,6 +63,17 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                    "unit)")
     g.add_argument("--max-chars", type=pos_int, help="skip (and count) longer documents "
                    "(default 20000)")
+    g.add_argument("--unit-bound", choices=["pick", "concat"], help="how a unit with several "
+                   "records becomes one document: pick one by a hash of unit and id (default), "
+                   "or concatenate them in that order up to --max-chars")
+    g.add_argument("--ingest", choices=["inline", "beam"], help="read the input in this "
+                   "process (default) or with the Apache Beam ingest job (see 'dpsynrag ingest')")
+    g.add_argument("--beam-runner", help="Beam runner for --ingest beam: direct (default, in "
+                   "process), FlinkRunner, SparkRunner, DataflowRunner, ...")
+    g.add_argument("--beam-options", help="Beam pipeline flags for --ingest beam, one string, "
+                   "e.g. \"--flink_master=host:8081 --parallelism=8\"")
+    g.add_argument("--on-bad-row", choices=["fail", "skip"], help="--ingest beam: refuse an "
+                   "input with a bad row (default) or drop bad rows and count them")
     g = parser.add_argument_group("privacy target and DP-SynRAG hyperparameters "
                                   "(defaults: the paper's Table 6)")
     g.add_argument("--epsilon", type=pos_float, help="target epsilon of the build (default 10)")
@@ -133,7 +145,8 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     g.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-CONFIG_FLAGS = ("text_column", "id_column", "unit_column", "max_chars", "epsilon", "delta",
+CONFIG_FLAGS = ("text_column", "id_column", "unit_column", "max_chars", "unit_bound", "ingest",
+                "beam_runner", "beam_options", "on_bad_row", "epsilon", "delta",
                 "conversion", "K", "R", "L", "k", "T", "eps_theta", "rho_hist", "rho_mean", "clip",
                 "keywords", "rephrase_prompt", "response_prefix", "keyword_prompt",
                 "filter_prompt", "no_filter", "no_retrieval",

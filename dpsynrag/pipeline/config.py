@@ -38,6 +38,11 @@ class BuildConfig:
     id_column: str | None = "id"
     unit_column: str | None = None
     max_chars: int = 20_000
+    unit_bound: str = "pick"  # how a unit with several records becomes one document
+    ingest: str = "inline"  # "inline" (in process) or "beam" (the Beam ingest job)
+    beam_runner: str = "direct"
+    beam_options: str | None = None
+    on_bad_row: str = "fail"  # "skip" drops (and counts) bad rows; beam ingest only
     # privacy target and hyperparameters
     epsilon: float = 10.0
     delta: float = 1e-3
@@ -72,7 +77,8 @@ class BuildConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     # options that only decide where or how fast the build runs, not what it releases
-    EXECUTION_ONLY = ("ray_address", "runner", "workers", "batch_rows", "device", "extra")
+    EXECUTION_ONLY = ("ray_address", "runner", "workers", "batch_rows", "device", "extra",
+                      "ingest", "beam_runner", "beam_options", "on_bad_row")
 
     def validate(self) -> None:
         positive_ints = {"K": self.K, "R": self.R, "L": self.L, "k": self.k, "T": self.T,
@@ -96,6 +102,15 @@ class BuildConfig:
                               f"{self.conversion!r}")
         if self.keywords not in ("llm", "statistical"):
             raise ConfigError(f"--keywords must be 'llm' or 'statistical', got {self.keywords!r}")
+        if self.unit_bound not in ("pick", "concat"):
+            raise ConfigError(f"--unit-bound must be 'pick' or 'concat', got {self.unit_bound!r}")
+        if self.ingest not in ("inline", "beam"):
+            raise ConfigError(f"--ingest must be 'inline' or 'beam', got {self.ingest!r}")
+        if self.on_bad_row not in ("fail", "skip"):
+            raise ConfigError(f"--on-bad-row must be 'fail' or 'skip', got {self.on_bad_row!r}")
+        if self.on_bad_row == "skip" and self.ingest != "beam":
+            raise ConfigError("--on-bad-row skip needs --ingest beam (the in-process reader "
+                              "stops at the first bad row)")
         if self.runner not in ("ray", "local"):
             raise ConfigError(f"--runner must be 'ray' or 'local', got {self.runner!r}")
         if self.workers is not None and self.workers < 1:

@@ -48,7 +48,8 @@ import hmac
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,10 @@ from typing import Any
 __all__ = [
     "DEFAULT_ID_COLUMN",
     "SKIP_REASONS",
+    "UNIT_BOUND_RULES",
     "InputDocuments",
     "InputError",
+    "bound_one_unit",
     "bound_units",
     "input_fingerprint",
     "normalise_text",
@@ -140,17 +143,17 @@ def normalise_text(text: str) -> str:
 
 # ------------------------------------------------------------------ raw records
 @dataclass(frozen=True)
-class _Raw:
+class RawRecord:
     """One record as read: where it is, and its raw text / id / unit values."""
 
     file: str
     where: str
     text: Any
-    id: Any  # _NO_ID when no id column is in use
+    id: Any  # NO_ID when no id column is in use
     unit: Any
 
 
-_NO_ID: Any = object()
+NO_ID: Any = object()
 
 
 def _describe_names(names: Iterable[str]) -> str:
@@ -182,7 +185,7 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
             offset += len(raw)
 
 
-class _Columns:
+class Columns:
     """Which columns to read, and whether their absence is an error."""
 
     def __init__(self, text_column: str, id_column: str | None, unit_column: str | None):
@@ -192,45 +195,59 @@ class _Columns:
         self.unit = unit_column
 
 
-def _iter_jsonl(path: Path, cols: _Columns) -> Iterator[_Raw]:
-    file = str(path)
-    use_id: bool | None = None  # decided by the first record
-    first_id_where = ""
-    for line_no, line in _iter_lines(path):
-        if not line.strip():
-            continue
-        where = f"line {line_no}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as error:
-            hint = ""
-            if line.strip() in ("[", "[]") or line.lstrip().startswith("[{"):
-                hint = " (this looks like a JSON array; expected one JSON object per line)"
-            raise InputError(file, where, f"malformed JSON: {error.msg} at column "
-                                          f"{error.colno}{hint}") from None
-        if not isinstance(obj, dict):
-            hint = " (expected one JSON object per line)" if isinstance(obj, list) else ""
-            raise InputError(file, where,
-                             f"expected a JSON object, found {_json_type(obj)}{hint}")
-        if cols.text not in obj:
-            raise InputError(file, where, f"missing text column {cols.text!r} "
-                                          f"(columns found: {_describe_names(obj)})")
-        if cols.unit is not None and cols.unit not in obj:
-            raise InputError(file, where, f"missing unit column {cols.unit!r} "
-                                          f"(columns found: {_describe_names(obj)})")
-        has_id = cols.id is not None and cols.id in obj
-        if use_id is None:
+class IdPresence:
+    """Every record of a file must have the id column or none may: the first one decides."""
+
+    def __init__(self) -> None:
+        self.use_id: bool | None = None
+        self.first_where = ""
+
+    def check(self, has_id: bool, file: str, where: str, cols: Columns,
+              found: Iterable[str]) -> bool:
+        if self.use_id is None:
             if cols.id_explicit and not has_id:
                 raise InputError(file, where, f"missing id column {cols.id!r} "
-                                              f"(columns found: {_describe_names(obj)})")
-            use_id, first_id_where = has_id, where
-        elif has_id != use_id:
+                                              f"(columns found: {_describe_names(found)})")
+            self.use_id, self.first_where = has_id, where
+        elif has_id != self.use_id:
             state = "has" if has_id else "lacks"
             raise InputError(file, where, f"record {state} id column {cols.id!r} unlike the "
-                                          f"first record ({first_id_where}); give every "
+                                          f"first record ({self.first_where}); give every "
                                           "record an id or none")
-        yield _Raw(file, where, obj[cols.text], obj[cols.id] if use_id else _NO_ID,
-                   obj[cols.unit] if cols.unit is not None else None)
+        return self.use_id
+
+
+def jsonl_record(line: str, file: str, where: str, cols: Columns,
+                 ids: IdPresence) -> RawRecord:
+    """Parse one non-blank JSON Lines line into a raw record (InputError when it is bad)."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as error:
+        hint = ""
+        if line.strip() in ("[", "[]") or line.lstrip().startswith("[{"):
+            hint = " (this looks like a JSON array; expected one JSON object per line)"
+        raise InputError(file, where, f"malformed JSON: {error.msg} at column "
+                                      f"{error.colno}{hint}") from None
+    if not isinstance(obj, dict):
+        hint = " (expected one JSON object per line)" if isinstance(obj, list) else ""
+        raise InputError(file, where, f"expected a JSON object, found {_json_type(obj)}{hint}")
+    if cols.text not in obj:
+        raise InputError(file, where, f"missing text column {cols.text!r} "
+                                      f"(columns found: {_describe_names(obj)})")
+    if cols.unit is not None and cols.unit not in obj:
+        raise InputError(file, where, f"missing unit column {cols.unit!r} "
+                                      f"(columns found: {_describe_names(obj)})")
+    use_id = ids.check(cols.id is not None and cols.id in obj, file, where, cols, obj)
+    return RawRecord(file, where, obj[cols.text], obj[cols.id] if use_id else NO_ID,
+                obj[cols.unit] if cols.unit is not None else None)
+
+
+def _iter_jsonl(path: Path, cols: Columns) -> Iterator[RawRecord]:
+    file = str(path)
+    ids = IdPresence()
+    for line_no, line in _iter_lines(path):
+        if line.strip():
+            yield jsonl_record(line, file, f"line {line_no}", cols, ids)
 
 
 def _json_type(value: Any) -> str:
@@ -240,44 +257,61 @@ def _json_type(value: Any) -> str:
             list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
 
 
-def _iter_csv(path: Path, cols: _Columns) -> Iterator[_Raw]:
-    file = str(path)
+class CsvLayout:
+    """Where the text, id and unit columns are in a CSV file, from its header row."""
+
+    def __init__(self, header: list[str], file: str, cols: Columns) -> None:
+        index = {name: i for i, name in enumerate(header)}
+        if cols.text not in index:
+            raise InputError(file, "line 1", f"missing text column {cols.text!r} "
+                                             f"(columns found: {_describe_names(header)})")
+        for name, kind in ((cols.unit, "unit"), (cols.id if cols.id_explicit else None, "id")):
+            if name is not None and name not in index:
+                raise InputError(file, "line 1", f"missing {kind} column {name!r} "
+                                                 f"(columns found: {_describe_names(header)})")
+        self.width = len(header)
+        self.text = index[cols.text]
+        self.id = index.get(cols.id) if cols.id is not None else None
+        self.unit = index[cols.unit] if cols.unit is not None else None
+
+    def record(self, row: list[str], file: str, where: str) -> RawRecord:
+        if len(row) != self.width:
+            raise InputError(file, where, f"row has {len(row)} fields, the header has "
+                                          f"{self.width}")
+        return RawRecord(file, where, row[self.text],
+                    row[self.id] if self.id is not None else NO_ID,
+                    row[self.unit] if self.unit is not None else None)
+
+
+@contextmanager
+def unlimited_csv_fields() -> Iterator[None]:
+    """Over-long CSV fields are skipped as "too_long" later, not refused by the parser."""
     old_limit = csv.field_size_limit()
-    csv.field_size_limit(2**31 - 1)  # over-long texts are skipped as "too_long", not errors
+    csv.field_size_limit(2**31 - 1)
     try:
+        yield
+    finally:
+        csv.field_size_limit(old_limit)
+
+
+def _iter_csv(path: Path, cols: Columns) -> Iterator[RawRecord]:
+    file = str(path)
+    with unlimited_csv_fields():
         reader = csv.reader((line for _, line in _iter_lines(path)), strict=True)
         start = 1
         try:
             header = next(reader, None)
             if header is None:
                 raise InputError(file, None, "empty file (no header row)")
-            index = {name: i for i, name in enumerate(header)}
-            if cols.text not in index:
-                raise InputError(file, "line 1", f"missing text column {cols.text!r} "
-                                                 f"(columns found: {_describe_names(header)})")
-            for name, kind in ((cols.unit, "unit"),
-                               (cols.id if cols.id_explicit else None, "id")):
-                if name is not None and name not in index:
-                    raise InputError(file, "line 1", f"missing {kind} column {name!r} "
-                                                     f"(columns found: "
-                                                     f"{_describe_names(header)})")
-            id_index = index.get(cols.id) if cols.id is not None else None
+            layout = CsvLayout(header, file, cols)
             start = reader.line_num + 1
             for row in reader:
                 where = f"line {start}"
                 start = reader.line_num + 1
-                if not row:  # a blank line
-                    continue
-                if len(row) != len(header):
-                    raise InputError(file, where, f"row has {len(row)} fields, the header has "
-                                                  f"{len(header)}")
-                yield _Raw(file, where, row[index[cols.text]],
-                           row[id_index] if id_index is not None else _NO_ID,
-                           row[index[cols.unit]] if cols.unit is not None else None)
+                if row:  # not a blank line
+                    yield layout.record(row, file, where)
         except csv.Error as error:
             raise InputError(file, f"line {start}", f"malformed CSV: {error}") from None
-    finally:
-        csv.field_size_limit(old_limit)
 
 
 def _parquet_files(path: Path) -> list[Path]:
@@ -292,68 +326,104 @@ def _hidden(relative: Path, prefixes: str | tuple[str, ...] = (".", "_")) -> boo
     return any(part.startswith(prefixes) for part in relative.parts)
 
 
-def _iter_parquet(path: Path, cols: _Columns) -> Iterator[_Raw]:
+class BadUtf8:
+    """A Parquet string value that is not valid UTF-8 (its byte offset kept for the error)."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+    def error(self, file: str, where: str) -> InputError:
+        return InputError(file, where, f"not valid UTF-8 (byte offset {self.offset} in the "
+                                       "value)")
+
+
+def parquet_columns(schema: Any, file: str, cols: Columns) -> dict[str, str]:
+    """Role (``text``/``id``/``unit``) -> column name of one Parquet file, types checked."""
+    import pyarrow as pa
+
+    names = schema.names
+    wanted: dict[str, str] = {"text": cols.text}
+    if cols.text not in names:
+        raise InputError(file, None, f"missing text column {cols.text!r} "
+                                     f"(columns found: {_describe_names(names)})")
+    if cols.unit is not None:
+        if cols.unit not in names:
+            raise InputError(file, None, f"missing unit column {cols.unit!r} "
+                                         f"(columns found: {_describe_names(names)})")
+        wanted["unit"] = cols.unit
+    if cols.id is not None and cols.id in names:
+        wanted["id"] = cols.id
+    elif cols.id_explicit:
+        raise InputError(file, None, f"missing id column {cols.id!r} "
+                                     f"(columns found: {_describe_names(names)})")
+    for role, name in wanted.items():
+        kind = schema.field(name).type
+        if pa.types.is_dictionary(kind):
+            kind = kind.value_type
+        ok = (_is_arrow_string(kind) or pa.types.is_null(kind)
+              or (role != "text" and pa.types.is_integer(kind)))
+        if not ok:
+            expected = "string" if role == "text" else "string or integer"
+            raise InputError(file, None, f"{role} column {name!r} has type {kind}, "
+                                         f"expected {expected}")
+    return wanted
+
+
+def parquet_records(parquet: Any, file: str, wanted: dict[str, str]) -> Iterator[RawRecord]:
+    """The raw records of one open ``pyarrow.parquet.ParquetFile``, batch by batch.
+
+    A value that is not valid UTF-8 arrives as a :class:`BadUtf8` in the record's field;
+    an unreadable batch raises :class:`InputError`.
+    """
+    import pyarrow as pa
+
+    columns = list(dict.fromkeys(wanted.values()))
+    row = 0
+    try:
+        for batch in parquet.iter_batches(columns=columns, batch_size=4096):
+            values = {role: _parquet_values(batch.column(batch.schema.get_field_index(name)))
+                      for role, name in wanted.items()}
+            for i in range(batch.num_rows):
+                yield RawRecord(file, f"row index {row + i}", values["text"][i],
+                           values["id"][i] if "id" in values else NO_ID,
+                           values["unit"][i] if "unit" in values else None)
+            row += batch.num_rows
+    except (pa.ArrowInvalid, OSError) as error:
+        raise InputError(file, f"row index {row}",
+                         f"cannot read Parquet data ({type(error).__name__})") from None
+
+
+def open_parquet(source: Any, file: str) -> Any:
+    """``pyarrow.parquet.ParquetFile`` of a path or binary file object, or InputError."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    try:
+        return pq.ParquetFile(source)
+    except (pa.ArrowInvalid, OSError) as error:
+        raise InputError(file, None, f"not a readable Parquet file ({type(error).__name__})"
+                         ) from None
+
+
+def _iter_parquet(path: Path, cols: Columns) -> Iterator[RawRecord]:
     files = _parquet_files(path)
     if not files:
         raise InputError(path, None, "no .parquet files in the directory")
     first_has_id: bool | None = None
     for file_path in files:
         file = str(file_path)
-        try:
-            parquet = pq.ParquetFile(file_path)
-        except (pa.ArrowInvalid, OSError) as error:
-            raise InputError(file, None, f"not a readable Parquet file ({type(error).__name__})"
-                             ) from None
-        schema = parquet.schema_arrow
-        names = schema.names
-        wanted: dict[str, str] = {"text": cols.text}
-        if cols.text not in names:
-            raise InputError(file, None, f"missing text column {cols.text!r} "
-                                         f"(columns found: {_describe_names(names)})")
-        if cols.unit is not None:
-            if cols.unit not in names:
-                raise InputError(file, None, f"missing unit column {cols.unit!r} "
-                                             f"(columns found: {_describe_names(names)})")
-            wanted["unit"] = cols.unit
-        if cols.id is not None and cols.id in names:
-            wanted["id"] = cols.id
-        elif cols.id_explicit:
-            raise InputError(file, None, f"missing id column {cols.id!r} "
-                                         f"(columns found: {_describe_names(names)})")
+        parquet = open_parquet(file_path, file)
+        wanted = parquet_columns(parquet.schema_arrow, file, cols)
         if first_has_id is None:
             first_has_id = "id" in wanted
         elif first_has_id != ("id" in wanted):
             raise InputError(file, None, f"id column {cols.id!r} is present in some Parquet "
                                          f"files and absent in others (first file: {files[0]})")
-        for role, name in wanted.items():
-            kind = schema.field(name).type
-            if pa.types.is_dictionary(kind):
-                kind = kind.value_type
-            ok = (_is_arrow_string(kind) or pa.types.is_null(kind)
-                  or (role != "text" and pa.types.is_integer(kind)))
-            if not ok:
-                expected = "string" if role == "text" else "string or integer"
-                raise InputError(file, None, f"{role} column {name!r} has type {kind}, "
-                                             f"expected {expected}")
-        columns = list(dict.fromkeys(wanted.values()))
-        row = 0
-        try:
-            batches = parquet.iter_batches(columns=columns, batch_size=4096)
-            for batch in batches:
-                values = {role: _parquet_values(batch.column(batch.schema.get_field_index(name)),
-                                                file, row)
-                          for role, name in wanted.items()}
-                for i in range(batch.num_rows):
-                    yield _Raw(file, f"row index {row + i}", values["text"][i],
-                               values["id"][i] if "id" in values else _NO_ID,
-                               values["unit"][i] if "unit" in values else None)
-                row += batch.num_rows
-        except (pa.ArrowInvalid, OSError) as error:
-            raise InputError(file, f"row index {row}",
-                             f"cannot read Parquet data ({type(error).__name__})") from None
+        for raw in parquet_records(parquet, file, wanted):
+            for value in (raw.text, raw.id, raw.unit):
+                if isinstance(value, BadUtf8):
+                    raise value.error(file, raw.where)
+            yield raw
 
 
 def _is_arrow_string(kind: Any) -> bool:
@@ -363,30 +433,27 @@ def _is_arrow_string(kind: Any) -> bool:
     return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or is_view(kind))
 
 
-def _parquet_values(column: Any, file: str, first_row: int) -> list[Any]:
-    """Python values of one batch column; strings decoded strictly to find bad UTF-8."""
+def _parquet_values(column: Any) -> list[Any]:
+    """Python values of one batch column; strings decoded strictly (BadUtf8 when not UTF-8)."""
     import pyarrow as pa
 
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
     if _is_arrow_string(column.type):
-        raw = column.cast(pa.large_binary()).to_pylist()
         out: list[Any] = []
-        for i, value in enumerate(raw):
+        for value in column.cast(pa.large_binary()).to_pylist():
             if value is None:
                 out.append(None)
                 continue
             try:
                 out.append(value.decode("utf-8"))
             except UnicodeDecodeError as error:
-                raise InputError(file, f"row index {first_row + i}",
-                                 f"not valid UTF-8 (byte offset {error.start} in the value)"
-                                 ) from None
+                out.append(BadUtf8(error.start))
         return out
     return column.to_pylist()
 
 
-def _iter_txt_dir(path: Path, files: list[Path]) -> Iterator[_Raw]:
+def _iter_txt_dir(path: Path, files: list[Path]) -> Iterator[RawRecord]:
     for file_path in files:
         relative = file_path.relative_to(path).as_posix()
         data = file_path.read_bytes()
@@ -397,11 +464,13 @@ def _iter_txt_dir(path: Path, files: list[Path]) -> Iterator[_Raw]:
         except UnicodeDecodeError as error:
             raise InputError(file_path, f"file {relative}",
                              f"not valid UTF-8 (byte offset {error.start})") from None
-        yield _Raw(str(file_path), f"file {relative}", text, relative[: -len(".txt")], None)
+        yield RawRecord(str(file_path), f"file {relative}", text, relative[: -len(".txt")], None)
 
 
 # ------------------------------------------------------------------ read_documents
-def _check_id(value: Any, raw: _Raw, what: str) -> str:
+def _check_id(value: Any, raw: RawRecord, what: str) -> str:
+    if isinstance(value, BadUtf8):
+        raise value.error(raw.file, raw.where)
     if isinstance(value, bool) or not isinstance(value, str | int):
         found = "null" if value is None else type(value).__name__
         raise InputError(raw.file, raw.where,
@@ -410,6 +479,31 @@ def _check_id(value: Any, raw: _Raw, what: str) -> str:
     if not text.strip():
         raise InputError(raw.file, raw.where, f"{what} is empty")
     return text
+
+
+def accept_record(raw: RawRecord, default_id: str, has_unit_column: bool, min_chars: int,
+                  max_chars: int | None) -> tuple[str, str, str, str | None]:
+    """Validate and normalise one raw record: ``(id, unit, text, skip reason or None)``.
+
+    ``default_id`` is used when the record has no id column. Raises :class:`InputError` for
+    a bad id, unit or text type; an empty, too short or too long text is a skip, not an error.
+    """
+    doc_id = default_id if raw.id is NO_ID else _check_id(raw.id, raw, "id")
+    unit = _check_id(raw.unit, raw, "unit") if has_unit_column else doc_id
+    if raw.text is None:
+        return doc_id, unit, "", "empty"
+    if isinstance(raw.text, BadUtf8):
+        raise raw.text.error(raw.file, raw.where)
+    if not isinstance(raw.text, str):
+        raise InputError(raw.file, raw.where, f"text is {_json_type(raw.text)}, expected a string")
+    text = normalise_text(raw.text)
+    if not text:
+        return doc_id, unit, "", "empty"
+    if len(text) < min_chars:
+        return doc_id, unit, "", "too_short"
+    if max_chars is not None and len(text) > max_chars:
+        return doc_id, unit, "", "too_long"
+    return doc_id, unit, text, None
 
 
 def read_documents(
@@ -435,32 +529,21 @@ def read_documents(
         raise ValueError("max_chars must be positive or None")
     if min_chars < 1:
         raise ValueError("min_chars must be at least 1")
-    cols = _Columns(text_column, id_column, unit_column)
+    cols = Columns(text_column, id_column, unit_column)
     source, records = _open(path, cols)
 
     docs = InputDocuments([], [], [], dict.fromkeys(SKIP_REASONS, 0), source)
     seen: dict[str, str] = {}
     n = 0
     for n, raw in enumerate(records, start=1):
-        doc_id = f"row-{n}" if raw.id is _NO_ID else _check_id(raw.id, raw, "id")
+        doc_id, unit, text, skip = accept_record(raw, f"row-{n}", unit_column is not None,
+                                                 min_chars, max_chars)
         if doc_id in seen:
             raise InputError(raw.file, raw.where,
                              f"duplicate id (first seen at {seen[doc_id]})")
         seen[doc_id] = raw.where if raw.file == str(path) else f"{raw.file}: {raw.where}"
-        unit = _check_id(raw.unit, raw, "unit") if unit_column is not None else doc_id
-        if raw.text is None:
-            docs.skipped["empty"] += 1
-            continue
-        if not isinstance(raw.text, str):
-            raise InputError(raw.file, raw.where,
-                             f"text is {_json_type(raw.text)}, expected a string")
-        text = normalise_text(raw.text)
-        if not text:
-            docs.skipped["empty"] += 1
-        elif len(text) < min_chars:
-            docs.skipped["too_short"] += 1
-        elif max_chars is not None and len(text) > max_chars:
-            docs.skipped["too_long"] += 1
+        if skip is not None:
+            docs.skipped[skip] += 1
         else:
             docs.ids.append(doc_id)
             docs.texts.append(text)
@@ -473,7 +556,7 @@ def read_documents(
     return docs
 
 
-def _open(path: Path, cols: _Columns) -> tuple[str, Iterator[_Raw]]:
+def _open(path: Path, cols: Columns) -> tuple[str, Iterator[RawRecord]]:
     if not path.exists():
         raise InputError(path, None, "does not exist")
     if path.is_dir():
@@ -506,30 +589,67 @@ def _open(path: Path, cols: _Columns) -> tuple[str, Iterator[_Raw]]:
 
 
 # ------------------------------------------------------------------ units, fingerprint
-def _unit_rank(unit: str, doc_id: str) -> bytes:
+def unit_rank(unit: str, doc_id: str) -> bytes:
+    """The data-independent rank that decides which record of a unit is kept."""
     return hashlib.sha256(unit.encode("utf-8") + b"\x00" + doc_id.encode("utf-8")).digest()
 
 
-def bound_units(docs: InputDocuments) -> InputDocuments:
-    """Keep one record per privacy unit, chosen by a data-independent rule.
+UNIT_BOUND_RULES = ("pick", "concat")
+"""How a privacy unit with several records becomes one document (see :func:`bound_one_unit`)."""
 
-    For each unit the record with the smallest ``sha256(unit + "\\0" + id)`` is kept (a
-    fixed function of unit and id only, never of the text, so the choice does not depend on
-    other records or their order). Kept records stay in input order; the number dropped is
-    added to ``skipped["unit_bound"]``. Returns a new object; ``docs`` is not changed.
+
+def bound_one_unit(unit: str, records: Sequence[tuple[str, str]], rule: str = "pick",
+                   max_chars: int | None = None) -> tuple[str, str, list[int]]:
+    """One document for a unit from its ``(id, text)`` records: ``(id, text, used)``.
+
+    ``used`` lists the positions in ``records`` that went into the document. Both rules look
+    at this unit's own records only (never at other units or at record order):
+
+    * ``pick``: the record with the smallest ``sha256(unit + "\\0" + id)``;
+    * ``concat``: the texts in that same order joined by a blank line, each appended only if
+      the result stays within ``max_chars``; the id is that of the first record in the order.
     """
-    best: dict[str, tuple[bytes, int]] = {}
-    for i, (doc_id, unit) in enumerate(zip(docs.ids, docs.units, strict=True)):
-        rank = _unit_rank(unit, doc_id)
-        if unit not in best or rank < best[unit][0]:
-            best[unit] = (rank, i)
-    keep = sorted(i for _, i in best.values())
+    if rule not in UNIT_BOUND_RULES:
+        raise ValueError(f"unknown unit bound rule {rule!r}")
+    ranked = sorted(range(len(records)), key=lambda i: unit_rank(unit, records[i][0]))
+    first = ranked[0]
+    if rule == "pick":
+        return records[first][0], records[first][1], [first]
+    parts: list[str] = []
+    used: list[int] = []
+    length = 0
+    for i in ranked:
+        extra = len(records[i][1]) + (2 if parts else 0)
+        if max_chars is None or length + extra <= max_chars:
+            parts.append(records[i][1])
+            used.append(i)
+            length += extra
+    return records[first][0], "\n\n".join(parts), used
+
+
+def bound_units(docs: InputDocuments, rule: str = "pick",
+                max_chars: int | None = None) -> InputDocuments:
+    """Keep one document per privacy unit, by ``rule`` (:func:`bound_one_unit`).
+
+    Documents stay in input order (a unit's document takes the place of its earliest record
+    that went into it); the number of records dropped or merged away is added to
+    ``skipped["unit_bound"]``. Returns a new object; ``docs`` is not changed.
+    """
+    by_unit: dict[str, list[int]] = {}
+    for i, unit in enumerate(docs.units):
+        by_unit.setdefault(unit, []).append(i)
+    kept: list[tuple[int, str, str, str]] = []
+    for unit, members in by_unit.items():
+        doc_id, text, used = bound_one_unit(
+            unit, [(docs.ids[i], docs.texts[i]) for i in members], rule, max_chars)
+        kept.append((min(members[u] for u in used), doc_id, text, unit))
+    kept.sort()
     skipped = dict(docs.skipped)
-    skipped["unit_bound"] = skipped.get("unit_bound", 0) + len(docs.ids) - len(keep)
+    skipped["unit_bound"] = skipped.get("unit_bound", 0) + len(docs.ids) - len(kept)
     return InputDocuments(
-        ids=[docs.ids[i] for i in keep],
-        texts=[docs.texts[i] for i in keep],
-        units=[docs.units[i] for i in keep],
+        ids=[doc_id for _, doc_id, _, _ in kept],
+        texts=[text for _, _, text, _ in kept],
+        units=[unit for _, _, _, unit in kept],
         skipped=skipped,
         source=docs.source,
     )

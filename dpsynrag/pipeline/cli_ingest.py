@@ -1,0 +1,107 @@
+"""``dpsynrag ingest``: run the Beam ingest job on its own (e.g. on Flink or Dataflow).
+
+Exit codes: 0 written; 2 bad input or options (one line names the file, row and problem);
+1 failed. The shards it writes are a valid ``build-corpus`` INPUT (a Parquet directory with
+columns ``id``, ``text``, ``unit``; build with ``--unit-column unit``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+_EPILOG = """\
+The output directory holds private text: keep it on access-controlled storage (it is created
+0700 when local) and delete it after the build. Its _ingest/report.json counts records read,
+documents written, skips and bad rows by kind (private counts: do not publish them).
+
+Examples:
+  dpsynrag ingest notes.jsonl -o shards/ --unit-column patient_id
+  dpsynrag ingest 'gs://bucket/notes/*.jsonl' -o gs://bucket/shards/ \\
+      --beam-runner DataflowRunner --beam-options "--project=p --region=europe-west4 \\
+      --temp_location=gs://bucket/tmp"
+  build-corpus shards/ -o synth/ --unit-column unit
+"""
+
+
+def add_ingest_parser(subparsers: Any, positive_int: Any) -> None:
+    parser = subparsers.add_parser(
+        "ingest", help="validate, normalise and bound the private input with Apache Beam",
+        description="Read the private input (JSONL, CSV, Parquet, a directory of .txt; local "
+                    "or any filesystem Beam reads), validate and normalise every record, bound "
+                    "each privacy unit to one document, and write Parquet shards that "
+                    "build-corpus reads. Deterministic; no DP mechanism runs here.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input", metavar="INPUT", help="a file, a directory, or a file pattern")
+    parser.add_argument("-o", "--out", required=True, metavar="OUT",
+                        help="output directory for the shards")
+    parser.add_argument("--text-column", default="text", help="default: text")
+    parser.add_argument("--id-column", default="id", help="default: id (row-<n> when absent)")
+    parser.add_argument("--unit-column", help="column grouping the records of one privacy unit "
+                        "(default: each record is its own unit)")
+    parser.add_argument("--max-chars", type=positive_int, default=20_000,
+                        help="skip (and count) longer texts (default 20000)")
+    parser.add_argument("--min-chars", type=positive_int, default=1,
+                        help="skip (and count) shorter texts (default 1)")
+    parser.add_argument("--unit-bound", choices=["pick", "concat"], default="pick",
+                        help="pick one record per unit by a hash of unit and id (default), or "
+                             "concatenate the unit's records in that order up to --max-chars")
+    parser.add_argument("--fallback-encoding", help="decode lines that are not valid UTF-8 with "
+                        "this codec (e.g. cp1252) instead of treating them as bad rows")
+    parser.add_argument("--on-bad-row", choices=["fail", "skip"], default="fail",
+                        help="refuse an input with any bad row (default), or drop and count them")
+    parser.add_argument("--shards", type=positive_int, default=4,
+                        help="number of output shards (default 4)")
+    parser.add_argument("--beam-runner", default="direct",
+                        help="direct (default: in process), FlinkRunner, SparkRunner, "
+                             "DataflowRunner, ...")
+    parser.add_argument("--beam-options", help="Beam pipeline flags as one string")
+    parser.add_argument("--force", action="store_true", help="replace an existing OUT")
+    parser.add_argument("--report-json", type=Path, help="also write the report here")
+    parser.set_defaults(handler=run_ingest_command)
+
+
+def run_ingest_command(args: argparse.Namespace) -> int:
+    from dpsynrag.pipeline.beam_ingest import parse_beam_options, run_ingest
+    from dpsynrag.pipeline.cli_tools import ToolError
+    from dpsynrag.pipeline.inputs import InputError
+    from dpsynrag.transforms.ingest import IngestSettings
+
+    settings = IngestSettings(text_column=args.text_column, id_column=args.id_column,
+                              unit_column=args.unit_column, min_chars=args.min_chars,
+                              max_chars=args.max_chars, unit_bound=args.unit_bound,
+                              fallback_encoding=args.fallback_encoding)
+    try:
+        settings.validate()
+    except LookupError:
+        raise ToolError(f"--fallback-encoding: unknown encoding {args.fallback_encoding!r}",
+                        2) from None
+    try:
+        options = parse_beam_options(args.beam_options)
+    except ValueError as error:
+        raise ToolError(f"--beam-options: {error}", 2) from None
+    try:
+        report = run_ingest(args.input, args.out, settings, shards=args.shards,
+                            runner=args.beam_runner, beam_options=options,
+                            on_bad_row=args.on_bad_row, force=args.force,
+                            log=lambda message: print(message, file=sys.stderr))
+    except InputError as error:
+        raise ToolError(str(error), 2) from None
+    summary = report.as_dict()
+    lines = [f"documents written: {report.documents} in {report.shards} shard(s) at "
+             f"{report.output}", f"records read: {report.records_read}"]
+    lines += [f"skipped ({reason}): {count}" for reason, count in report.skipped.items()]
+    if report.bad_rows:
+        lines.append(f"bad rows dropped: {report.bad_rows} ("
+                     + ", ".join(f"{k} {v}" for k, v in report.bad_rows_by_kind.items()) + ")")
+    if report.decoded_with_fallback:
+        lines.append(f"lines decoded with {args.fallback_encoding}: "
+                     f"{report.decoded_with_fallback}")
+    lines.append(f"wall time: {report.seconds:.1f} s")
+    print("\n".join(lines), file=sys.stderr)
+    if args.report_json is not None:
+        args.report_json.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return 0

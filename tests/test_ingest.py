@@ -1,0 +1,257 @@
+"""The Beam ingest: parity with the in-process reader, bounding, bad rows, determinism."""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dpsynrag.pipeline.beam_ingest import run_ingest
+from dpsynrag.pipeline.inputs import (
+    InputError,
+    bound_one_unit,
+    bound_units,
+    read_documents,
+    unit_rank,
+)
+from dpsynrag.transforms.ingest import IngestSettings
+
+WORDS = ["fever", "cough", "naïve", "café", "Zürich", "漢字", "🙂", "rash", "ache", "nausea",
+         "dizzy", "pain", "renal", "ﬁbrosis", "e\u0301clair"]  # the last one is NFD
+
+
+def _text(rng: random.Random) -> str:
+    words = [rng.choice(WORDS) for _ in range(rng.randint(3, 40))]
+    text = " ".join(words)
+    if rng.random() < 0.1:
+        text = "  " + text.replace(" ", "\t ", 3) + "  \n\n\n\nend"
+    return text
+
+
+def _corpus(n: int, seed: int = 7) -> tuple[list[list[dict]], list[list[bytes]], dict[str, int]]:
+    """Valid records split over 4 files, and the same files with bad rows interleaved.
+
+    Returns (valid records per file, dirty raw lines per file, bad rows injected per kind).
+    """
+    rng = random.Random(seed)
+    files: list[list[dict]] = [[], [], [], []]
+    for i in range(n):
+        record = {"id": f"doc-{i:06d}", "unit": f"u{rng.randrange(n // 3)}",
+                  "text": _text(rng)}
+        roll = rng.random()
+        if roll < 0.01:
+            record["text"] = "   "  # empty after normalisation
+        elif roll < 0.015:
+            record["text"] = "long " * 500  # over max_chars=2000
+        files[i % 4].append(record)
+    dirty: list[list[bytes]] = [[], [], [], []]
+    injected = {"malformed JSON": 0, "bad id": 0, "bad text": 0, "bad encoding": 0,
+                "duplicate id": 0, "not a JSON object": 0}
+    for f, records in enumerate(files):
+        for j, record in enumerate(records):
+            dirty[f].append(json.dumps(record, ensure_ascii=rng.random() < 0.5).encode() + b"\n")
+            roll = rng.random()
+            if roll < 0.004:
+                dirty[f].append(b'{"id": "x", "text": \n')
+                injected["malformed JSON"] += 1
+            elif roll < 0.008:
+                dirty[f].append(json.dumps({"id": ["a"], "unit": "u1", "text": "t"}).encode()
+                                + b"\n")
+                injected["bad id"] += 1
+            elif roll < 0.012:
+                dirty[f].append(json.dumps({"id": f"num-{f}-{j}", "unit": "u1", "text": 5})
+                                .encode() + b"\n")
+                injected["bad text"] += 1
+            elif roll < 0.016 and f in (0, 1, 3):  # not in the UTF-16 file
+                dirty[f].append(b'{"id": "latin-%d-%d", "unit": "u2", "text": "caf\xe9"}\n'
+                                % (f, j))
+                injected["bad encoding"] += 1
+            elif roll < 0.020 and j > 0:
+                earlier = dict(records[rng.randrange(j)], text="a different text")
+                dirty[f].append(json.dumps(earlier).encode() + b"\n")
+                injected["duplicate id"] += 1
+            elif roll < 0.022:
+                dirty[f].append(b"[1, 2]\n")
+                injected["not a JSON object"] += 1
+            elif roll < 0.03:
+                dirty[f].append(b"\n")  # blank lines are not records
+    return files, dirty, injected
+
+
+def _write_dirty(directory: Path, dirty: list[list[bytes]]) -> None:
+    directory.mkdir()
+    (directory / "a.jsonl").write_bytes(b"".join(dirty[0]))
+    (directory / "b.jsonl").write_bytes(codecs.BOM_UTF8 + b"".join(dirty[1]))
+    text = b"".join(dirty[2]).decode("utf-8")
+    (directory / "c.jsonl").write_bytes(text.encode("utf-16"))  # with its BOM
+    (directory / "d.jsonl").write_bytes(b"".join(line.replace(b"\n", b"\r\n")
+                                                 for line in dirty[3]))
+
+
+def _shards(directory: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.glob("*.parquet"))}
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """20,000 records with duplicate units, bad rows and four encodings, ingested once."""
+    root = tmp_path_factory.mktemp("ingest")
+    files, dirty, injected = _corpus(20_000)
+    _write_dirty(root / "dirty", dirty)
+    clean = root / "clean.jsonl"
+    clean.write_text("".join(json.dumps(r) + "\n" for records in files for r in records),
+                     encoding="utf-8")
+    settings = IngestSettings(unit_column="unit", max_chars=2000)
+    report = run_ingest(root / "dirty", root / "shards", settings, on_bad_row="skip")
+    return {"root": root, "clean": clean, "injected": injected, "report": report,
+            "settings": settings}
+
+
+@pytest.mark.slow
+def test_beam_ingest_equals_the_in_process_reader_on_the_valid_records(big: dict) -> None:
+    """Bad rows dropped, every encoding read: exactly the in-process reader's documents."""
+    expected = bound_units(read_documents(big["clean"], unit_column="unit", max_chars=2000))
+    got = read_documents(big["root"] / "shards", unit_column="unit", max_chars=None)
+    assert len(got) == len(expected) > 5000
+    assert sorted(zip(got.ids, got.texts, got.units, strict=True)) == sorted(
+        zip(expected.ids, expected.texts, expected.units, strict=True))
+    report = big["report"]
+    assert report.skipped == expected.skipped  # empty, too_long and unit_bound counts agree
+    assert report.skipped["unit_bound"] > 5000 and report.skipped["empty"] > 0
+    assert report.bad_rows_by_kind == {k: v for k, v in big["injected"].items() if v}
+    assert report.bad_rows == sum(big["injected"].values())
+    assert report.documents == len(expected) and report.files == 4
+
+
+@pytest.mark.slow
+def test_beam_ingest_is_deterministic_across_runs_and_parallelism(big: dict) -> None:
+    again = big["root"] / "again"
+    run_ingest(big["root"] / "dirty", again, big["settings"], on_bad_row="skip",
+               beam_options=["--direct_num_workers=2", "--direct_running_mode=multi_threading"])
+    first = _shards(big["root"] / "shards")
+    assert len(first) == 4 and first == _shards(again)
+
+
+@pytest.mark.slow
+def test_the_report_and_shards_hold_no_bad_row_content(big: dict) -> None:
+    report_text = (big["root"] / "shards" / "_ingest" / "report.json").read_text()
+    report = json.loads(report_text)
+    assert len(report["first_bad_rows"]) == 20
+    assert all(set(row) == {"file", "where", "problem"} for row in report["first_bad_rows"])
+    for secret in ("a different text", "caf", "latin-", "num-"):
+        assert secret not in report_text
+    assert oct((big["root"] / "shards").stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_bad_row_fails_by_default_naming_file_and_line_and_leaves_nothing(tmp_path) -> None:
+    source = tmp_path / "notes.jsonl"
+    source.write_text('{"id": "1", "text": "fine"}\n\n{"id": "2", "text": 3}\n'
+                      '{"id": "3", "text": "x"\n', encoding="utf-8")
+    with pytest.raises(InputError) as error:
+        run_ingest(source, tmp_path / "out")
+    message = str(error.value)
+    assert message.startswith(f"{source}: line 3: text is a number, expected a string")
+    assert "2 bad rows in all" in message and "\n" not in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.jsonl"]  # no out, no temp
+
+
+def test_csv_bad_rows_fallback_encoding_and_multiline_fields(tmp_path) -> None:
+    source = tmp_path / "notes.csv"
+    source.write_bytes(b'id,unit,text\n1,a,"two\nlines"\n2,b,extra,field\n3,c,caf\xe9\n'
+                       b"4,d,plain\n")
+    with pytest.raises(InputError, match=r"line 4: row has 4 fields, the header has 3"):
+        run_ingest(source, tmp_path / "out", IngestSettings(unit_column="unit"))
+    report = run_ingest(source, tmp_path / "out", IngestSettings(unit_column="unit"),
+                        on_bad_row="skip")
+    assert report.bad_rows_by_kind == {"bad encoding": 1, "wrong number of CSV fields": 1}
+    docs = read_documents(tmp_path / "out", unit_column="unit")
+    assert sorted(zip(docs.ids, docs.texts, strict=True)) == [("1", "two\nlines"), ("4", "plain")]
+    settings = IngestSettings(unit_column="unit", fallback_encoding="cp1252")
+    report = run_ingest(source, tmp_path / "fallback", settings, on_bad_row="skip")
+    docs = read_documents(tmp_path / "fallback", unit_column="unit")
+    assert report.decoded_with_fallback == 1 and "café" in docs.texts
+
+
+def test_row_numbers_continue_across_parquet_files_as_in_process(tmp_path) -> None:
+    source = tmp_path / "parts"
+    source.mkdir()
+    for i, texts in enumerate([["a", "b"], ["c"], ["d", "e", "f"]]):
+        pq.write_table(pa.table({"text": texts}), source / f"p{i}.parquet")
+    run_ingest(source, tmp_path / "out")
+    inline = read_documents(source)
+    beam = read_documents(tmp_path / "out")
+    assert sorted(zip(beam.ids, beam.texts, strict=True)) == sorted(
+        zip(inline.ids, inline.texts, strict=True))
+    assert sorted(beam.ids) == [f"row-{n}" for n in range(1, 7)]
+
+
+def test_text_directory_with_mixed_encodings(tmp_path) -> None:
+    source = tmp_path / "notes"
+    (source / "ward").mkdir(parents=True)
+    (source / "one.txt").write_bytes(codecs.BOM_UTF8 + "naïve\r\nnote".encode())
+    (source / "ward" / "two.txt").write_bytes("zwei Zürich".encode("utf-16"))
+    (source / "three.txt").write_bytes(b"caf\xe9")
+    report = run_ingest(source, tmp_path / "out", on_bad_row="skip")
+    docs = read_documents(tmp_path / "out")
+    assert dict(zip(docs.ids, docs.texts, strict=True)) == {
+        "one": "naïve\nnote", "ward/two": "zwei Zürich"}
+    assert report.bad_rows_by_kind == {"bad encoding": 1}
+    assert report.first_bad_rows[0]["where"] == "file three.txt"
+
+
+def test_pick_keeps_the_smallest_hash_and_concat_respects_the_length_bound() -> None:
+    records = [("r1", "aaaa"), ("r2", "bbbbbb"), ("r3", "cc")]
+    ranks = sorted(records, key=lambda r: unit_rank("u", r[0]))
+    doc_id, text, used = bound_one_unit("u", records, "pick")
+    assert (doc_id, text) == ranks[0] and len(used) == 1
+    doc_id, text, used = bound_one_unit("u", records, "concat", max_chars=None)
+    assert doc_id == ranks[0][0] and text == "\n\n".join(t for _, t in ranks)
+    doc_id, text, used = bound_one_unit("u", records, "concat", max_chars=9)
+    assert len(text) <= 9 and text.startswith(ranks[0][1]) and doc_id == ranks[0][0]
+    # the choice depends on the unit's own records only, not on their order
+    assert bound_one_unit("u", records[::-1], "concat", 9)[:2] == (doc_id, text)
+
+
+def test_concat_bounding_agrees_between_beam_and_in_process(tmp_path) -> None:
+    source = tmp_path / "notes.jsonl"
+    rng = random.Random(3)
+    source.write_text("".join(json.dumps({"id": f"n{i}", "unit": f"p{rng.randrange(40)}",
+                                          "text": _text(rng)}) + "\n" for i in range(300)),
+                      encoding="utf-8")
+    settings = IngestSettings(unit_column="unit", unit_bound="concat", max_chars=400)
+    report = run_ingest(source, tmp_path / "out", settings)
+    beam = read_documents(tmp_path / "out", unit_column="unit", max_chars=None)
+    inline = bound_units(read_documents(source, unit_column="unit", max_chars=400), "concat", 400)
+    assert sorted(zip(beam.ids, beam.texts, beam.units, strict=True)) == sorted(
+        zip(inline.ids, inline.texts, inline.units, strict=True))
+    assert len(beam) <= 40 and max(map(len, beam.texts)) <= 400
+    assert report.skipped["unit_bound"] == 300 - len(beam)
+
+
+def test_ingest_cli_bad_input_is_one_line_exit_2(tmp_path) -> None:
+    source = tmp_path / "notes.jsonl"
+    source.write_bytes(b'{"id": "1", "text": "ok"}\n{"id": "2", "text": "\xff"}\n')
+    dpsynrag = Path(sys.executable).with_name("dpsynrag")
+    env = {**os.environ, "DPSYNRAG_CONFIG_DIR": str(tmp_path / "config")}
+    result = subprocess.run([str(dpsynrag), "ingest", str(source), "-o", str(tmp_path / "out")],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert errors == [f"dpsynrag: error: {source}: line 2: not valid UTF-8 (byte offset 47 in "
+                      "the file) (--on-bad-row skip drops them)"]
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+    ok = subprocess.run([str(dpsynrag), "ingest", str(source), "-o", str(tmp_path / "out"),
+                         "--on-bad-row", "skip", "--report-json", str(tmp_path / "r.json")],
+                        capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["documents"] == 1
