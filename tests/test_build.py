@@ -164,7 +164,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     if not script.exists():
         pytest.skip("console scripts not installed next to this interpreter")
     env = {**os.environ, "DPSYNRAG_CONFIG_DIR": str(cwd / "config")}
-    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=420,
                           cwd=cwd, env=env)
 
 
@@ -189,8 +189,13 @@ def test_cli_impossible_plan_exits_3(tmp_path, notes) -> None:
 
 @pytest.mark.slow
 def test_ray_build_with_the_packaged_models_then_verify_and_ledger_show(tmp_path) -> None:
-    """The real path: Ray actors, packaged SmolLM2 and MiniLM, the CLI, verify, ledger show."""
+    """The real path end to end: INPUT -> Beam ingest -> Ray actors with the packaged SmolLM2
+    and MiniLM -> OUT, through the CLI; then verify and ledger show."""
     data = write_clinic_dataset(tmp_path / "data", n_notes=60, n_diseases=4, seed=2)["notes"]
+    with data.open("a", encoding="utf-8") as handle:  # a second record of one patient
+        first = json.loads(data.read_text(encoding="utf-8").splitlines()[0])
+        handle.write(json.dumps({**first, "id": "extra-visit", "text": "Follow-up visit."})
+                     + "\n")
     dpsynrag = Path(sys.executable).with_name("dpsynrag")
     env = {**os.environ, "DPSYNRAG_CONFIG_DIR": str(tmp_path / "config")}
     subprocess.run([str(dpsynrag), "keygen", str(tmp_path / "k.pem")], check=True, env=env,
@@ -198,10 +203,12 @@ def test_ray_build_with_the_packaged_models_then_verify_and_ledger_show(tmp_path
     result = _cli(str(data), "-o", str(tmp_path / "out"), "--keywords", "statistical", "--R", "4",
                   "--k", "10", "--L", "2", "--T", "8", "--state-dir", str(tmp_path / "state"),
                   "--signing-key", str(tmp_path / "k.pem"), "--quiet", "--summary-json",
-                  str(tmp_path / "summary.json"), cwd=tmp_path)
+                  str(tmp_path / "summary.json"), "--ingest", "beam", "--unit-column", "unit",
+                  cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["synthetic_texts"] == 4 and summary["seeded"] is False
+    assert summary["documents_in"] == 60 and summary["skipped"]["unit_bound"] == 1
     verify = subprocess.run([str(dpsynrag), "verify", str(tmp_path / "out"), "--public-key",
                              str(tmp_path / "k.pem.pub")], capture_output=True, text=True,
                             env=env)
