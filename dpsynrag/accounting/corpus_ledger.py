@@ -521,6 +521,9 @@ class CorpusLedger:
             "queries": sum(e.kind == "query" for e in entries),
             "refusals": refusals,
             "methods": per_method,
+            "build_charges": [{"key": e.key, "method": e.method, "rho": e.rho,
+                               "charged_at": e.charged_at, "description": e.description}
+                              for e in entries if e.kind == "build"],
         }
 
     def close(self) -> None:

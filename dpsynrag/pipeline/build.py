@@ -139,7 +139,8 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
         state.save("input", {"fingerprint": fingerprint})
         if corpus_ledger is not False:
             charge_corpus_ledger(input_path, config, plan, state,
-                                 None if corpus_ledger in (None, True) else Path(corpus_ledger))
+                                 None if corpus_ledger in (None, True) else Path(corpus_ledger),
+                                 out_dir)
         rng = secure_rng(config.seed) if config.seed is not None else None
         ledger = Ledger(state.ledger_path, rng=rng)
         ledger.declare_parallel_group(
@@ -240,8 +241,14 @@ def corpus_ledger_mechanisms(config: BuildConfig, plan: BudgetPlan) -> list[dict
 
 
 def charge_corpus_ledger(input_path: str | Path, config: BuildConfig, plan: BudgetPlan,
-                         state: BuildState, ledger_path: Path | None) -> None:
-    """Charge the build to the private corpus's ledger once per state directory."""
+                         state: BuildState, ledger_path: Path | None,
+                         out_dir: Path | None = None) -> None:
+    """Charge the build to the private corpus's ledger once per state directory.
+
+    The charge's description names the config fingerprint, the input path and the output
+    directory (paths, never content), so successive builds of a changing corpus can be told
+    apart in ``dpsynrag ledger show``.
+    """
     import uuid
 
     from dpsynrag.accounting.corpus_ledger import CorpusLedger, default_corpus_ledger_path
@@ -253,7 +260,8 @@ def charge_corpus_ledger(input_path: str | Path, config: BuildConfig, plan: Budg
     with CorpusLedger(path) as ledger:
         ledger.charge(f"build/{build_id}", kind="build", method="dp-synrag",
                       mechanisms=corpus_ledger_mechanisms(config, plan),
-                      description=f"config {config.fingerprint()[:16]}")
+                      description=f"config {config.fingerprint()[:16]}; input {input_path}"
+                                  + (f"; out {out_dir}" if out_dir is not None else ""))
 
 
 # ---------------------------------------------------------------------- stages

@@ -295,6 +295,9 @@ def _show_corpus_ledger(args: argparse.Namespace) -> int:
                       f"({cap['conversion']}); remaining epsilon={left}")
     console.print(f"builds: {summary['builds']}, queries: {summary['queries']}, refused "
                   f"charges: {summary['refusals']}")
+    for build in summary["build_charges"]:
+        console.print(f"  {build['charged_at']}  {build['key']}  rho={build['rho']:.6f}  "
+                      f"{build['description']}")
     return 0
 
 

@@ -10,7 +10,8 @@ ledger) releases the tokens, the runner sends them back. All noise is drawn in t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import numpy as np
@@ -143,6 +144,67 @@ class LocalRunner:
         pass
 
 
+_WORKER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _worker_env() -> dict[str, str]:
+    """Environment for the model workers, minus what a Ray job's runtime_env already sets.
+
+    Inside ``ray job submit`` Ray refuses to merge a job's runtime_env with one that sets the
+    same variables again, so those the job sets are left to the job.
+    """
+    import json
+
+    env = dict(_WORKER_ENV)
+    for name in ("DPSYNRAG_CACHE_DIR", "HF_HOME"):
+        if os.environ.get(name):
+            env[name] = os.environ[name]
+    job = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    if job:
+        try:
+            job_env = (json.loads(job).get("runtime_env") or {}).get("env_vars") or {}
+        except (ValueError, AttributeError):
+            job_env = {}
+        env = {k: v for k, v in env.items() if k not in job_env}
+    return env
+
+
+@contextmanager
+def _keep_signal_handlers() -> Iterator[None]:
+    """``ray.init`` installs its own SIGTERM/SIGINT handlers (and a C++ one that aborts with a
+    stack dump); put back the caller's, so SIGTERM still means "interrupted, resumable"."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+def _actor_layout(ray: Any, workers: int | None, device: str | None
+                  ) -> tuple[int, dict[str, Any]]:
+    """How many model actors, with which resources: one per free GPU, else CPU actors that
+    fit the free CPUs of one node (a Ray job's driver may hold some; an actor asking for a
+    whole cluster's CPUs would never be placed)."""
+    free = ray.available_resources()
+    gpus = int(free.get("GPU", 0)) if device in (None, "cuda") else 0
+    count = workers or (gpus if gpus > 0 else 1)
+    if gpus > 0:
+        return count, {"num_gpus": 1, "num_cpus": 1}
+    node_cpus = max((node.get("Resources", {}).get("CPU", 0) for node in ray.nodes()
+                     if node.get("Alive")), default=1)
+    cpus = max(1, int(min(free.get("CPU", 1), node_cpus)))
+    return count, {"num_cpus": max(1, cpus // count)}
+
+
 class RayRunner:
     """Model workers as Ray actors: GPU actors where the cluster has GPUs, else CPU actors."""
 
@@ -154,22 +216,11 @@ class RayRunner:
         self._ray = ray
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
-            env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                   "TOKENIZERS_PARALLELISM": "false"}
-            for name in ("DPSYNRAG_CACHE_DIR", "HF_HOME"):
-                if os.environ.get(name):
-                    env[name] = os.environ[name]
-            ray.init(address=address, include_dashboard=False, configure_logging=True,
-                     logging_level="warning", log_to_driver=True,
-                     runtime_env={"env_vars": env})
-        resources = ray.cluster_resources()
-        gpus = int(resources.get("GPU", 0)) if device in (None, "cuda") else 0
-        cpus = max(1, int(resources.get("CPU", 1)))
-        count = workers or (gpus if gpus > 0 else 1)
-        if gpus > 0:
-            options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 1}
-        else:
-            options = {"num_cpus": max(1, cpus // count)}
+            with _keep_signal_handlers():
+                ray.init(address=address, include_dashboard=False, configure_logging=True,
+                         logging_level="warning", log_to_driver=True,
+                         runtime_env={"env_vars": _worker_env()})
+        count, options = _actor_layout(ray, workers, device)
         actor = ray.remote(ModelWorker).options(**options, max_concurrency=1)
         self.workers = [actor.remote(llm, embedder, device, dtype) for _ in range(count)]
         ray.get([w.ping.remote() for w in self.workers])

@@ -6,6 +6,15 @@ Random-projection retrieval (Yao & Li) is deliberately absent: its DP claim does
 (mechanism-specs.md section 4.6); see the README.
 """
 
-from dpsynrag.query.service import METHODS, QueryResult, QueryService, make_settings
+from typing import Any
 
 __all__ = ["METHODS", "QueryResult", "QueryService", "make_settings"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the service (and with it torch) only when it is used, not for ``--help``."""
+    if name in __all__:
+        from dpsynrag.query import service
+
+        return getattr(service, name)
+    raise AttributeError(f"module 'dpsynrag.query' has no attribute {name!r}")
