@@ -121,16 +121,17 @@ def list_input_files(source: str) -> list[InputFile]:
     Beam's filesystems.
     """
     path = Path(source)
-    if _is_local(source) and path.is_dir():
+    local = _is_local(source)
+    if local and path.is_dir():
         files = sorted((p for p in path.rglob("*") if p.is_file()
                         and not any(part.startswith((".", "_"))
                                     for part in p.relative_to(path).parts)
                         and format_of(p.name) is not None),
                        key=lambda p: p.relative_to(path).as_posix())
         listed = [(str(p), p.relative_to(path).as_posix()) for p in files]
-    elif _is_local(source) and path.is_file():
+    elif local and path.is_file():
         listed = [(str(path), path.name)]
-    elif _is_local(source) and not any(ch in source for ch in "*?["):
+    elif local and not any(ch in source for ch in "*?["):
         raise InputError(source, None, "does not exist")
     else:
         from apache_beam.io.filesystems import FileSystems

@@ -239,7 +239,7 @@ def jsonl_record(line: str, file: str, where: str, cols: Columns,
                                       f"(columns found: {_describe_names(obj)})")
     use_id = ids.check(cols.id is not None and cols.id in obj, file, where, cols, obj)
     return RawRecord(file, where, obj[cols.text], obj[cols.id] if use_id else NO_ID,
-                obj[cols.unit] if cols.unit is not None else None)
+                     obj[cols.unit] if cols.unit is not None else None)
 
 
 def _iter_jsonl(path: Path, cols: Columns) -> Iterator[RawRecord]:
@@ -279,8 +279,8 @@ class CsvLayout:
             raise InputError(file, where, f"row has {len(row)} fields, the header has "
                                           f"{self.width}")
         return RawRecord(file, where, row[self.text],
-                    row[self.id] if self.id is not None else NO_ID,
-                    row[self.unit] if self.unit is not None else None)
+                         row[self.id] if self.id is not None else NO_ID,
+                         row[self.unit] if self.unit is not None else None)
 
 
 @contextmanager
@@ -385,8 +385,8 @@ def parquet_records(parquet: Any, file: str, wanted: dict[str, str]) -> Iterator
                       for role, name in wanted.items()}
             for i in range(batch.num_rows):
                 yield RawRecord(file, f"row index {row + i}", values["text"][i],
-                           values["id"][i] if "id" in values else NO_ID,
-                           values["unit"][i] if "unit" in values else None)
+                                values["id"][i] if "id" in values else NO_ID,
+                                values["unit"][i] if "unit" in values else None)
             row += batch.num_rows
     except (pa.ArrowInvalid, OSError) as error:
         raise InputError(file, f"row index {row}",

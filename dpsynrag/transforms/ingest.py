@@ -58,6 +58,7 @@ __all__ = [
     "bound_unit",
     "first_of_duplicates",
     "format_of",
+    "number_record",
     "parse_file",
     "problem_kind",
     "shard_of",
