@@ -9,6 +9,7 @@ import pytest
 
 from dpsynrag.accounting import Ledger, LedgerError, secure_rng
 from dpsynrag.accounting.ledger import ReleaseMismatchError
+from dpsynrag.transforms import retrieval
 from dpsynrag.transforms.retrieval import (
     mean_key,
     retrieval_rho,
@@ -52,15 +53,16 @@ def test_charges_exactly_one_cluster_cost_into_its_partition() -> None:
     mean, theta = releases["cluster/00003/mean"], releases["cluster/00003/threshold"]
     assert (mean.stage, mean.mechanism, mean.group, mean.partition) == (
         "c-noisy-sum", "gaussian", "clusters", "cluster/00003")
-    assert mean.params == {"sigma": SIGMA_MU, "l2_sensitivity": 1.0}
+    assert mean.params == {"sigma": SIGMA_MU, "l2_sensitivity": 1.0,
+                           "grid_bits": retrieval.FIXED_POINT_BITS}
     assert mean.rho == pytest.approx(1 / (2 * SIGMA_MU**2), rel=1e-15)
     assert (theta.stage, theta.mechanism, theta.partition) == (
         "c-threshold", "exponential_threshold", "cluster/00003")
     assert theta.params == {"epsilon": EPS_THETA, "k": 5, "lo": 0.0, "hi": 1.0}
     assert theta.rho == pytest.approx(EPS_THETA**2 / 8, rel=1e-15)
-    # the released values are stored: a float64 vector of the embedding width and a float
+    # the released values are stored: an int64 grid vector of the embedding width and a float
     stored_sum = led.released_value(mean_key(3))
-    assert isinstance(stored_sum, np.ndarray) and stored_sum.dtype == np.float64
+    assert isinstance(stored_sum, np.ndarray) and stored_sum.dtype == np.int64
     assert stored_sum.shape == (emb.shape[1],)
     assert isinstance(led.released_value(threshold_key(3)), float)
 
@@ -193,3 +195,42 @@ def test_bad_parameters_are_refused(bad: dict) -> None:
 def test_one_dimensional_input_is_refused() -> None:
     with pytest.raises(ValueError):
         retrieve_cluster(ledger(), 0, np.zeros(8), sigma_mu=1.0, eps_theta=1.0, k=1)
+
+
+# ---------------------------------------------------------------- issue 13: exact noise for mu_r
+def test_grid_rows_never_exceed_the_sensitivity_bound_even_for_float_overshoot() -> None:
+    """One member's grid vector has l2 norm <= B exactly, so the discrete Gaussian's
+    sensitivity is B whatever float rounding did to the unit embedding."""
+    rs = np.random.default_rng(7)
+    for dim in (1, 3, 32, 384):
+        rows = rs.standard_normal((200, dim))
+        rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+        rows *= 1.0 + 1e-7 * rs.random((200, 1))  # norms slightly above 1, as float32 gives
+        rows[0] = 0.0
+        rows[1, :] = 1.0 / math.sqrt(dim) + 4e-8  # every coordinate rounds up
+        grid = retrieval.grid_rows(rows)
+        assert grid.dtype == np.int64
+        bound = retrieval.grid_sensitivity(dim)
+        assert bound >= (1 << retrieval.FIXED_POINT_BITS) + math.sqrt(dim) / 2
+        assert max(sum(int(v) ** 2 for v in row) for row in grid) <= bound * bound
+        assert np.abs(grid / float(1 << retrieval.FIXED_POINT_BITS) - rows).max() < 1e-5
+
+
+def test_released_noisy_sum_is_an_integer_grid_vector_with_discrete_gaussian_noise() -> None:
+    """The released value is the integer grid sum plus N_Z(0, (sigma_mu B)^2) per coordinate
+    (no floating-point Gaussian). KS test of the standardised noise against N(0, 1) at a
+    scale where the discrete Gaussian is indistinguishable from it; fixed seed, so the test is
+    deterministic (its false-positive rate over seeds would be 1e-3)."""
+    from scipy import stats
+
+    dim = 384
+    led = ledger(seed=11)
+    members = clustered(30, 0, dim=dim)
+    retrieve_clusters(led, {0: members}, sigma_mu=SIGMA_MU, eps_theta=EPS_THETA, k=5)
+    released = led._lookup(mean_key(0), retrieval.mean_charge(0, SIGMA_MU))
+    assert released is not None and released[0]
+    value = np.asarray(released[1])
+    assert value.shape == (dim,) and np.issubdtype(value.dtype, np.integer)
+    exact = retrieval.grid_rows(members).sum(axis=0)
+    noise = (value - exact) / (SIGMA_MU * retrieval.grid_sensitivity(dim))
+    assert stats.kstest(noise, "norm").pvalue > 1e-3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -56,3 +58,28 @@ def test_uniform_floats_use_53_bits_and_stay_in_range() -> None:
     assert stats.kstest(values, "uniform").pvalue > 1e-3
     assert np.all(secure_rng(5).open_unit(10_000) > 0.0)
     assert secure_rng(5).uniform(2.0, 2.0) == 2.0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_never_replays_the_parents_buffered_bytes() -> None:
+    """Issue 13 (minor): a forked worker must not draw the bytes its parent will draw next."""
+    source = secure_rng()
+    source.bytes(1)  # fills the 64 KiB buffer from os.urandom
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report its next 32 bytes, then leave without running pytest's atexit
+        os.close(read_end)
+        os.write(write_end, source.bytes(32))
+        os._exit(0)
+    os.close(write_end)
+    child = b""
+    while len(child) < 32:
+        chunk = os.read(read_end, 32 - len(child))
+        if not chunk:
+            break
+        child += chunk
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    parent = source.bytes(32)
+    assert len(child) == 32
+    assert child != parent  # equal with probability 2^-256 when the buffers are independent

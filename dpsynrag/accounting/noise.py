@@ -81,8 +81,9 @@ def gaussian(x: np.ndarray, sigma: float, rng: RandomSource) -> np.ndarray:
 
     Privacy: rho = Delta_2^2 / (2 sigma^2) zCDP for a query of l2 sensitivity Delta_2.
     Floating-point caveat: like every float Gaussian, the low-order bits are not an exact
-    continuous Gaussian; stage (c) uses it only for an intermediate (the noisy cluster sum),
-    which is never written out.
+    continuous Gaussian and can reveal ``x`` (Mironov 2012; Jin et al. 2022), so no mechanism
+    of the package uses it: stage (c) puts its real-valued sum on a fixed-point grid and uses
+    :func:`discrete_gaussian` (``transforms.retrieval``). Kept for tests and experiments only.
     """
     _check_sigma(sigma)
     values = np.asarray(x, dtype=np.float64)

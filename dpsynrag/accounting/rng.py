@@ -13,12 +13,24 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 _BUFFER_BYTES = 1 << 16
 _TWO_POW_MINUS_53 = 2.0**-53
+_UNSEEDED_SOURCES: weakref.WeakSet[RandomSource] = weakref.WeakSet()
+
+
+def _forget_inherited_bytes() -> None:
+    """In a forked child: drop every unseeded source's buffered parent bytes."""
+    for source in list(_UNSEEDED_SOURCES):
+        source._drop_buffer()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_inherited_bytes)
 
 
 class RandomSource:
@@ -30,6 +42,7 @@ class RandomSource:
         self._offset = 0
         if seed is None:
             self._encryptor = None
+            _UNSEEDED_SOURCES.add(self)
         else:
             if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
                 raise ValueError("seed must be a non-negative integer")
@@ -46,6 +59,10 @@ class RandomSource:
         return f"RandomSource(seeded={self.seeded})"
 
     # ------------------------------------------------------------------ raw bytes
+    def _drop_buffer(self) -> None:
+        self._buffer = b""
+        self._offset = 0
+
     def _refill(self, at_least: int) -> None:
         size = max(_BUFFER_BYTES, at_least)
         fresh = os.urandom(size) if self._encryptor is None else self._encryptor.update(bytes(size))

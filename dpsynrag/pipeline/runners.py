@@ -10,8 +10,11 @@ ledger) releases the tokens, the runner sends them back. All noise is drawn in t
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -205,21 +208,62 @@ def _actor_layout(ray: Any, workers: int | None, device: str | None
     return count, {"num_cpus": max(1, cpus // count)}
 
 
+# Ray puts Unix sockets under <temp dir>/session_<date>_<time>_<us>_<pid>/sockets/, and a
+# socket path may hold at most 107 bytes: a longer temp dir than this cannot be used.
+_RAY_TEMP_DIR_MAX_CHARS = 40
+
+
+def private_ray_temp_dir(state_dir: Path | None) -> tuple[Path, bool]:
+    """A 0700 directory for a local Ray cluster's sessions, logs, sockets and spilled objects.
+
+    Objects that Ray spills or logs may hold private intermediates, and Ray's default
+    ``/tmp/ray`` is shared by every user of the machine (measured: 0777 directories). The
+    directory is ``<state dir>/ray`` when that path is short enough for Ray's socket names,
+    else a fresh ``mkdtemp`` directory (0700 by construction). Returns (path, temporary):
+    a temporary one is removed when the runner closes.
+    """
+    if state_dir is not None:
+        candidate = Path(state_dir).resolve() / "ray"
+        if len(str(candidate)) <= _RAY_TEMP_DIR_MAX_CHARS:
+            candidate.mkdir(mode=0o700, parents=True, exist_ok=True)
+            candidate.chmod(0o700)
+            return candidate, False
+    return Path(tempfile.mkdtemp(prefix="dpsr-ray-")), True
+
+
+def _starts_local_ray(address: str | None) -> bool:
+    """True when ``ray.init(address)`` starts a new local cluster (nothing to connect to)."""
+    return address in (None, "", "local") and not os.environ.get("RAY_ADDRESS")
+
+
 class RayRunner:
-    """Model workers as Ray actors: GPU actors where the cluster has GPUs, else CPU actors."""
+    """Model workers as Ray actors: GPU actors where the cluster has GPUs, else CPU actors.
+
+    A local cluster that this runner starts keeps its temp, log, socket and spill files in
+    a 0700 directory (:func:`private_ray_temp_dir`). A cluster it connects to
+    (``--ray-address``) is a trust boundary the operator owns: its nodes see private
+    documents and intermediates (runbooks/privacy-model.md).
+    """
 
     def __init__(self, llm: str | None = None, embedder: str | None = None, *,
                  address: str | None = None, workers: int | None = None,
-                 device: str | None = None, dtype: str | None = None) -> None:
+                 device: str | None = None, dtype: str | None = None,
+                 state_dir: Path | None = None) -> None:
         import ray
 
         self._ray = ray
         self._owns_ray = not ray.is_initialized()
+        self._temp_dir: Path | None = None
         if self._owns_ray:
+            extra: dict[str, Any] = {}
+            if _starts_local_ray(address):
+                temp_dir, temporary = private_ray_temp_dir(state_dir)
+                self._temp_dir = temp_dir if temporary else None
+                extra["_temp_dir"] = str(temp_dir)
             with _keep_signal_handlers():
                 ray.init(address=address, include_dashboard=False, configure_logging=True,
                          logging_level="warning", log_to_driver=True,
-                         runtime_env={"env_vars": _worker_env()})
+                         runtime_env={"env_vars": _worker_env()}, **extra)
         count, options = _actor_layout(ray, workers, device)
         actor = ray.remote(ModelWorker).options(**options, max_concurrency=1)
         self.workers = [actor.remote(llm, embedder, device, dtype) for _ in range(count)]
@@ -299,3 +343,6 @@ class RayRunner:
             self._ray.kill(worker)
         if self._owns_ray:
             self._ray.shutdown()
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None

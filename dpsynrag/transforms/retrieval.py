@@ -16,6 +16,19 @@ Privacy (zCDP, add/remove one document, which changes C_r by at most one member)
   DESIGN.md's correction (the retrieval pays both parts, not only one). Clusters compose in
   the ledger's parallel group "clusters" (a document is in at most L clusters).
 
+**Exact noise on a fixed-point grid.** The noisy sum is computed without a floating-point
+Gaussian (whose low-order bits are not an exact Gaussian and can reveal the input, Mironov
+2012; Jin et al. 2022). Each member's unit embedding e is put on the grid 2^-b Z^d by
+q = round(2^b e) (b = ``FIXED_POINT_BITS``), so ||q||_2 <= 2^b + sqrt(d)/2; q is then shrunk
+toward zero, in exact integer arithmetic, until ||q||_2 <= B = 2^b + ceil(sqrt(d)/2) holds
+exactly (float rounding in e's norm can never push it over). The integer sum over C_r gets
+exact multivariate discrete Gaussian noise N_Z(0, (sigma_mu B)^2) per coordinate
+(``noise.discrete_gaussian``): l2 sensitivity B in grid units, so rho = B^2 / (2 (sigma_mu B)^2)
+= 1 / (2 sigma_mu^2) (Canonne, Kamath & Steinke 2020, Theorem 14), exactly what the ledger
+charges ("gaussian", sigma_mu, sensitivity 1, with ``grid_bits`` recorded). In the original
+units the noise is sigma_mu (1 + ceil(sqrt(d)/2) 2^-b): 1.2e-6 more than sigma_mu for d = 384.
+The released value is the integer vector; mu_r = value / 2^b is post-processing.
+
 The sum, not the mean, is released: it is defined for an empty cluster (the embedding
 dimension is public) and its noise level does not depend on the private cluster size. An
 empty cluster is processed like any other (skipping it would reveal that it is empty).
@@ -27,13 +40,14 @@ feeds stage (d).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from dpsynrag.accounting.ledger import Charge, Ledger
-from dpsynrag.accounting.noise import gaussian
+from dpsynrag.accounting.noise import discrete_gaussian
 from dpsynrag.accounting.threshold import exponential_threshold
 
 GROUP = "clusters"
@@ -77,10 +91,38 @@ def retrieval_rho(sigma_mu: float, eps_theta: float) -> float:
     return 1.0 / (2.0 * sigma_mu**2) + eps_theta**2 / 8.0
 
 
+FIXED_POINT_BITS = 24  # grid 2^-24: q fits int64 with room (2^48 d per row, sums of 2^15 rows)
+
+
+def grid_sensitivity(dimension: int, bits: int = FIXED_POINT_BITS) -> int:
+    """B = 2^b + ceil(sqrt(d)/2): the exact l2 bound of one member's grid vector."""
+    return (1 << bits) + math.isqrt(max(dimension - 1, 0)) // 2 + 1
+
+
+def grid_rows(unit_embeddings: np.ndarray, bits: int = FIXED_POINT_BITS) -> np.ndarray:
+    """Members on the grid: q = round(2^b e), shrunk until ||q||_2 <= B exactly (int64)."""
+    rows = np.rint(np.asarray(unit_embeddings, dtype=np.float64) * float(1 << bits))
+    grid = rows.astype(np.int64)
+    bound = grid_sensitivity(grid.shape[1], bits)
+    # int64 is exact here: q_j^2 <= (2^b + 1)^2 and d q_j^2 < 2^63 for d < 2^14.
+    over = np.flatnonzero((grid * grid).sum(axis=1) > bound * bound)
+    for i in over:
+        row = grid[i]
+        while sum(int(v) * int(v) for v in row) > bound * bound:
+            row = np.trunc(row * (1.0 - 2.0**-20)).astype(np.int64)  # toward zero: shrinks
+        grid[i] = row
+    return grid
+
+
 def mean_charge(r: int, sigma_mu: float) -> Charge:
-    """Gaussian noise on the sum of unit vectors: l2 sensitivity 1, rho = 1 / (2 sigma_mu^2)."""
+    """Noise on the sum of unit vectors: rho = 1 / (2 sigma_mu^2).
+
+    Charged as a Gaussian of sensitivity 1 and scale sigma_mu; drawn as the equivalent exact
+    discrete Gaussian on the fixed-point grid (sensitivity B, scale sigma_mu B; module doc).
+    """
     return Charge(stage=MEAN_STAGE, mechanism="gaussian",
-                  params={"sigma": float(sigma_mu), "l2_sensitivity": 1.0},
+                  params={"sigma": float(sigma_mu), "l2_sensitivity": 1.0,
+                          "grid_bits": FIXED_POINT_BITS},
                   sensitivity=1.0, sensitivity_norm="l2", group=GROUP,
                   partition=partition_name(r))
 
@@ -162,16 +204,18 @@ def retrieve_clusters(
     _check_params(sigma_mu, eps_theta, k)
     units = {int(r): _unit_rows(emb) for r, emb in clusters.items()}
 
-    def sum_draw(total: np.ndarray) -> Any:
-        # Privacy: Gaussian mechanism, l2 sensitivity 1, rho = 1 / (2 sigma_mu^2).
-        return lambda rng: gaussian(total, sigma_mu, rng)
+    def sum_draw(unit: np.ndarray) -> Any:
+        # Privacy: discrete Gaussian on the grid sum, l2 sensitivity B, sigma_mu B:
+        # rho = 1 / (2 sigma_mu^2).
+        total = grid_rows(unit).sum(axis=0)
+        sigma = float(sigma_mu) * grid_sensitivity(unit.shape[1])
+        return lambda rng: discrete_gaussian(total, sigma, rng)
 
     sums = ledger.release_many([
-        (mean_key(r), mean_charge(r, sigma_mu), sum_draw(unit.sum(axis=0)))
-        for r, unit in units.items()])
+        (mean_key(r), mean_charge(r, sigma_mu), sum_draw(unit)) for r, unit in units.items()])
     scores: dict[int, np.ndarray] = {}
     for (r, unit), noisy_sum in zip(units.items(), sums, strict=True):
-        noisy_sum = np.asarray(noisy_sum, dtype=np.float64)
+        noisy_sum = np.asarray(noisy_sum, dtype=np.float64) / float(1 << FIXED_POINT_BITS)
         if noisy_sum.shape != (unit.shape[1],):
             raise ValueError(f"cluster {r}: the released sum has another dimension than the "
                              "embeddings (different embedder on resume?)")
