@@ -14,6 +14,7 @@ import pytest
 
 from dpsynrag.accounting import Charge, Ledger, epsilon_for, secure_rng
 from dpsynrag.accounting.certificate import (
+    SEEDED_PROBLEM,
     build_certificate,
     dp_accounting_epsilon,
     load_certificate,
@@ -93,7 +94,7 @@ def key(tmp_path: Path) -> Path:
 
 
 def make_output(tmp_path: Path, key: Path, ledger: Ledger | None = None) -> Path:
-    ledger = build_ledger() if ledger is None else ledger
+    ledger = build_ledger(seed=None) if ledger is None else ledger
     out = tmp_path / "out"
     out.mkdir()
     write_output(out, texts=["a b", "c", "d e f"], cluster_keywords=["x", "y", "z"],
@@ -102,7 +103,7 @@ def make_output(tmp_path: Path, key: Path, ledger: Ledger | None = None) -> Path
         ledger, delta=DELTA, conversion="bun-steinke", plan=PLAN,
         model_identity={"name": "tiny", "sha256": "11" * 32},
         embedder_identity={"name": "fake", "sha256": "22" * 32},
-        vocabulary_sha256="33" * 32, input_fingerprint={"hmac_sha256": "44" * 32},
+        vocabulary_sha256="33" * 32,
         output_files=output_file_hashes(out), seeded=False, package_version="0.1.0",
         created_at="2025-01-01T00:00:00+00:00",
         config={"state_dir": Path("/tmp/state"), "K": 10, "conversion": "bun-steinke"})
@@ -143,7 +144,7 @@ def test_certificate_content(tmp_path: Path, key: Path) -> None:
     assert "not for release" in cert["notice"]
     assert cert["config"]["state_dir"] == "/tmp/state"
     assert set(cert["output_files"]) == {"corpus.parquet", "index.faiss", "manifest.json"}
-    assert "count" not in json.dumps(cert["input_fingerprint"])
+    assert "input_fingerprint" not in cert  # operator-side only (summary and state)
 
     [hist] = cert["mechanisms"]["sequential"]
     assert hist["key"] == "histogram" and hist["mechanism"] == "discrete_gaussian"
@@ -155,7 +156,8 @@ def test_certificate_content(tmp_path: Path, key: Path) -> None:
     summary = {(e["stage"], json.dumps(e["params"], sort_keys=True)): e["count"]
                for e in parts["cluster/00001"]["releases"]}
     assert summary == {
-        ("c-noisy-sum", json.dumps({"l2_sensitivity": 1.0, "sigma": SIGMA_MU})): 1,
+        ("c-noisy-sum", json.dumps({"grid_bits": 24, "l2_sensitivity": 1.0,
+                                    "sigma": SIGMA_MU})): 1,
         ("c-threshold", json.dumps({"epsilon": EPS_THETA, "hi": 1.0, "k": 3, "lo": 0.0})): 1,
         ("d-prediction", json.dumps({"clip": CLIP, "temperature": TEMP})): 2,
         ("d-prediction", json.dumps({"clip": CLIP, "temperature": TEMP, "tokens": 2})): 1,
@@ -170,7 +172,7 @@ def test_unseeded_build_is_for_release(tmp_path: Path) -> None:
     ledger = build_ledger(seed=None)
     cert = build_certificate(
         ledger, delta=DELTA, conversion="cks", plan={}, model_identity={},
-        embedder_identity={}, vocabulary_sha256="v", input_fingerprint={"hmac_sha256": "h"},
+        embedder_identity={}, vocabulary_sha256="v",
         output_files={}, seeded=False, package_version="0.1.0", config={})
     assert cert["seeded"] is False and cert["for_release"] is True and "notice" not in cert
     assert cert["guarantee"]["conversion"] == "cks"
@@ -178,13 +180,31 @@ def test_unseeded_build_is_for_release(tmp_path: Path) -> None:
     assert cert["created_at"].endswith("+00:00")
 
 
-@pytest.mark.parametrize("fingerprint_", [{"count": 10}, {"hmac_sha256": "x", "documents": 3}])
-def test_input_fingerprint_must_not_hold_a_count(fingerprint_: dict) -> None:
-    with pytest.raises(ValueError):
+def test_released_config_must_not_hold_the_seed() -> None:
+    with pytest.raises(ValueError, match="seed"):
         build_certificate(build_ledger(), delta=DELTA, conversion="cks", plan={},
                           model_identity={}, embedder_identity={}, vocabulary_sha256="v",
-                          input_fingerprint=fingerprint_, output_files={}, seeded=True,
-                          package_version="0", config={})
+                          output_files={}, seeded=True, package_version="0",
+                          config={"seed": 3})
+
+
+def test_seeded_output_fails_verification_unless_allowed(tmp_path: Path, key: Path) -> None:
+    out = make_output(tmp_path, key, build_ledger(seed=3))
+    assert load_certificate(out / "certificate.json")["seeded"] is True
+    assert verify_output(out) == [SEEDED_PROBLEM]
+    assert verify_output(out, key.with_suffix(".pub")) == [SEEDED_PROBLEM]
+    assert verify_output(out, allow_seeded=True) == []
+
+
+def test_flipping_seeded_to_false_breaks_the_signature(tmp_path: Path, key: Path) -> None:
+    out = make_output(tmp_path, key, build_ledger(seed=3))
+
+    def unseed(cert: dict) -> None:
+        cert["seeded"], cert["for_release"] = False, True
+        cert.pop("notice")
+
+    edit(out, unseed)
+    assert any(p.startswith("signature") for p in verify_output(out))
 
 
 def test_dp_accounting_cross_check_agrees() -> None:
@@ -345,7 +365,7 @@ def test_plan_violations(tmp_path: Path, key: Path) -> None:
 
 def test_missing_reserve_charge_is_reported(tmp_path: Path, key: Path) -> None:
     """A cluster that stopped at EOS must still be charged T tokens (plan check)."""
-    out = make_output(tmp_path, key, build_ledger(reserve=False))
+    out = make_output(tmp_path, key, build_ledger(seed=None, reserve=False))
     problems = verify_output(out)
     assert problems == ["plan: cluster/00001 is charged 2 token draws, not T = 4 (the worst "
                         "case must be charged)"]
@@ -457,3 +477,17 @@ def test_sign_and_verify_documents(tmp_path: Path) -> None:
             verify_signature(bad)
     with pytest.raises(SignatureError):
         verify_signature(["not", "a", "dict"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", [None, 3])
+def test_verify_cli_reports_seeded_and_fails_a_seeded_build(
+        tmp_path: Path, key: Path, seed: int | None, capsys: pytest.CaptureFixture[str]) -> None:
+    from dpsynrag.cli import main
+
+    out = make_output(tmp_path, key, build_ledger(seed=seed))
+    code = main(["verify", str(out), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["seeded"] is (seed is not None)
+    assert report["ok"] is (seed is None) and code == (0 if seed is None else 1)
+    assert main(["verify", str(out), "--allow-seeded"]) == 0
+    assert ("SEEDED" in capsys.readouterr().out) is (seed is not None)

@@ -15,6 +15,7 @@ import pytest
 
 from dpsynrag.accounting.conversions import bun_steinke_epsilon, epsilon_for
 from dpsynrag.accounting.corpus_ledger import (
+    RECORD_UNIT,
     BudgetRefusedError,
     CapError,
     ChargeMismatchError,
@@ -30,6 +31,8 @@ from dpsynrag.accounting.costs import (
 )
 from dpsynrag.accounting.ledger import BudgetExceededError, Ledger, LedgerError
 from dpsynrag.cli import main
+
+R = RECORD_UNIT  # the privacy unit of every charge below that is not about units
 
 
 def gauss(sigma: float, sensitivity: float = 1.0, count: int = 1) -> dict:
@@ -84,19 +87,19 @@ def test_spend_of_sums_counts_and_refuses_a_stated_cost() -> None:
 def test_charges_add_up_and_are_recomputed(tmp_path: Path) -> None:
     with CorpusLedger(tmp_path / "c.sqlite") as ledger:
         assert ledger.cap is None
-        first = ledger.charge("build", kind="build", method="dp-synrag",
+        first = ledger.charge("build", privacy_unit=R, kind="build", method="dp-synrag",
                               mechanisms=[gauss(2.0, count=10)], description="nightly")
         # a "rho" inside params is not a cost: the cost is recomputed from sigma
-        second = ledger.charge("q1", kind="query", method="dp-ksa",
+        second = ledger.charge("q1", privacy_unit=R, kind="query", method="dp-ksa",
                                mechanisms=[{"mechanism": "exponential",
                                             "params": {"epsilon": 1.0, "rho": 1e-12}},
-                                           ptr(2.0, 1e-7)])
+                                           ptr(2.0, 1e-7)], allow_no_cap=True)
         with pytest.raises(ValueError, match="recomputed"):
-            ledger.charge("q2", kind="query", method="dp-ksa",
+            ledger.charge("q2", privacy_unit=R, kind="query", method="dp-ksa",
                           mechanisms=[{"mechanism": "exponential", "params": {"epsilon": 1.0},
                                        "rho": 1e-12}])
         with pytest.raises(ValueError, match="kind"):
-            ledger.charge("q3", kind="other", method="x", mechanisms=[gauss(1.0)])
+            ledger.charge("q3", privacy_unit=R, kind="other", method="x", mechanisms=[gauss(1.0)])
         assert not first.resumed and not second.resumed
         assert first.rho == pytest.approx(10 * 1.0 / (2 * 4.0))
         assert second.rho == pytest.approx(1 / 8 + 1 / 8)
@@ -121,10 +124,12 @@ def test_the_cap_refuses_an_overspend_records_it_and_accepts_exactly_the_cap(
     cap_epsilon = bun_steinke_epsilon(math.fsum([one, two]), delta)
     with CorpusLedger(tmp_path / "c.sqlite") as ledger:
         ledger.set_cap(cap_epsilon, delta)
-        ledger.charge("a", kind="build", method="dp-synrag", mechanisms=[gauss(3.0)])
+        ledger.charge("a", privacy_unit=R, kind="build", method="dp-synrag",
+                      mechanisms=[gauss(3.0)])
         before = ledger.spent()
         with pytest.raises(BudgetRefusedError) as refused:
-            ledger.charge("big", kind="query", method="dp-rag", mechanisms=[gauss(1.0)])
+            ledger.charge("big", privacy_unit=R, kind="query", method="dp-rag",
+                          mechanisms=[gauss(1.0)])
         message = str(refused.value)
         assert "\n" not in message
         for part in ("'big'", "spent so far", "remaining epsilon", "cap epsilon", "bun-steinke"):
@@ -139,19 +144,22 @@ def test_the_cap_refuses_an_overspend_records_it_and_accepts_exactly_the_cap(
         assert refusal.epsilon_would_be > cap_epsilon
         assert refusal.refused_at
         # exactly at the cap: accepted, and nothing is left
-        ledger.charge("b", kind="query", method="dp-rag", mechanisms=[gauss(4.0)])
+        ledger.charge("b", privacy_unit=R, kind="query", method="dp-rag", mechanisms=[gauss(4.0)])
         assert ledger.spent().epsilon == pytest.approx(cap_epsilon, rel=1e-12)
         assert ledger.remaining_epsilon() == pytest.approx(0.0, abs=1e-9)
         with pytest.raises(BudgetRefusedError):
-            ledger.charge("c", kind="query", method="dp-rag", mechanisms=[gauss(100.0)])
+            ledger.charge("c", privacy_unit=R, kind="query", method="dp-rag",
+                          mechanisms=[gauss(100.0)])
         assert ledger.refusal_count() == 2
         assert ledger.summary()["refusals"] == 2
 
 
-def test_no_cap_accepts_everything_and_a_cap_cannot_go_below_the_spend(tmp_path: Path) -> None:
+def test_explicit_no_cap_accepts_everything_and_a_cap_cannot_go_below_the_spend(
+        tmp_path: Path) -> None:
     with CorpusLedger(tmp_path / "c.sqlite") as ledger:
         for i in range(3):
-            ledger.charge(f"q{i}", kind="query", method="dp-rag", mechanisms=[gauss(0.1)])
+            ledger.charge(f"q{i}", privacy_unit=R, kind="query", method="dp-rag",
+                          mechanisms=[gauss(0.1)], allow_no_cap=True)
         spent = ledger.spent(delta=1e-5).epsilon
         assert spent > 100
         with pytest.raises(CapError, match="already spent"):
@@ -174,10 +182,10 @@ def test_keys_are_idempotent_and_a_changed_plan_is_refused(tmp_path: Path) -> No
     path = tmp_path / "c.sqlite"
     with CorpusLedger(path) as ledger:
         ledger.set_cap(20.0, 1e-5)
-        first = ledger.charge("build-1", kind="build", method="dp-synrag",
+        first = ledger.charge("build-1", privacy_unit=R, kind="build", method="dp-synrag",
                               mechanisms=[gauss(2.0, count=4), limited(0.5, 1e-7)])
     with CorpusLedger(path) as ledger:  # a resumed build, in another process or later
-        again = ledger.charge("build-1", kind="build", method="dp-synrag",
+        again = ledger.charge("build-1", privacy_unit=R, kind="build", method="dp-synrag",
                               mechanisms=[gauss(2.0, count=4), limited(0.5, 1e-7)],
                               description="resumed")
         assert again.resumed and again.entry == first.entry
@@ -190,7 +198,8 @@ def test_keys_are_idempotent_and_a_changed_plan_is_refused(tmp_path: Path) -> No
                                          ([gauss(2.0, count=4), limited(0.5, 1e-7)], "build",
                                           "dp-synth")]:
             with pytest.raises(ChargeMismatchError):
-                ledger.charge("build-1", kind=kind, method=method, mechanisms=mechanisms)
+                ledger.charge("build-1", privacy_unit=R, kind=kind, method=method,
+                              mechanisms=mechanisms)
         assert len(ledger.entries()) == 1 and ledger.refusal_count() == 0
 
 
@@ -198,8 +207,9 @@ def test_approximate_deltas_add_up_and_shrink_the_conversion_delta(tmp_path: Pat
     cap_delta = 1e-5
     with CorpusLedger(tmp_path / "c.sqlite") as ledger:
         ledger.set_cap(1000.0, cap_delta)
-        ledger.charge("q1", kind="query", method="dpvote", mechanisms=[limited(1.0, 2e-6, 2)])
-        ledger.charge("q2", kind="query", method="dp-ksa",
+        ledger.charge("q1", privacy_unit=R, kind="query", method="dpvote",
+                      mechanisms=[limited(1.0, 2e-6, 2)])
+        ledger.charge("q2", privacy_unit=R, kind="query", method="dp-ksa",
                       mechanisms=[{"mechanism": "exponential", "params": {"epsilon": 1.0}},
                                   ptr(1.0, 3e-6)])
         spent = ledger.spent()
@@ -210,10 +220,12 @@ def test_approximate_deltas_add_up_and_shrink_the_conversion_delta(tmp_path: Pat
         assert spent.epsilon > bun_steinke_epsilon(1.625, cap_delta)
         # the delta alone breaks the cap: refused whatever the epsilon
         with pytest.raises(BudgetRefusedError, match="delta"):
-            ledger.charge("q3", kind="query", method="dpvote", mechanisms=[limited(0.1, 4e-6)])
+            ledger.charge("q3", privacy_unit=R, kind="query", method="dpvote",
+                          mechanisms=[limited(0.1, 4e-6)])
         (refusal,) = ledger.refusals()
         assert refusal.reason == "delta" and refusal.epsilon_would_be is None
-        ledger.charge("q4", kind="query", method="dpvote", mechanisms=[limited(0.1, 2e-6)])
+        ledger.charge("q4", privacy_unit=R, kind="query", method="dpvote",
+                      mechanisms=[limited(0.1, 2e-6)])
         assert ledger.spent().delta_approx == pytest.approx(9e-6)
         summary = ledger.summary()
         by_method = {m["method"]: m for m in summary["methods"]}
@@ -259,7 +271,7 @@ def _charge_many(path: str, worker: int, barrier, results) -> None:  # runs in a
         barrier.wait(timeout=60)
         for i in range(_ATTEMPTS):
             try:
-                ledger.charge(f"w{worker}/q{i}", kind="query", method="dpvote",
+                ledger.charge(f"w{worker}/q{i}", privacy_unit=R, kind="query", method="dpvote",
                               mechanisms=[_MECHANISM])
                 accepted += 1
             except BudgetRefusedError:
@@ -324,11 +336,14 @@ def test_cli_cap_then_show_reflects_the_charges(tmp_path: Path, monkeypatch: pyt
                  "1e-3"]) == 0
     assert "epsilon=10" in capsys.readouterr().out
     with CorpusLedger(default_corpus_ledger_path(notes)) as ledger:
-        ledger.charge("build", kind="build", method="dp-synrag", mechanisms=[gauss(2.0, count=8)])
-        ledger.charge("q1", kind="query", method="dp-rag", mechanisms=[gauss(4.0)])
-        ledger.charge("q2", kind="query", method="dpvote", mechanisms=[limited(0.5, 1e-5, 3)])
+        ledger.charge("build", privacy_unit=R, kind="build", method="dp-synrag",
+                      mechanisms=[gauss(2.0, count=8)])
+        ledger.charge("q1", privacy_unit=R, kind="query", method="dp-rag", mechanisms=[gauss(4.0)])
+        ledger.charge("q2", privacy_unit=R, kind="query", method="dpvote",
+                      mechanisms=[limited(0.5, 1e-5, 3)])
         with pytest.raises(BudgetRefusedError):
-            ledger.charge("q3", kind="query", method="dp-rag", mechanisms=[gauss(0.1)])
+            ledger.charge("q3", privacy_unit=R, kind="query", method="dp-rag",
+                          mechanisms=[gauss(0.1)])
         expected = ledger.spent()
     assert main(["ledger", "show", "--corpus", str(notes), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -380,15 +395,159 @@ def test_dp_currency_charges_add_their_epsilon_after_the_zcdp_conversion(tmp_pat
     exp = [{"mechanism": "exponential", "params": {"epsilon": 1.0}}]
     with CorpusLedger(tmp_path / "l.sqlite") as ledger:
         ledger.set_cap(epsilon=25.0, delta=1e-3)
-        ledger.charge("q1", kind="query", method="sparse-vote", mechanisms=koga)
-        ledger.charge("q2", kind="query", method="dp-rag", mechanisms=exp)
+        ledger.charge("q1", privacy_unit=R, kind="query", method="sparse-vote", mechanisms=koga)
+        ledger.charge("q2", privacy_unit=R, kind="query", method="dp-rag", mechanisms=exp)
         spent = ledger.spent()
         assert spent.epsilon_dp == 10.0 and spent.delta_approx == pytest.approx(1e-4)
         assert spent.epsilon == pytest.approx(10.0 + epsilon_for(1 / 8, 1e-3 - 1e-4,
                                                                   "bun-steinke"), rel=1e-12)
-        ledger.charge("q3", kind="query", method="sparse-vote", mechanisms=koga)
+        ledger.charge("q3", privacy_unit=R, kind="query", method="sparse-vote", mechanisms=koga)
         with pytest.raises(BudgetRefusedError):  # a third 10 would pass 25
-            ledger.charge("q4", kind="query", method="sparse-vote", mechanisms=koga)
+            ledger.charge("q4", privacy_unit=R, kind="query", method="sparse-vote", mechanisms=koga)
     with pytest.raises(ValueError, match="do not fit"):  # 6 steps of 2 exceed 10 sequentially
         spend_of([{"mechanism": "dp_composition",
                    "params": {**koga[0]["params"], "steps": 6}}])
+
+
+# ---------------------------------------------------------------------- privacy unit (issue 13.4)
+def test_item4_privacy_unit_definition_names_the_column_and_the_bound() -> None:
+    from dpsynrag.accounting.corpus_ledger import privacy_unit_definition
+
+    assert privacy_unit_definition(None) == privacy_unit_definition(None, "concat") == "record"
+    person = privacy_unit_definition("person")
+    assert person != privacy_unit_definition("person", "concat") != "record"
+    assert person != privacy_unit_definition("patient")
+    with pytest.raises(ValueError, match="unit bound"):
+        privacy_unit_definition("person", "first")
+
+
+def test_item4_ledger_records_its_unit_at_the_first_charge_and_refuses_another(
+        tmp_path: Path) -> None:
+    from dpsynrag.accounting.corpus_ledger import (
+        PrivacyUnitMismatchError,
+        privacy_unit_definition,
+    )
+
+    person = privacy_unit_definition("person", "pick")
+    with CorpusLedger(tmp_path / "c.sqlite") as ledger:
+        ledger.set_cap(100.0, 1e-3)
+        assert ledger.privacy_unit is None and ledger.summary()["privacy_unit"] is None
+        with pytest.raises(TypeError):  # the unit is a required part of every charge
+            ledger.charge("b0", kind="build", method="dp-synrag", mechanisms=[gauss(3.0)])
+        with pytest.raises(ValueError, match="privacy_unit_definition"):
+            ledger.charge("b0", kind="build", method="dp-synrag", mechanisms=[gauss(3.0)],
+                          privacy_unit="person")
+        ledger.charge("b1", kind="build", method="dp-synrag", mechanisms=[gauss(3.0)],
+                      privacy_unit=person)
+        assert ledger.privacy_unit == person and ledger.summary()["privacy_unit"] == person
+        before = ledger.spent()
+        for other in (RECORD_UNIT, privacy_unit_definition("person", "concat"),
+                      privacy_unit_definition("patient")):
+            for kind in ("query", "build"):
+                with pytest.raises(PrivacyUnitMismatchError) as refused:
+                    ledger.charge(f"x-{kind}", kind=kind, method="dp-rag",
+                                  mechanisms=[gauss(3.0)], privacy_unit=other)
+                message = str(refused.value)
+                assert "\n" not in message and "nothing was charged" in message
+                assert repr(person) in message and repr(other) in message
+        assert ledger.spent() == before and len(ledger.entries()) == 1
+        assert ledger.refusal_count() == 0
+        ledger.charge("q1", kind="query", method="dp-rag", mechanisms=[gauss(3.0)],
+                      privacy_unit=person)
+        assert len(ledger.entries()) == 2
+        with pytest.raises(PrivacyUnitMismatchError):
+            ledger.check_query_allowed(RECORD_UNIT)
+        ledger.check_query_allowed(person)
+
+
+def test_item4_a_first_charge_refused_by_the_cap_records_no_unit(tmp_path: Path) -> None:
+    from dpsynrag.accounting.corpus_ledger import privacy_unit_definition
+
+    with CorpusLedger(tmp_path / "c.sqlite") as ledger:
+        ledger.set_cap(1.0, 1e-5)
+        with pytest.raises(BudgetRefusedError):
+            ledger.charge("big", kind="query", method="dp-rag", mechanisms=[gauss(0.1)],
+                          privacy_unit=privacy_unit_definition("person"))
+        assert ledger.privacy_unit is None
+        ledger.charge("ok", kind="query", method="dp-rag", mechanisms=[gauss(30.0)],
+                      privacy_unit=R)
+        assert ledger.privacy_unit == R
+
+
+def _downgrade_to_schema_1(path: Path) -> None:
+    """What a ledger written by schema 1 code looks like: no consumed table, no unit."""
+    import sqlite3
+
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("DROP TABLE consumed")
+    db.execute("DELETE FROM meta WHERE key = 'privacy_unit'")
+    db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    db.close()
+
+
+def test_item4_schema_1_ledgers_upgrade_safely(tmp_path: Path) -> None:
+    from dpsynrag.accounting.corpus_ledger import (
+        SCHEMA_VERSION,
+        PrivacyUnitMismatchError,
+        ReceiptError,
+        privacy_unit_definition,
+    )
+
+    person = privacy_unit_definition("person")
+    charged, empty = tmp_path / "charged.sqlite", tmp_path / "empty.sqlite"
+    with CorpusLedger(charged) as ledger:
+        ledger.set_cap(100.0, 1e-3)
+        ledger.charge("b", kind="build", method="dp-synrag", mechanisms=[gauss(3.0)],
+                      privacy_unit=person)
+        old_query = ledger.charge("q", kind="query", method="dp-rag", mechanisms=[gauss(3.0)],
+                                  privacy_unit=person).receipt
+    with CorpusLedger(empty) as ledger:
+        ledger.set_cap(100.0, 1e-3)
+    _downgrade_to_schema_1(charged)
+    _downgrade_to_schema_1(empty)
+    with CorpusLedger(charged) as ledger:
+        assert ledger._meta()["schema_version"] == str(SCHEMA_VERSION)
+        assert ledger.privacy_unit is None and len(ledger.entries()) == 2
+        # the unit of old charges is unknown: every charge is refused until it is declared
+        for unit in (R, person):
+            with pytest.raises(PrivacyUnitMismatchError, match="ledger declare-unit"):
+                ledger.charge("q2", kind="query", method="dp-rag", mechanisms=[gauss(3.0)],
+                              privacy_unit=unit)
+        assert len(ledger.entries()) == 2
+        # a query charged by schema 1 code already ran: its charge cannot pay again
+        ledger.declare_privacy_unit(person)
+        ledger.declare_privacy_unit(person)  # the same again: a no-op
+        with pytest.raises(PrivacyUnitMismatchError):
+            ledger.declare_privacy_unit(R)
+        with pytest.raises(ReceiptError, match="already used"):
+            ledger.consume([old_query], method="dp-rag", mechanisms=[gauss(3.0)],
+                           privacy_unit=person)
+        ledger.charge("q2", kind="query", method="dp-rag", mechanisms=[gauss(3.0)],
+                      privacy_unit=person)
+        assert ledger.summary()["privacy_unit"] == person
+    with CorpusLedger(empty) as ledger:  # no charges: the first one records its unit
+        ledger.charge("q", kind="query", method="dp-rag", mechanisms=[gauss(3.0)],
+                      privacy_unit=R)
+        assert ledger.privacy_unit == R and ledger.cap is not None
+
+
+def test_item4_declare_unit_cli_records_the_unit_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dpsynrag.accounting.corpus_ledger import privacy_unit_definition
+    from dpsynrag.cli import main
+
+    path = tmp_path / "old.sqlite"
+    with CorpusLedger(path) as ledger:
+        ledger.set_cap(100.0, 1e-3)
+        ledger.charge("b", kind="build", method="dp-synrag", mechanisms=[gauss(3.0)],
+                      privacy_unit=privacy_unit_definition("person"))
+    _downgrade_to_schema_1(path)
+    args = ["ledger", "declare-unit", "--corpus-ledger", str(path)]
+    assert main([*args, "--unit-column", "person"]) == 0
+    assert main([*args, "--unit-column", "person"]) == 0  # the same unit again: a no-op
+    assert main(args) == 1  # record-level is another unit: refused
+    with CorpusLedger(path) as ledger:
+        assert ledger.privacy_unit == privacy_unit_definition("person")
+    capsys.readouterr()
+    assert main(["ledger", "show", "--corpus-ledger", str(path)]) == 0
+    assert "privacy unit: " in capsys.readouterr().out

@@ -20,6 +20,7 @@ from dpsynrag.pipeline.inputs import (
     InputError,
     bound_one_unit,
     bound_units,
+    content_id,
     read_documents,
     unit_rank,
 )
@@ -41,6 +42,8 @@ def _corpus(n: int, seed: int = 7) -> tuple[list[list[dict]], list[list[bytes]],
     """Valid records split over 4 files, and the same files with bad rows interleaved.
 
     Returns (valid records per file, dirty raw lines per file, bad rows injected per kind).
+    Records reusing an earlier id with another text are valid (issue 13.1: a shared id drops
+    no record); ``injected["shared id"]`` counts them.
     """
     rng = random.Random(seed)
     files: list[list[dict]] = [[], [], [], []]
@@ -55,9 +58,11 @@ def _corpus(n: int, seed: int = 7) -> tuple[list[list[dict]], list[list[bytes]],
         files[i % 4].append(record)
     dirty: list[list[bytes]] = [[], [], [], []]
     injected = {"malformed JSON": 0, "bad id": 0, "bad text": 0, "bad encoding": 0,
-                "duplicate id": 0, "not a JSON object": 0}
+                "shared id": 0, "not a JSON object": 0}
+    valid: list[list[dict]] = [[], [], [], []]
     for f, records in enumerate(files):
         for j, record in enumerate(records):
+            valid[f].append(record)
             dirty[f].append(json.dumps(record, ensure_ascii=rng.random() < 0.5).encode() + b"\n")
             roll = rng.random()
             if roll < 0.004:
@@ -76,15 +81,20 @@ def _corpus(n: int, seed: int = 7) -> tuple[list[list[dict]], list[list[bytes]],
                                 % (f, j))
                 injected["bad encoding"] += 1
             elif roll < 0.020 and j > 0:
-                earlier = dict(records[rng.randrange(j)], text="a different text")
+                earlier = dict(records[rng.randrange(j)], text=f"a different text {j % 3}")
                 dirty[f].append(json.dumps(earlier).encode() + b"\n")
-                injected["duplicate id"] += 1
-            elif roll < 0.022:
+                valid[f].append(earlier)
+                injected["shared id"] += 1
+            elif roll < 0.022 and j > 0:  # an exact copy: one document with the original
+                copy = dict(records[rng.randrange(j)])
+                dirty[f].append(json.dumps(copy).encode() + b"\n")
+                valid[f].append(copy)
+            elif roll < 0.024:
                 dirty[f].append(b"[1, 2]\n")
                 injected["not a JSON object"] += 1
             elif roll < 0.03:
                 dirty[f].append(b"\n")  # blank lines are not records
-    return files, dirty, injected
+    return valid, dirty, injected
 
 
 def _write_dirty(directory: Path, dirty: list[list[bytes]]) -> None:
@@ -104,7 +114,7 @@ def _shards(directory: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def big(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """20,000 records with duplicate units, bad rows and four encodings, ingested once."""
+    """20,000 records with duplicate units, shared ids, bad rows and four encodings."""
     root = tmp_path_factory.mktemp("ingest")
     files, dirty, injected = _corpus(20_000)
     _write_dirty(root / "dirty", dirty)
@@ -120,16 +130,20 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.mark.slow
 def test_beam_ingest_equals_the_in_process_reader_on_the_valid_records(big: dict) -> None:
     """Bad rows dropped, every encoding read: exactly the in-process reader's documents."""
-    expected = bound_units(read_documents(big["clean"], unit_column="unit", max_chars=2000))
+    unbounded = read_documents(big["clean"], unit_column="unit", max_chars=2000)
+    expected = bound_units(unbounded)
     got = read_documents(big["root"] / "shards", unit_column="unit", max_chars=None)
     assert len(got) == len(expected) > 5000
     assert sorted(zip(got.ids, got.texts, got.units, strict=True)) == sorted(
         zip(expected.ids, expected.texts, expected.units, strict=True))
     report = big["report"]
-    assert report.skipped == expected.skipped  # empty, too_long and unit_bound counts agree
+    assert report.skipped == expected.skipped  # empty, too_long, duplicate, unit_bound agree
     assert report.skipped["unit_bound"] > 5000 and report.skipped["empty"] > 0
-    assert report.bad_rows_by_kind == {k: v for k, v in big["injected"].items() if v}
-    assert report.bad_rows == sum(big["injected"].values())
+    bad = {k: v for k, v in big["injected"].items() if v and k != "shared id"}
+    assert report.bad_rows_by_kind == bad and report.bad_rows == sum(bad.values())
+    shared = big["injected"]["shared id"]
+    assert shared > 0 and report.ids_made_unique == sum("~dup-" in i for i in unbounded.ids)
+    assert report.ids_made_unique > shared and report.skipped["duplicate"] > 0
     assert report.documents == len(expected) and report.files == 4
 
 
@@ -182,7 +196,7 @@ def test_csv_bad_rows_fallback_encoding_and_multiline_fields(tmp_path) -> None:
     assert report.decoded_with_fallback == 1 and "café" in docs.texts
 
 
-def test_row_numbers_continue_across_parquet_files_as_in_process(tmp_path) -> None:
+def test_content_ids_across_parquet_files_as_in_process(tmp_path) -> None:
     source = tmp_path / "parts"
     source.mkdir()
     for i, texts in enumerate([["a", "b"], ["c"], ["d", "e", "f"]]):
@@ -192,7 +206,7 @@ def test_row_numbers_continue_across_parquet_files_as_in_process(tmp_path) -> No
     beam = read_documents(tmp_path / "out")
     assert sorted(zip(beam.ids, beam.texts, strict=True)) == sorted(
         zip(inline.ids, inline.texts, strict=True))
-    assert sorted(beam.ids) == [f"row-{n}" for n in range(1, 7)]
+    assert sorted(beam.ids) == sorted(content_id(None, t) for t in "abcdef")
 
 
 def test_text_directory_with_mixed_encodings(tmp_path) -> None:
@@ -211,7 +225,7 @@ def test_text_directory_with_mixed_encodings(tmp_path) -> None:
 
 def test_pick_keeps_the_smallest_hash_and_concat_respects_the_length_bound() -> None:
     records = [("r1", "aaaa"), ("r2", "bbbbbb"), ("r3", "cc")]
-    ranks = sorted(records, key=lambda r: unit_rank("u", r[0]))
+    ranks = sorted(records, key=lambda r: unit_rank("u", r[1]))  # by text, not by id
     doc_id, text, used = bound_one_unit("u", records, "pick")
     assert (doc_id, text) == ranks[0] and len(used) == 1
     doc_id, text, used = bound_one_unit("u", records, "concat", max_chars=None)

@@ -16,6 +16,8 @@ from dpsynrag.pipeline.inputs import (
     InputDocuments,
     InputError,
     bound_units,
+    content_id,
+    content_key,
     input_fingerprint,
     normalise_text,
     read_documents,
@@ -111,17 +113,37 @@ def test_csv_keeps_string_ids_and_multiline_quotes(tmp_path: Path) -> None:
     assert docs.texts == ['line one\nline two, quoted "x"', "plain"]
 
 
-def test_row_ids_when_id_absent_or_disabled(tmp_path: Path) -> None:
+def test_content_ids_when_id_absent_or_disabled(tmp_path: Path) -> None:
+    """Issue 13.1: without an id column the id is a hash of the record's content, not its
+    position (``row-<n>`` used to shift when an earlier record was added or removed)."""
     rows = [{"text": "x one"}, {"text": ""}, {"text": "x three"}]
+    expected = ["doc-" + content_key("", t).hex()[:32] for t in ("x one", "x three")]
     path = write_jsonl(tmp_path / "in.jsonl", rows)
     docs = read_documents(path)
-    assert docs.ids == ["row-1", "row-3"]  # numbering counts the skipped record
+    assert docs.ids == expected == [content_id(None, "x one"), content_id(None, "x three")]
     assert docs.units == docs.ids
+    assert read_documents(write_jsonl(tmp_path / "later.jsonl", rows[1:])).ids == expected[1:]
     docs = read_documents(write_jsonl(tmp_path / "ids.jsonl", ROWS), id_column=None)
-    assert docs.ids == ["row-1", "row-2", "row-3", "row-4"]
+    assert docs.ids == [content_id(None, normalise_text(r["text"])) for r in ROWS]
     for writer, name in ((write_csv, "in.csv"), (write_parquet, "in.parquet")):
         docs = read_documents(writer(tmp_path / name, rows))
-        assert docs.ids == ["row-1", "row-3"]
+        assert docs.ids == expected
+    units = read_documents(write_jsonl(tmp_path / "units.jsonl", ROWS), id_column=None,
+                           unit_column="unit")
+    assert units.ids == [content_id(r["unit"], normalise_text(r["text"])) for r in ROWS]
+    assert units.units == [r["unit"] for r in ROWS]
+
+
+def test_identical_records_without_ids_are_one_document(tmp_path: Path) -> None:
+    """Records sharing a content id are identical (unit and text): either copy is the same
+    document, so they become one, counted as skipped "duplicate"."""
+    rows = [{"text": "same", "unit": "p"}, {"text": "same ", "unit": "p"},
+            {"text": "same", "unit": "q"}, {"text": "other", "unit": "p"}]
+    docs = read_documents(write_jsonl(tmp_path / "in.jsonl", rows), unit_column="unit")
+    assert docs.texts == ["same", "same", "other"] and docs.units == ["p", "q", "p"]
+    assert len(set(docs.ids)) == 3 and docs.skipped["duplicate"] == 1
+    plain = read_documents(write_jsonl(tmp_path / "plain.jsonl", rows))
+    assert plain.texts == ["same", "other"] and plain.skipped["duplicate"] == 2
 
 
 def test_normalisation() -> None:
@@ -150,7 +172,8 @@ def test_skips_are_counted(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", rows)
     docs = read_documents(path, max_chars=20, min_chars=5)
     assert docs.ids == ["3"]
-    assert docs.skipped == {"empty": 2, "too_short": 1, "too_long": 1, "unit_bound": 0}
+    assert docs.skipped == {"empty": 2, "too_short": 1, "too_long": 1, "duplicate": 0,
+                            "unit_bound": 0}
     parquet = read_documents(write_parquet(tmp_path / "in.parquet", rows), max_chars=20,
                              min_chars=5)
     assert parquet.skipped == docs.skipped
@@ -197,7 +220,7 @@ def test_error_explicit_id_or_unit_column_missing(tmp_path: Path) -> None:
     for writer, name in ((write_jsonl, "m.jsonl"), (write_csv, "m.csv"),
                          (write_parquet, "m.parquet")):
         path = writer(tmp_path / name, rows)
-        assert read_documents(path, id_column="id").ids == ["row-1"]  # "id" may be absent
+        assert read_documents(path, id_column="id").ids == [content_id(None, SECRET)]  # absent
         assert_one_line_without_secret(error_of(path, id_column="doc"), name,
                                        "id column 'doc'")
         assert_one_line_without_secret(error_of(path, unit_column="person"), name, "'person'")
@@ -244,15 +267,35 @@ def test_error_text_not_a_string(tmp_path: Path) -> None:
                                    "int64")
 
 
-def test_error_bad_ids(tmp_path: Path) -> None:
+def test_duplicate_ids_keep_every_record_with_unique_content_derived_ids(
+        tmp_path: Path) -> None:
+    """Issue 13.1: a shared id is no error and drops no record: each record of different
+    content gets ``<id>~dup-<content key>``, whatever the input order; identical records are
+    one. Unique ids stay as they are."""
     rows = [{"id": "1", "text": "one"}, {"id": SECRET, "text": "x"},
-            {"id": "3", "text": "three"}, {"id": SECRET, "text": SECRET}]
-    for writer, name, first, second in (
-            (write_jsonl, "dup.jsonl", "line 2", "line 4"),
-            (write_csv, "dup.csv", "line 3", "line 5"),
-            (write_parquet, "dup.parquet", "row index 1", "row index 3")):
-        error = error_of(writer(tmp_path / name, rows))
-        assert_one_line_without_secret(error, name, first, second, "duplicate id")
+            {"id": "3", "text": "three"}, {"id": SECRET, "text": SECRET},
+            {"id": "3", "text": "three"}]
+    renamed = {t: f"{SECRET}~dup-" + content_key("", t).hex()[:32] for t in ("x", SECRET)}
+    for writer, name in ((write_jsonl, "dup.jsonl"), (write_csv, "dup.csv"),
+                         (write_parquet, "dup.parquet")):
+        docs = read_documents(writer(tmp_path / name, rows))
+        assert docs.ids == ["1", renamed["x"], "3", renamed[SECRET]]
+        assert docs.texts == ["one", "x", "three", SECRET] and docs.units == docs.ids
+        assert docs.skipped["duplicate"] == 1
+        backwards = read_documents(writer(tmp_path / f"back-{name}", rows[::-1]))
+        assert sorted(zip(backwards.ids, backwards.texts, strict=True)) == sorted(
+            zip(docs.ids, docs.texts, strict=True))
+    # a suffixed id read again (e.g. ingest's shards) joins its id's group: still unique
+    again = write_jsonl(tmp_path / "again.jsonl", [{"id": renamed["x"], "text": "x"},
+                                                   {"id": SECRET, "text": "y"}])
+    docs = read_documents(again)
+    assert len(set(docs.ids)) == 2 and all(i.startswith(f"{SECRET}~dup-") for i in docs.ids)
+    assert docs.ids[0] == renamed["x"]  # the same content gets the same suffix again
+    single = read_documents(write_jsonl(tmp_path / "one.jsonl", rows[2:3]))
+    assert single.ids == ["3"]
+
+
+def test_error_bad_ids(tmp_path: Path) -> None:
     for value, problem in ((None, "null"), (True, "bool"), (1.5, "float"), ("  ", "empty")):
         path = write_jsonl(tmp_path / "idtype.jsonl", [{"id": value, "text": SECRET}])
         assert_one_line_without_secret(error_of(path), "idtype.jsonl", "line 1", problem)
@@ -311,11 +354,13 @@ def test_bound_units_one_per_unit_deterministic_and_order_free() -> None:
         shuffled = records[:]
         rng.shuffle(shuffled)
         assert set(bound_units(make_docs(shuffled)).ids) == kept
-    # independent of the text and of other units' records
+    # independent of other units' records, and of the ids (issue 13.1: ranked by text)
     other = make_docs([r for r in records if r[1] != "person3"])
-    other.texts = ["changed" for _ in other.texts]
     assert set(bound_units(other).ids) == {i for i, r in zip(bounded.ids, bounded.units,
                                                             strict=True) if r != "person3"}
+    renamed = make_docs(records)
+    renamed.ids = [f"new-{i}" for i in range(60)]
+    assert set(bound_units(renamed).texts) == set(bounded.texts)
 
 
 def test_bound_units_keeps_single_record_units() -> None:

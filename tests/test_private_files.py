@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 import sys
@@ -102,3 +103,14 @@ def test_connecting_to_a_cluster_does_not_set_a_temp_dir(monkeypatch: Any) -> No
     monkeypatch.setitem(sys.modules, "ray", fake)
     runners.RayRunner(address="ray://head:10001").close()
     assert "_temp_dir" not in fake.init_kwargs
+
+
+def test_the_summary_json_is_written_owner_only_even_over_a_readable_file(tmp_path) -> None:
+    from dpsynrag.pipeline.cli_build import write_private_text
+
+    path = tmp_path / "summary.json"
+    path.write_text("old")
+    os.chmod(path, 0o644)
+    write_private_text(path, '{"documents_in": 40}\n')
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert path.read_text() == '{"documents_in": 40}\n'

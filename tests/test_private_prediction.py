@@ -18,9 +18,12 @@ from dpsynrag.models.llm import LoadedLLM
 from dpsynrag.transforms import decoding_llama
 from dpsynrag.transforms.decoding_packed import PackedEngine
 from dpsynrag.transforms.private_prediction import (
-    _shared_prefix_length,
+    PromptLayout,
     aggregated_logits,
+    document_row_ids,
     private_predict,
+    prompt_layout,
+    public_prefix_length,
 )
 
 _WORD_TEXT = (
@@ -165,15 +168,14 @@ def test_many_groups_with_staggered_stops_compact_and_match(llm: LoadedLLM) -> N
 
 def test_bounded_document_cache_recomputes_identically(llm: LoadedLLM) -> None:
     groups = _groups("mixed")
-    rows = [[tuple(llm.chat_prompt_ids(PROMPT.replace("{document}", d))) for d in g]
-            for g in groups]
-    flat = [r for g in rows for r in g]
-    prefix = _shared_prefix_length(flat)
+    layout = prompt_layout(llm, PROMPT)
+    rows = [[document_row_ids(llm, layout, d) for d in g] for g in groups]
+    prefix = public_prefix_length([layout])
     results = []
     for cache_bytes in (None, 1):
         script = Scripted(llm.vocab_size, next(iter(llm.eos_token_ids)), {1: 2})
         PackedEngine(decoding_llama.LlamaStack(llm.model), rows, prefix_len=prefix,
-                     prefix_ids=list(flat[0][:prefix]), max_new_tokens=4, clip=CLIP,
+                     prefix_ids=list(layout.prefix[:prefix]), max_new_tokens=4, clip=CLIP,
                      sampler=script, eos_ids=llm.eos_token_ids, batch_rows=4,
                      vocab_size=llm.vocab_size, doc_cache_bytes=cache_bytes).run()
         results.append(script)
@@ -267,12 +269,26 @@ def test_zero_tokens_and_bad_arguments(llm: LoadedLLM) -> None:
                         **kwargs)
 
 
-def test_shared_prefix_leaves_each_row_a_token() -> None:
-    assert _shared_prefix_length([(1, 2, 3), (1, 2, 4)]) == 2
-    assert _shared_prefix_length([(1, 2, 3), (1, 2, 3)]) == 2
-    assert _shared_prefix_length([(1, 2), (1, 2, 3, 4)]) == 1
-    assert _shared_prefix_length([(5,), (6,)]) == 0
-    assert _shared_prefix_length([]) == 0
+def test_public_prefix_length_is_the_prompts_common_part_less_one() -> None:
+    def layout(*ids: int) -> PromptLayout:
+        return PromptLayout("{document}", ids, "", False)
+
+    assert public_prefix_length([layout(1, 2, 3), layout(1, 2, 4)]) == 1
+    assert public_prefix_length([layout(1, 2, 3), layout(1, 2, 3)]) == 2
+    assert public_prefix_length([layout(1, 2), layout(1, 2, 3, 4)]) == 1
+    assert public_prefix_length([layout(5), layout(6)]) == 0
+    assert public_prefix_length([layout()]) == 0
+    assert public_prefix_length([]) == 0
+
+
+def test_prompt_layout_prefix_is_the_template_before_the_document(llm: LoadedLLM) -> None:
+    layout = prompt_layout(llm, PROMPT)
+    head = "<|im_start|> user rewrite the following note :"
+    assert list(layout.prefix) == llm.tokenizer(head, add_special_tokens=False)["input_ids"]
+    for doc in ("", "fever", "red green blue", "{document}"):
+        row = document_row_ids(llm, layout, doc)
+        assert row[:len(layout.prefix)] == layout.prefix
+        assert list(row) == llm.chat_prompt_ids(PROMPT.replace("{document}", doc))
 
 
 @pytest.mark.parametrize("engine", ["packed", "reference"])

@@ -34,32 +34,37 @@ def _corpus(n: int = 24, seed: int = 0) -> PrivateCorpus:
     return PrivateCorpus.from_texts([f"doc-{i}" for i in range(n)], texts, HashEmbedder())
 
 
+def _paid(tmp_path: Path, corpus: PrivateCorpus, method: str, settings, n: int) -> list:
+    """``n`` receipts of committed charges for ``settings`` (an explicitly uncapped ledger)."""
+    import uuid
+
+    with CorpusLedger(tmp_path / "paid.sqlite") as ledger:
+        return [ledger.charge(f"q-{uuid.uuid4().hex}", kind="query", method=method,
+                              mechanisms=settings.mechanisms(),
+                              privacy_unit=corpus.privacy_unit, allow_no_cap=True).receipt
+                for _ in range(n)]
+
+
 # ---------------------------------------------------------------------- private corpus
-def test_exact_top_breaks_ties_by_id_hash_not_position() -> None:
-    ids = [f"d{i}" for i in range(6)]
+def test_exact_top_breaks_ties_by_text_hash_not_position_or_id() -> None:
+    texts = [f"note {i}" for i in range(6)]
     vectors = np.tile(np.eye(4, dtype=np.float32)[0], (6, 1))  # all documents tie
-    forward = PrivateCorpus(ids, ["x"] * 6, vectors)
-    backward = PrivateCorpus(ids[::-1], ["x"] * 6, vectors[::-1])
+    forward = PrivateCorpus([f"d{i}" for i in range(6)], texts, vectors)
+    # reversed order and other ids (ids are row numbers when the input has no id column)
+    backward = PrivateCorpus([f"row-{i}" for i in range(6)], texts[::-1], vectors[::-1])
     query = np.eye(4, dtype=np.float32)[0]
-    top_f = [forward.ids[i] for i in forward.exact_top(forward.similarities(query), 3)]
-    top_b = [backward.ids[i] for i in backward.exact_top(backward.similarities(query), 3)]
+    top_f = [forward.texts[i] for i in forward.exact_top(forward.similarities(query), 3)]
+    top_b = [backward.texts[i] for i in backward.exact_top(backward.similarities(query), 3)]
     assert top_f == top_b
 
 
-def test_voter_partition_depends_only_on_each_id() -> None:
+def test_voter_partition_depends_only_on_each_document() -> None:
     corpus = _corpus(30)
     voters = corpus.voter_of(7)
-    smaller = PrivateCorpus(corpus.ids[5:], corpus.texts[5:], corpus.vectors[5:])
+    smaller = PrivateCorpus([f"row-{i}" for i in range(25)], corpus.texts[5:],
+                            corpus.vectors[5:])
     assert list(smaller.voter_of(7)) == list(voters[5:])
     assert set(voters) <= set(range(7))
-
-
-def test_units_owning_several_documents_are_refused(tmp_path: Path) -> None:
-    path = tmp_path / "notes.jsonl"
-    path.write_text('{"id": "a", "text": "alpha beta", "person": "p1"}\n'
-                    '{"id": "b", "text": "gamma delta", "person": "p1"}\n')
-    with pytest.raises(ValueError, match="one document per unit"):
-        PrivateCorpus.from_path(path, HashEmbedder(), unit_column="person")
 
 
 # ---------------------------------------------------------------------- DP-RAG
@@ -92,7 +97,7 @@ def test_dp_rag_top_k_retrieval_with_a_large_budget_keeps_about_k() -> None:
 
 
 def test_dp_rag_votes_are_the_clipped_sum_of_the_selected_documents(
-        llm, monkeypatch: pytest.MonkeyPatch) -> None:
+        llm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     corpus = _corpus(24)
     question = " ".join(WORDS[:6])
     settings = dp_rag.DPRagSettings(epsilon=8.0, max_new_tokens=1, mode="top-k", top_k=4,
@@ -108,7 +113,8 @@ def test_dp_rag_votes_are_the_clipped_sum_of_the_selected_documents(
     monkeypatch.setattr(dp_rag, "sample_tokens", spy)
     selected = dp_rag.select_documents(corpus, HashEmbedder().encode([question])[0], settings,
                                        secure_rng(11))
-    dp_rag.answer([question], corpus, llm, HashEmbedder(), settings, secure_rng(11))
+    dp_rag.answer([question], corpus, llm, HashEmbedder(), settings, secure_rng(11),
+                  receipts=_paid(tmp_path, corpus, "dp-rag", settings, 1))
     docs = [corpus.texts[i] for i in selected]
     reference = aggregated_logits(llm, docs, prompt=document_prompt(question,
                                                                     settings.instruction),
@@ -118,11 +124,12 @@ def test_dp_rag_votes_are_the_clipped_sum_of_the_selected_documents(
 
 
 def test_dp_rag_prior_uses_the_public_no_context_distribution(
-        llm, monkeypatch: pytest.MonkeyPatch) -> None:
+        llm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     corpus = _corpus(10)
     settings = dp_rag.DPRagSettings(epsilon=3.0, max_new_tokens=2, prior_weight=0.5)
     answers = dp_rag.answer(["alpha question", "beta question"], corpus, llm, HashEmbedder(),
-                            settings, secure_rng(3))
+                            settings, secure_rng(3),
+                            receipts=_paid(tmp_path, corpus, "dp-rag", settings, 2))
     assert len(answers) == 2 and all(isinstance(a, str) for a in answers)
 
 
@@ -133,16 +140,19 @@ def test_greedy_vote_rows_are_one_hot_at_the_argmax() -> None:
     assert votes.tolist() == [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
 
 
-def test_vote_with_unanimous_voters_releases_their_greedy_tokens(llm) -> None:
+def test_vote_with_unanimous_voters_releases_their_greedy_tokens(llm, tmp_path: Path) -> None:
     text = " ".join(WORDS[:10])
     corpus = PrivateCorpus.from_texts([f"same-{i}" for i in range(40)], [text] * 40,
                                       HashEmbedder())
+    # equal texts share a voter (the partition reads only the text): spread them by hand
+    corpus.voter_of = lambda m: np.arange(len(corpus)) % m  # type: ignore[method-assign]
     settings = sparse_vote.SparseVoteSettings(
         epsilon=400.0, delta=1e-4, token_epsilon=50.0, token_delta=1e-6, voters=6,
         sparse=False, max_tokens=5)
     assert settings.private_tokens() == 8
     [reply] = sparse_vote.answer(["what now"], corpus, llm, HashEmbedder(), settings,
-                                 secure_rng(0))
+                                 secure_rng(0),
+                                 receipts=_paid(tmp_path, corpus, "vote", settings, 1))
     # every voter holds the same document: the greedy continuation of that one prompt
     ids = llm.chat_prompt_ids(render_prompt(document_prompt("what now", settings.instruction),
                                             text))
@@ -158,7 +168,7 @@ def test_vote_with_unanimous_voters_releases_their_greedy_tokens(llm) -> None:
 
 
 def test_sparse_vote_never_releases_more_private_tokens_than_c_max(
-        llm, monkeypatch: pytest.MonkeyPatch) -> None:
+        llm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     corpus = _corpus(60)
     settings = sparse_vote.SparseVoteSettings(epsilon=10.0, token_epsilon=2.0, voters=8,
                                               max_tokens=12)
@@ -173,7 +183,8 @@ def test_sparse_vote_never_releases_more_private_tokens_than_c_max(
 
     monkeypatch.setattr(sparse_vote, "limited_domain_top1", counting)
     questions = ["alpha beta", "gamma delta", "what is it"]
-    sparse_vote.answer(questions, corpus, llm, HashEmbedder(), settings, secure_rng(5))
+    sparse_vote.answer(questions, corpus, llm, HashEmbedder(), settings, secure_rng(5),
+                       receipts=_paid(tmp_path, corpus, "sparse-vote", settings, 3))
     assert len(calls) <= budget * len(questions)
     assert all(c.sum() == pytest.approx(settings.voters) for c in calls)  # one vote each
 
@@ -205,7 +216,7 @@ def test_ksa_releases_a_consensus_as_an_alphabetical_set() -> None:
 
 
 def test_ksa_fails_the_test_on_spread_answers_and_falls_back_to_non_rag(
-        llm, monkeypatch: pytest.MonkeyPatch) -> None:
+        llm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     settings = dp_ksa.DPKsaSettings(epsilon=1.0, ensemble=20)
     spread = [f"word{i} other{i}" for i in range(20)]
     passes = sum(dp_ksa.release_keywords(spread, "q", settings, secure_rng(s)).passed
@@ -215,7 +226,9 @@ def test_ksa_fails_the_test_on_spread_answers_and_falls_back_to_non_rag(
     monkeypatch.setattr("dpsynrag.eval.rag.answer_questions",
                         lambda _llm, p, **_k: prompts.append(list(p)) or ["x"] * len(p))
     releases: list[dp_ksa.KeywordRelease] = []
-    dp_ksa.answer(["my question"], _corpus(5), llm, HashEmbedder(), settings, secure_rng(1),
+    corpus = _corpus(5)
+    dp_ksa.answer(["my question"], corpus, llm, HashEmbedder(), settings, secure_rng(1),
+                  receipts=_paid(tmp_path, corpus, "dp-ksa", settings, 1),
                   responses=[spread], releases=releases)
     assert not releases[0].passed
     assert prompts[-1] == [no_context_prompt("my question", settings.instruction)]
@@ -275,7 +288,7 @@ def test_cli_query_answers_and_charges_the_corpus_ledger(tmp_path, tiny_models, 
 
     notes, ledger = _notes(tmp_path), tmp_path / "ledger.sqlite"
     code = main(["query", "--corpus", str(notes), "--ledger", str(ledger), "--method",
-                 "dp-rag", "--epsilon", "2", "--max-new-tokens", "2", "--json",
+                 "dp-rag", "--epsilon", "2", "--max-new-tokens", "2", "--json", "--no-cap",
                  "first question", "second question"])
     assert code == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]

@@ -12,15 +12,16 @@
   expensive partitions (exactly ``Ledger.total_rho``);
 * ``guarantee``: rho-zCDP and its (epsilon, delta) under the named conversion, the other
   conversions and dp-accounting's RDP accountant as a cross-check;
-* identities of the model, embedder, vocabulary and input, the output files' sha256, the
-  public configuration, package version and time; ``signing.sign_document`` adds an Ed25519
-  signature.
+* identities of the model and embedder (names and weight sha256, never paths) and of the
+  vocabulary, the output files' sha256, the public configuration, package version and time;
+  ``signing.sign_document`` adds an Ed25519 signature.
 
-The input fingerprint is a keyed hash only (e.g. ``{"hmac_sha256": ...}``): the **exact**
-document count must not appear, because under add/remove neighbouring an exact count is not
-differentially private (it changes by one between neighbours). The HMAC itself is a
-deterministic function of the data: it hides the input only computationally and only while
-its key stays secret; it lets the key holder recognise the exact input, which is its purpose.
+Nothing in it is a function of the private input beyond the charged releases: no document
+count (under add/remove neighbouring an exact count is not DP) and no fingerprint of the
+input (a keyed hash of the exact input lets whoever holds its key test a guess of the whole
+input; the build keeps it operator-side, in its summary and state). A seeded build's
+certificate says ``seeded: true`` and ``for_release: false`` but never the seed: the seed
+regenerates the whole noise stream, and with it the exact values under the noise.
 
 ``verify_output`` re-derives every rho from the mechanism parameters (``costs``), the
 composition, and every epsilon (``conversions``), checks the signature and every file hash,
@@ -77,6 +78,7 @@ __all__ = [
     "CERTIFICATE_FILE",
     "CERTIFICATE_FORMAT",
     "CERTIFICATE_FORMAT_VERSION",
+    "SEEDED_PROBLEM",
     "build_certificate",
     "dp_accounting_epsilon",
     "load_certificate",
@@ -206,7 +208,6 @@ def build_certificate(
     model_identity: Mapping[str, Any],
     embedder_identity: Mapping[str, Any],
     vocabulary_sha256: str,
-    input_fingerprint: Mapping[str, Any],
     output_files: Mapping[str, str],
     seeded: bool,
     package_version: str,
@@ -216,10 +217,9 @@ def build_certificate(
     """The unsigned certificate of a build (sign it with ``signing.sign_document``).
 
     ``output_files`` maps file names in the output directory to their sha256 (include
-    ``manifest.json``; ``emit.output_file_hashes`` computes them). ``input_fingerprint`` is a
-    keyed hash such as ``{"hmac_sha256": ...}``, never an exact count (not DP under add/remove
-    neighbouring) nor content. ``config`` must hold public settings only. ``seeded`` is also
-    set when the ledger saw a seeded random source.
+    ``manifest.json``; ``emit.output_file_hashes`` computes them). ``config`` must hold
+    public settings only (no seed, no paths: ``ValueError`` if it holds a ``seed``).
+    ``seeded`` is also set when the ledger saw a seeded random source.
     """
     conv = Conversion(conversion)
     if not (0 < delta < 1):
@@ -229,10 +229,9 @@ def build_certificate(
     for name in output_files:
         if not _plain_name(name):
             raise ValueError(f"output file name {name!r} is not a plain file name")
-    count_like = {"count", "documents", "n", "n_documents", "rows", "records"}
-    if count_like & {str(k).lower() for k in input_fingerprint}:
-        raise ValueError("the input fingerprint must not hold an exact count (not DP under "
-                         "add/remove neighbouring)")
+    if "seed" in config:
+        raise ValueError("the released config must not hold the seed (it regenerates the "
+                         "noise)")
     sequential, group_entries, composition = _mechanisms(ledger)
     is_seeded = bool(seeded) or ledger.seeded
     certificate: dict[str, Any] = {
@@ -251,7 +250,6 @@ def build_certificate(
         "plan": dict(plan),
         "models": {"llm": dict(model_identity), "embedder": dict(embedder_identity)},
         "vocabulary_sha256": vocabulary_sha256,
-        "input_fingerprint": dict(input_fingerprint),
         "output_files": dict(sorted(output_files.items())),
         "config": dict(config),
     }
@@ -523,8 +521,16 @@ def _check_guarantee(guarantee: dict[str, Any], rho_total: float, problems: list
                             f"recomputed {expected!r}")
 
 
-def verify_output(out_dir: Path, public_key_path: Path | None = None) -> list[str]:
+SEEDED_PROBLEM = ("certificate: seeded build: its noise came from a reproducible seed, so "
+                  "it carries no privacy guarantee (tests only; not for release)")
+
+
+def verify_output(out_dir: Path, public_key_path: Path | None = None, *,
+                  allow_seeded: bool = False) -> list[str]:
     """Every problem found in an output directory; an empty list means it verified.
+
+    A seeded build (``seeded: true``) is a problem unless ``allow_seeded`` (tests only): its
+    noise is reproducible, so it carries no guarantee whatever its accounting says.
 
     Checks the Ed25519 signature (against ``public_key_path`` when given, else only against
     the key embedded in the certificate: integrity, not authorship), every file hash in the
@@ -557,6 +563,8 @@ def verify_output(out_dir: Path, public_key_path: Path | None = None) -> list[st
     if not isinstance(cert.get("seeded"), bool) or cert.get("for_release") != (
             not cert.get("seeded")):
         problems.append("certificate: seeded / for_release are missing or inconsistent")
+    elif cert["seeded"] and not allow_seeded:
+        problems.append(SEEDED_PROBLEM)
     files = cert.get("output_files")
     if isinstance(files, dict):
         for name in REQUIRED_OUTPUT_FILES:

@@ -28,7 +28,28 @@ process that touches that corpus: a DP-SynRAG build, and each query-time DP-RAG 
   charges nothing (a resumed build); with other mechanisms it is refused.
 * **Synthetic corpora are free.** Queries over a SYNTHETIC corpus built by DP-SynRAG are
   post-processing of its release and are never charged here; only the build is.
-* **No cap** means every charge is accepted, and still recorded.
+* **One privacy unit per ledger.** A guarantee composes only with guarantees about the same
+  neighbouring relation: a build with ``--unit-column person`` protects a person, a query
+  without it protects a record, and their sum is neither. Every charge states its
+  ``privacy_unit`` (``privacy_unit_definition``: ``"record"``, or the unit column and its
+  bounding rule); the first accepted charge records it and any charge under another
+  definition is refused before anything is recorded (``PrivacyUnitMismatchError``).
+* **Query charges are receipts, used exactly once.** ``charge`` returns a ``ChargeReceipt``
+  bound to (ledger, key, method, canonical mechanisms, privacy unit). The query-time answer
+  functions take one receipt per question and ``consume_receipts`` marks them used in one
+  transaction BEFORE any private computation, refusing (``ReceiptError``) an unknown, used,
+  non-query or mismatched receipt; so no query-time mechanism can run on the private corpus
+  without a committed charge, and no charge pays for two computations.
+* **No cap** means every charge is accepted, and still recorded. A QUERY charge on a ledger
+  without a cap is refused (``NoCapError``, nothing recorded) unless the caller passes
+  ``allow_no_cap=True`` (``dpsynrag query --no-cap``): queries are open-ended, so their total
+  must be bounded by a cap that the operator set on purpose (``dpsynrag ledger cap``).
+* **Migration.** Schema 1 ledgers are upgraded in place on opening: the ``consumed`` table is
+  added and every query charge already recorded is marked used (schema 1 code always ran a
+  query right after its charge). The privacy unit of a schema 1 ledger that holds charges is
+  unknown (builds may have used ``--unit-column``): such a ledger refuses every charge until
+  the operator states the unit those charges were made under with ``declare_privacy_unit``;
+  a ledger without charges simply records the unit of its first charge.
 
 Keys, methods and descriptions are stored and shown: they must be public identifiers (a query
 number, a run id), never query text. The ledger holds no private text, counts, similarities or
@@ -55,25 +76,36 @@ from dpsynrag.accounting.costs import dp_spend_of, spend_of
 from dpsynrag.accounting.ledger import BudgetExceededError, LedgerError, ReleaseMismatchError
 from dpsynrag.accounting.signing import default_key_path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: privacy unit in meta, the ``consumed`` table of used receipts
+_UPGRADABLE_SCHEMAS = ("1",)
 LEDGER_KIND = "corpus"
 LEDGERS_DIR = "ledgers"
 KINDS = ("build", "query")
 BUSY_TIMEOUT_S = 600.0  # writers wait for each other; a transaction here lasts milliseconds
 _EPSILON_SLACK = 1e-12  # relative float round-off allowed when comparing with the cap
+RECORD_UNIT = "record"
+UNIT_BOUND_RULES = ("pick", "concat")  # the rules of dpsynrag.pipeline.inputs.bound_one_unit
+_UNIT_META = "privacy_unit"
 
 __all__ = [
+    "RECORD_UNIT",
     "BudgetRefusedError",
     "Cap",
     "CapError",
     "ChargeMismatchError",
+    "ChargeReceipt",
     "ChargeResult",
     "CorpusLedger",
     "LedgerEntry",
+    "NoCapError",
+    "PrivacyUnitMismatchError",
+    "ReceiptError",
     "Refusal",
     "Spend",
+    "consume_receipts",
     "corpus_ledgers_dir",
     "default_corpus_ledger_path",
+    "privacy_unit_definition",
 ]
 
 
@@ -87,6 +119,53 @@ class ChargeMismatchError(ReleaseMismatchError):
 
 class CapError(LedgerError):
     """A cap below what is already spent, or an invalid cap."""
+
+
+class NoCapError(CapError):
+    """A query charge on a ledger without a cap, and no explicit ``allow_no_cap``."""
+
+
+class PrivacyUnitMismatchError(ChargeMismatchError):
+    """A charge under another privacy-unit definition than the ledger's (nothing recorded)."""
+
+
+class ReceiptError(LedgerError):
+    """A query receipt that is unknown, already used or does not match the computation."""
+
+
+def privacy_unit_definition(unit_column: str | None, unit_bound: str = "pick") -> str:
+    """The privacy unit (the neighbouring relation) as a corpus ledger records it.
+
+    ``"record"`` without a unit column: one record is one unit, nothing is bounded, so
+    ``unit_bound`` does not matter and is ignored. With one: ``unit-column "<name>"; bound
+    <rule>`` (the name JSON-quoted, so any name is unambiguous). Public: a column name and a
+    rule chosen by the operator, never data.
+    """
+    if unit_bound not in UNIT_BOUND_RULES:
+        raise ValueError(f"unknown unit bound rule {unit_bound!r}; expected "
+                         f"{' or '.join(UNIT_BOUND_RULES)}")
+    if unit_column is None or unit_column == "":
+        return RECORD_UNIT
+    if not isinstance(unit_column, str):
+        raise ValueError("the unit column must be a column name (a string) or None")
+    return f"unit-column {json.dumps(unit_column, ensure_ascii=False)}; bound {unit_bound}"
+
+
+def _check_unit(privacy_unit: object) -> str:
+    """``privacy_unit`` if it is a definition ``privacy_unit_definition`` can produce."""
+    if privacy_unit == RECORD_UNIT:
+        return RECORD_UNIT
+    if isinstance(privacy_unit, str) and privacy_unit.startswith("unit-column "):
+        name, sep, rule = privacy_unit[len("unit-column "):].rpartition("; bound ")
+        try:
+            column = json.loads(name) if sep else None
+        except json.JSONDecodeError:
+            column = None
+        if isinstance(column, str) and column and rule in UNIT_BOUND_RULES and \
+                privacy_unit_definition(column, rule) == privacy_unit:
+            return privacy_unit
+    raise ValueError(f"privacy_unit must come from privacy_unit_definition(), got "
+                     f"{privacy_unit!r}")
 
 
 @dataclass(frozen=True)
@@ -132,12 +211,34 @@ class LedgerEntry:
 
 
 @dataclass(frozen=True)
+class ChargeReceipt:
+    """Proof of one committed charge, spent by exactly one query computation.
+
+    Bound to the ledger file (resolved path), the charge key, its method, its canonical
+    mechanisms (JSON) and the privacy unit it was charged under. ``consume_receipts`` checks
+    all of them against the ledger and the computation and marks the key used; a copied or
+    hand-made receipt can still only use a committed, unused charge, once.
+    """
+
+    ledger_path: str
+    key: str
+    method: str
+    mechanisms: str
+    privacy_unit: str
+
+
+@dataclass(frozen=True)
 class ChargeResult:
-    """The accepted (or, with ``resumed``, previously accepted) charge and the total after it."""
+    """The accepted (or, with ``resumed``, previously accepted) charge and the total after it.
+
+    ``receipt`` is what a query-time answer function needs (a resumed key's receipt is
+    refused if that charge was already used).
+    """
 
     entry: LedgerEntry
     resumed: bool
     spent: Spend
+    receipt: ChargeReceipt
 
     @property
     def key(self) -> str:
@@ -184,6 +285,8 @@ _TABLES = (
     " method TEXT NOT NULL, mechanisms TEXT NOT NULL, rho REAL NOT NULL, delta REAL NOT NULL,"
     " reason TEXT NOT NULL, epsilon_would_be REAL, cap_epsilon REAL NOT NULL,"
     " cap_delta REAL NOT NULL, conversion TEXT NOT NULL, refused_at TEXT NOT NULL)",
+    # The query charges already used by a computation (one row per consumed receipt).
+    "CREATE TABLE IF NOT EXISTS consumed (key TEXT PRIMARY KEY, consumed_at TEXT NOT NULL)",
     # The audit trail of the cap: the current cap is the last row.
     "CREATE TABLE IF NOT EXISTS cap_history ("
     " seq INTEGER PRIMARY KEY AUTOINCREMENT, epsilon REAL NOT NULL, delta REAL NOT NULL,"
@@ -255,10 +358,33 @@ class CorpusLedger:
         if meta.get("ledger") != LEDGER_KIND:
             raise LedgerError(f"{self.path}: not a corpus ledger (a build's state-directory "
                               "ledger is read with 'ledger show --state-dir')")
+        if meta.get("schema_version") in _UPGRADABLE_SCHEMAS:
+            self._upgrade()
+            meta = self._meta()
         if meta.get("schema_version") != str(SCHEMA_VERSION):
             raise LedgerError(f"{self.path}: corpus ledger schema {meta.get('schema_version')} "
                               f"is not {SCHEMA_VERSION}; it was written by another dpsynrag "
                               "version")
+
+    def _upgrade(self) -> None:
+        """Schema 1 -> 2 in one transaction (module docstring, "Migration").
+
+        Adds the ``consumed`` table and marks every recorded query charge used: schema 1 code
+        ran each query right after charging it, so none of them may pay for another
+        computation. The privacy unit is left unrecorded: with charges, it is unknown until
+        ``declare_privacy_unit``; without, the first charge records it.
+        """
+        with self._transaction():
+            row = self._db.execute(
+                "SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is None or row[0] not in _UPGRADABLE_SCHEMAS:
+                return  # another process upgraded it first
+            for statement in _TABLES:
+                self._db.execute(statement)
+            self._db.execute("INSERT OR IGNORE INTO consumed (key, consumed_at) "
+                             "SELECT key, ? FROM charges WHERE kind = 'query'", (_now(),))
+            self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                             (str(SCHEMA_VERSION),))
 
     def _meta(self) -> dict[str, str]:
         try:
@@ -343,16 +469,70 @@ class CorpusLedger:
         names = ("epsilon", "delta", "conversion", "spent_rho", "spent_delta", "set_at")
         return [dict(zip(names, row, strict=True)) for row in rows]
 
+    # ------------------------------------------------------------------ privacy unit
+    @property
+    def privacy_unit(self) -> str | None:
+        """The recorded privacy-unit definition (``privacy_unit_definition``), or None before
+        the first charge (and for an upgraded schema 1 ledger until ``declare_privacy_unit``)."""
+        with self._lock:
+            return self._meta().get(_UNIT_META)
+
+    def declare_privacy_unit(self, privacy_unit: str) -> None:
+        """Record the unit of a ledger that has none: for an upgraded schema 1 ledger, the
+        operator's statement of the unit its charges were made under (the one trusted input
+        of the migration). The recorded unit again is a no-op; another raises
+        ``PrivacyUnitMismatchError``."""
+        privacy_unit = _check_unit(privacy_unit)
+        with self._transaction():
+            recorded = self._meta().get(_UNIT_META)
+            if recorded is None:
+                self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?)",
+                                 (_UNIT_META, privacy_unit))
+            elif recorded != privacy_unit:
+                raise PrivacyUnitMismatchError(_unit_mismatch(self.path, recorded, privacy_unit))
+
+    def _unit_problem(self, privacy_unit: str) -> str | None:
+        """Why a charge under ``privacy_unit`` must be refused, or None (call under the lock)."""
+        recorded = self._meta().get(_UNIT_META)
+        if recorded is not None:
+            return None if recorded == privacy_unit else \
+                _unit_mismatch(self.path, recorded, privacy_unit)
+        if self._db.execute("SELECT 1 FROM charges LIMIT 1").fetchone() is None:
+            return None
+        return (f"{self.path}: this corpus ledger holds charges from before privacy units were "
+                "recorded; state the unit they were made under with 'dpsynrag ledger "
+                "declare-unit --corpus-ledger PATH [--unit-column COL --unit-bound RULE]' "
+                "before charging it again; nothing was charged")
+
+    def check_query_allowed(self, privacy_unit: str, *, allow_no_cap: bool = False) -> None:
+        """Raise what a query charge under ``privacy_unit`` would raise before its cost is
+        checked (``PrivacyUnitMismatchError``, ``NoCapError``), charging nothing: lets a caller
+        fail before it loads models or reads the corpus."""
+        privacy_unit = _check_unit(privacy_unit)
+        with self._snapshot():
+            problem = self._unit_problem(privacy_unit)
+            cap = self._read_cap()
+        if problem is not None:
+            raise PrivacyUnitMismatchError(problem)
+        if cap is None and not allow_no_cap:
+            raise NoCapError(_no_cap_message(self.path))
+
     # ------------------------------------------------------------------ charging
     def charge(self, key: str, *, kind: str, method: str,
-               mechanisms: Sequence[Mapping[str, Any]], description: str = "") -> ChargeResult:
+               mechanisms: Sequence[Mapping[str, Any]], privacy_unit: str,
+               description: str = "", allow_no_cap: bool = False) -> ChargeResult:
         """Charge ``mechanisms`` (each ``{"mechanism", "params", "count"}``) under ``key``.
 
         Call it BEFORE touching the private data. The cost is recomputed from the mechanisms'
-        parameters. Raises ``BudgetRefusedError`` (after recording the refusal) when the total
-        would no longer fit the cap, and ``ChargeMismatchError`` when ``key`` was charged
-        before with other mechanisms, kind or method. A key charged before with the same ones
-        returns the stored charge (``resumed``) and charges nothing.
+        parameters. ``privacy_unit`` (required, from ``privacy_unit_definition``) is the unit
+        the mechanisms protect; the first accepted charge records it in the ledger. Refused,
+        with nothing recorded: a charge under another unit (``PrivacyUnitMismatchError``) and
+        a query charge on a ledger without a cap unless ``allow_no_cap`` (``NoCapError``).
+        Raises ``BudgetRefusedError`` (after recording the refusal) when the total would no
+        longer fit the cap, and ``ChargeMismatchError`` when ``key`` was charged before with
+        other mechanisms, kind or method. A key charged before with the same ones returns the
+        stored charge (``resumed``) and charges nothing. The result's ``receipt`` is what a
+        query-time answer function consumes (``consume_receipts``).
         """
         if not (isinstance(key, str) and key):
             raise ValueError("a charge needs a non-empty string key")
@@ -362,15 +542,22 @@ class CorpusLedger:
             raise ValueError("a charge needs a non-empty method name")
         if not isinstance(description, str):
             raise ValueError("description must be a string")
+        privacy_unit = _check_unit(privacy_unit)
         normalised = _normalise(mechanisms)
         rho, delta = spend_of(normalised)
         eps_dp, delta_dp = dp_spend_of(normalised)
         delta += delta_dp  # deltas add in either currency
         canonical = _canonical(normalised)
+        receipt = ChargeReceipt(str(self.path.resolve()), key, method, canonical, privacy_unit)
         with self._transaction():
+            problem = self._unit_problem(privacy_unit)
+            if problem is not None:
+                raise PrivacyUnitMismatchError(problem)
+            cap = self._read_cap()
+            if kind == "query" and cap is None and not allow_no_cap:
+                raise NoCapError(_no_cap_message(self.path))
             row = self._db.execute(f"SELECT {_ENTRY_COLUMNS} FROM charges WHERE key = ?",
                                    (key,)).fetchone()
-            cap = self._read_cap()
             if row is not None:
                 entry = _entry(row)
                 if (entry.kind, entry.method, _canonical(entry.mechanisms)) != (
@@ -380,7 +567,8 @@ class CorpusLedger:
                         f"{entry.method} with other mechanisms; a resumed run must keep its "
                         "plan (or use a new key)")
                 total_rho, total_delta, total_eps = self._totals()
-                return ChargeResult(entry, True, _spend(total_rho, total_delta, cap, total_eps))
+                return ChargeResult(entry, True, _spend(total_rho, total_delta, cap, total_eps),
+                                    receipt)
             total_rho, total_delta, total_eps = self._totals()
             after_rho, after_delta = total_rho + rho, total_delta + delta
             after_eps = total_eps + eps_dp
@@ -392,16 +580,80 @@ class CorpusLedger:
                                            total_eps, after_eps)
             else:
                 refusal = None
-                now = _now()
-                cursor = self._db.execute(
-                    "INSERT INTO charges (key, kind, method, mechanisms, rho, delta, "
-                    "description, charged_at, epsilon_dp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (key, kind, method, canonical, rho, delta, description, now, eps_dp))
-                entry = LedgerEntry(int(cursor.lastrowid or 0), key, kind, method, normalised,
-                                    rho, delta, description, now, eps_dp)
+                entry = self._record(key, kind, method, normalised, canonical, rho, delta,
+                                     description, eps_dp, privacy_unit)
         if refusal is not None:  # raised after COMMIT, so that the refusal stays recorded
             raise BudgetRefusedError(refusal)
-        return ChargeResult(entry, False, _spend(after_rho, after_delta, cap, after_eps))
+        return ChargeResult(entry, False, _spend(after_rho, after_delta, cap, after_eps),
+                            receipt)
+
+    def _record(self, key: str, kind: str, method: str, normalised: list[dict[str, Any]],
+                canonical: str, rho: float, delta: float, description: str, eps_dp: float,
+                privacy_unit: str) -> LedgerEntry:
+        """Insert one accepted charge (inside ``charge``'s transaction); the first one also
+        records the ledger's privacy unit."""
+        now = _now()
+        cursor = self._db.execute(
+            "INSERT INTO charges (key, kind, method, mechanisms, rho, delta, "
+            "description, charged_at, epsilon_dp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, kind, method, canonical, rho, delta, description, now, eps_dp))
+        self._db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
+                         (_UNIT_META, privacy_unit))
+        return LedgerEntry(int(cursor.lastrowid or 0), key, kind, method, normalised, rho,
+                           delta, description, now, eps_dp)
+
+    # ------------------------------------------------------------------ receipts
+    def consume(self, receipts: Sequence[ChargeReceipt], *, method: str,
+                mechanisms: Sequence[Mapping[str, Any]], privacy_unit: str) -> None:
+        """Mark each receipt's charge used by one computation of ``method`` with
+        ``mechanisms`` on a corpus bounded to ``privacy_unit``; all or none, in one transaction.
+
+        Refuses (``ReceiptError``, nothing marked) a receipt of another ledger, an unknown key,
+        a build charge, a charge already used (also twice in ``receipts``), and a receipt whose
+        method, mechanisms or privacy unit differ from the computation's or from what the
+        ledger recorded. Call it BEFORE touching the private data: the charge is then spent
+        whatever happens next (never refunded).
+        """
+        privacy_unit = _check_unit(privacy_unit)
+        canonical = _canonical(_normalise(mechanisms))
+        here = str(self.path.resolve())
+        for receipt in receipts:
+            if not isinstance(receipt, ChargeReceipt):
+                raise ReceiptError(f"expected a ChargeReceipt from CorpusLedger.charge, got "
+                                   f"{type(receipt).__name__}")
+            if receipt.ledger_path != here:
+                raise ReceiptError(f"receipt {receipt.key!r} belongs to another corpus ledger "
+                                   f"({receipt.ledger_path}), not {here}")
+            if (receipt.method, receipt.mechanisms, receipt.privacy_unit) != (
+                    method, canonical, privacy_unit):
+                raise ReceiptError(f"receipt {receipt.key!r} was charged for another "
+                                   f"computation than this {method} query (method, "
+                                   "mechanisms or privacy unit differ); nothing was computed")
+        now = _now()
+        with self._transaction():
+            recorded = self._meta().get(_UNIT_META)
+            for receipt in receipts:
+                self._consume_one(receipt, recorded, now)
+
+    def _consume_one(self, receipt: ChargeReceipt, recorded_unit: str | None,
+                     now: str) -> None:
+        row = self._db.execute("SELECT kind, method, mechanisms FROM charges WHERE key = ?",
+                               (receipt.key,)).fetchone()
+        if row is None:
+            raise ReceiptError(f"receipt {receipt.key!r}: no such charge in {self.path}; "
+                               "nothing was computed")
+        kind, method, mechanisms = row
+        if kind != "query":
+            raise ReceiptError(f"receipt {receipt.key!r} is a {kind} charge, not a query's")
+        if (method, _canonical(json.loads(mechanisms)), recorded_unit) != (
+                receipt.method, receipt.mechanisms, receipt.privacy_unit):
+            raise ReceiptError(f"receipt {receipt.key!r} does not match its recorded charge "
+                               "(method, mechanisms or privacy unit); nothing was computed")
+        used = self._db.execute("INSERT OR IGNORE INTO consumed (key, consumed_at) "
+                                "VALUES (?, ?)", (receipt.key, now))
+        if used.rowcount != 1:
+            raise ReceiptError(f"receipt {receipt.key!r} was already used by a computation; "
+                               "each query charge pays for one computation (charge again)")
 
     def _refuse(self, key: str, kind: str, method: str, canonical: str, rho: float,
                 delta: float, after_rho: float, after_delta: float, cap: Cap,
@@ -486,12 +738,16 @@ class CorpusLedger:
             return int(self._db.execute("SELECT COUNT(*) FROM refusals").fetchone()[0])
 
     def summary(self, delta: float | None = None) -> dict[str, Any]:
-        """Everything ``ledger show`` prints, as JSON-ready values (no private value exists)."""
+        """Everything ``ledger show`` prints, as JSON-ready values (no private value exists).
+
+        ``privacy_unit`` is the unit every charge protects (``privacy_unit_definition``)."""
         with self._snapshot():
             cap = self._read_cap()
             entries = self.entries()
             refusals = self.refusal_count()
             history = self.cap_history()
+            unit = self._meta().get(_UNIT_META)
+            used = int(self._db.execute("SELECT COUNT(*) FROM consumed").fetchone()[0])
         rho = math.fsum(e.rho for e in entries)
         delta_approx = math.fsum(e.delta for e in entries)
         eps_dp = math.fsum(e.epsilon_dp for e in entries)
@@ -519,6 +775,10 @@ class CorpusLedger:
             "remaining_rho": remaining[1],
             "builds": sum(e.kind == "build" for e in entries),
             "queries": sum(e.kind == "query" for e in entries),
+            # charged but never computed (a refusal or a crash between charge and answer)
+            "queries_unused": sum(e.kind == "query" for e in entries) - used,
+            # None: no charge yet, or an upgraded schema 1 ledger awaiting declare_privacy_unit
+            "privacy_unit": unit,
             "refusals": refusals,
             "methods": per_method,
             "build_charges": [{"key": e.key, "method": e.method, "rho": e.rho,
@@ -537,7 +797,53 @@ class CorpusLedger:
         self.close()
 
 
+# ---------------------------------------------------------------------- receipts
+def consume_receipts(receipts: Sequence[ChargeReceipt], *, questions: int, method: str,
+                     mechanisms: Sequence[Mapping[str, Any]], privacy_unit: str) -> None:
+    """The gate of every query-time answer function: one unused receipt per question.
+
+    Checks that there are exactly ``questions`` receipts, all of one ledger, then marks them
+    used there (``CorpusLedger.consume``: all or none, one transaction). Raises
+    ``ReceiptError`` before anything private is touched. Privacy: reads and writes only
+    public ledger values (keys, methods, mechanism parameters).
+    """
+    if isinstance(receipts, ChargeReceipt) or not isinstance(receipts, Sequence):
+        raise ReceiptError("receipts must be a list of ChargeReceipt, one per question "
+                           "(charge each question with CorpusLedger.charge first)")
+    if len(receipts) != questions:
+        raise ReceiptError(f"{len(receipts)} receipt(s) for {questions} question(s): each "
+                           "question needs its own committed charge; nothing was computed")
+    if not receipts:
+        return
+    paths = {getattr(r, "ledger_path", None) for r in receipts}
+    if len(paths) != 1 or not all(isinstance(r, ChargeReceipt) for r in receipts):
+        raise ReceiptError("the receipts of one call must all be ChargeReceipts of one corpus "
+                           "ledger")
+    [path] = paths
+    try:
+        ledger = CorpusLedger(str(path), create=False)
+    except FileNotFoundError:
+        raise ReceiptError(f"{path}: the receipts' corpus ledger does not exist; nothing was "
+                           "computed") from None
+    with ledger:
+        ledger.consume(receipts, method=method, mechanisms=mechanisms,
+                       privacy_unit=privacy_unit)
+
+
 # ---------------------------------------------------------------------- helpers
+def _unit_mismatch(path: Path, recorded: str, asked: str) -> str:
+    return (f"{path}: this corpus ledger composes guarantees about the privacy unit "
+            f"{recorded!r}; refusing a charge under {asked!r} (guarantees about different "
+            "units do not compose): use the same --unit-column / --unit-bound as its other "
+            "charges, or another ledger; nothing was charged")
+
+
+def _no_cap_message(path: Path) -> str:
+    return (f"{path}: this corpus ledger has no cap, and query-time charges need one: set it "
+            f"with 'dpsynrag ledger cap --corpus-ledger {path} --epsilon E --delta D', or pass "
+            "--no-cap (allow_no_cap=True) to accept an unbounded total; nothing was charged")
+
+
 _ENTRY_COLUMNS = ("seq, key, kind, method, mechanisms, rho, delta, description, charged_at, "
                   "epsilon_dp")
 

@@ -1,18 +1,23 @@
 """Query-time methods in the evaluation: DP-RAG, DP-KSA and (Sparse)VoteRAG per query.
 
 Each run answers every benign and attack question from the PRIVATE notes with the mechanism
-at ``epsilon`` per query, charging a run-private corpus ledger (no cap) so that the total
-spend of the run is composed exactly as a deployment would compose it. The report shows the
+at ``epsilon`` per query, charging a run-private corpus ledger so that the total spend of the
+run is composed exactly as a deployment would compose it. That ledger has no cap, and says so
+explicitly (``allow_no_cap``): the run's total is what the report shows. The answers go through
+the same receipts as ``dpsynrag query`` (one charge consumed per question), and each note is
+one privacy unit (``"record"``). The report shows the
 per-query epsilon and the run's total (epsilon, delta): these mechanisms pay for every query,
 DP-SynRAG once.
 
 DP-KSA's one-document ensemble answers are greedy and depend only on the question, the notes
-and the model (not on epsilon), so they are computed once per dataset and reused.
+and the model (not on epsilon), so they are computed once per dataset and reused. They are
+private: cached 0600 in ``work/state`` (0700), like every private file of the evaluation.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +49,15 @@ def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: f
     merged = {"instruction": DEFAULT_INSTRUCTION, **DEFAULT_QUERY_OPTIONS.get(method, {}),
               **(options or {})}
     settings = make_settings(method, epsilon, **merged)
-    state = work / "state" / f"{method}-eps{epsilon:g}-run{run}"
-    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    state = _private_dir(work / "state") / f"{method}-eps{epsilon:g}-run{run}"
+    _private_dir(state)
     ledger_path = state / "ledger.sqlite"
     ledger_path.unlink(missing_ok=True)  # a rerun is a new run: start its ledger afresh
     ledger = CorpusLedger(ledger_path)
     try:
-        service = QueryService(corpus, ledger, worker.llm, worker.embedder)
+        service = QueryService(corpus, ledger, worker.llm, worker.embedder, allow_no_cap=True)
         questions = [*data.questions, *(data.attack_questions if attack else [])]
-        keys, refused, _ = service.charge(method, settings, len(questions))
+        receipts, refused, _ = service.charge(method, settings, len(questions))
         if refused:
             raise RuntimeError("the evaluation ledger has no cap; a refusal is a bug")
         extra: dict[str, Any] = {}
@@ -60,7 +65,7 @@ def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: f
         if method == "dp-ksa":
             extra["responses"] = _ksa_responses(work, questions, corpus, worker, settings)
             extra["releases"] = releases
-        answers = service.answer(method, settings, questions, **extra)
+        answers = service.answer(method, settings, questions, receipts, **extra)
         spent = ledger.spent(delta=ledger.spent().delta_approx + CONVERSION_DELTA)
     finally:
         ledger.close()
@@ -72,7 +77,7 @@ def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: f
         "leaks_benign": name_leaks(benign, data.names),
         **({"leaks_attack": name_leaks(attack_answers, data.names)} if attack else {}),
         "epsilon_per_query": epsilon,
-        "queries_charged": len(keys),
+        "queries_charged": len(receipts),
         "rho": spent.rho,
         "epsilon_total": spent.epsilon,
         "delta_total": spent.delta,
@@ -86,16 +91,42 @@ def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: f
 
 def _ksa_responses(work: Path, questions: list[str], corpus: Any, worker: Any,
                    settings: Any) -> list[list[str]]:
-    """The ensemble answers, cached in the (private, 0700) work directory."""
+    """The ensemble answers (private), cached 0600 in ``work/state`` (0700)."""
     from dpsynrag.query import dp_ksa
 
     key = f"ksa-responses-n{settings.ensemble}-t{settings.answer_tokens}.json"
-    cache = work / "state" / key
+    cache = _private_dir(work / "state") / key
     if cache.exists():
-        stored = json.loads(cache.read_text())
+        os.chmod(cache, 0o600)  # a cache written by an older version was 0644
+        stored = json.loads(cache.read_text(encoding="utf-8"))
         if stored.get("questions") == questions:
             return stored["responses"]
     responses = dp_ksa.ensemble_responses(questions, corpus, worker.llm, worker.embedder,
                                           settings)
-    cache.write_text(json.dumps({"questions": questions, "responses": responses}))
+    _write_private(cache, json.dumps({"questions": questions, "responses": responses}))
     return responses
+
+
+def _private_dir(path: Path) -> Path:
+    """``path`` and its missing parents created 0700, and ``path`` itself made 0700 (it holds
+    private files: ledgers, cached answers). Returns ``path``."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` as a 0600 file, atomically (never readable by others, even
+    for a moment: the temporary file is created 0600 too)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # before writing: O_CREAT keeps the mode of a leftover file
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

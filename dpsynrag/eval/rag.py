@@ -4,7 +4,9 @@
   embeddings; built from texts with an embedder, or loaded from a build's output directory
   (``corpus.parquet`` + ``index.faiss``, see :mod:`dpsynrag.transforms.emit`).
 * :func:`answer_prompt` / :func:`no_context_prompt`: the user messages of the evaluation.
-* :func:`answer_questions`: greedy (temperature 0) batched answers of a :class:`LoadedLLM`.
+* :func:`answer_questions`: greedy (temperature 0) batched answers of a :class:`LoadedLLM`,
+  each computed with shapes that depend on its own prompt only (batch invariance: DP-KSA's
+  one-document answers are votes).
 
 Queries and prompts are public by the privacy model; nothing here spends privacy budget.
 """
@@ -30,6 +32,7 @@ __all__ = [
 ]
 
 DEFAULT_INSTRUCTION = "Answer with the name of the disease only."
+DEFAULT_BATCH_GPU = 8
 
 
 def _unit_rows(vectors: Any, rows: int) -> np.ndarray:
@@ -179,14 +182,19 @@ def no_context_prompt(question: str, *, instruction: str = DEFAULT_INSTRUCTION) 
 
 
 def answer_questions(llm: LoadedLLM, prompts: Sequence[str], *, max_new_tokens: int = 24,
-                     batch_size: int = 8, pad_multiple: int = 16) -> list[str]:
+                     batch_size: int | None = None, pad_multiple: int = 16) -> list[str]:
     """Greedy (temperature 0) answers to user messages, one stripped string per prompt.
 
     Each prompt becomes one chat user turn (``llm.chat_prompt_ids``); prompts are bucketed by
-    length rounded up to ``pad_multiple`` and left-padded with an attention mask, so a
-    prompt's padding, and hence its answer, does not depend on ``batch_size`` or on the other
-    prompts. Decoding stops at EOS or after ``max_new_tokens``; only new tokens are decoded.
+    length (the next multiple of ``pad_multiple`` above it) and left-padded with an attention
+    mask, and every batch has exactly ``batch_size`` rows (filler rows complete a short one),
+    so a prompt's shapes, and hence its answer, do not depend on the other prompts (batch
+    invariance, see ``_greedy``). ``batch_size`` defaults to 1 on CPU (no filler rows to
+    compute) and 8 on CUDA. Decoding stops at EOS or after ``max_new_tokens``; only new
+    tokens are decoded.
     """
+    if batch_size is None:
+        batch_size = DEFAULT_BATCH_GPU if str(llm.device).startswith("cuda") else 1
     if isinstance(prompts, str):
         raise TypeError("prompts must be a list of strings, not a string")
     for name, value in (("max_new_tokens", max_new_tokens), ("batch_size", batch_size),
@@ -201,47 +209,16 @@ def answer_questions(llm: LoadedLLM, prompts: Sequence[str], *, max_new_tokens: 
 
 def _greedy(llm: LoadedLLM, prompts: Sequence[Sequence[int]], max_new_tokens: int,
             batch_size: int, pad_multiple: int) -> list[str]:
-    """Greedy completions of token-id prompts, bucketed by padded width.
+    """Greedy completions of token-id prompts with fixed shapes: ``generate_greedy``.
 
-    Like :func:`dpsynrag.transforms.keywords.generate_greedy` but without filler rows: a
-    bucket's last batch is simply smaller. Measured on the 2-core CPU with SmolLM2-135M, 16 RAG
-    prompts of 457–538 tokens, batch 8: 38 s with filler rows, 15 s without; identical
-    answers at batch sizes 1, 2, 4 and 8.
+    Every generate call is ``batch_size`` rows (a short batch is filled with copies of its
+    first row) by a width that is a function of the prompt's own length (always at least one
+    padding token). DP-KSA's one-document answers are votes: a prompt's answer must not
+    depend on which other documents' prompts are answered with it, or one added document
+    could flip another's near-tie argmax (on a GPU, a different batch shape rounds
+    differently).
     """
-    import torch
+    from dpsynrag.transforms.keywords import generate_greedy
 
-    tokenizer, model = llm.tokenizer, llm.model
-    eos = sorted(llm.eos_token_ids)
-    pad = tokenizer.pad_token_id
-    if pad is None:
-        pad = eos[0] if eos else 0
-    buckets: dict[int, list[int]] = {}
-    for i, ids in enumerate(prompts):
-        if not ids:
-            raise ValueError("empty prompt")
-        buckets.setdefault(-(-len(ids) // pad_multiple) * pad_multiple, []).append(i)
-    answers = [""] * len(prompts)
-    for width in sorted(buckets):
-        members = buckets[width]
-        for start in range(0, len(members), batch_size):
-            rows = members[start:start + batch_size]
-            input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(rows), width), dtype=torch.long)
-            for r, i in enumerate(rows):
-                ids = prompts[i]
-                input_ids[r, width - len(ids):] = torch.tensor(list(ids), dtype=torch.long)
-                mask[r, width - len(ids):] = 1
-            with torch.inference_mode():
-                out = model.generate(
-                    input_ids=input_ids.to(llm.device), attention_mask=mask.to(llm.device),
-                    do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
-                    pad_token_id=pad, eos_token_id=eos or None, temperature=None, top_p=None,
-                    top_k=None)
-            for r, i in enumerate(rows):
-                tokens = out[r, width:].tolist()
-                for n, token in enumerate(tokens):
-                    if token in eos:
-                        tokens = tokens[:n]
-                        break
-                answers[i] = tokenizer.decode(tokens, skip_special_tokens=True)
-    return answers
+    return generate_greedy(llm, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                           pad_multiple=pad_multiple)

@@ -71,8 +71,14 @@ def ensure_loaded(corpus: CorpusSource) -> LoadedCorpus:
 
 def load_corpus(directory: str | os.PathLike[str], *,
                 public_key: str | os.PathLike[str] | None = None,
-                check_hashes: bool = True) -> LoadedCorpus:
+                check_hashes: bool = True, allow_seeded: bool = False) -> LoadedCorpus:
     """Read ``corpus.parquet``, ``index.faiss`` and ``manifest.json`` after checking them.
+
+    A seeded build is refused (its ``certificate.json`` says ``seeded: true``, or the
+    certificate is unreadable): its noise came from a reproducible seed, so it carries no
+    privacy guarantee. ``allow_seeded=True`` is for tests only. A directory without
+    ``certificate.json`` loads on the manifest's checks; pass ``public_key`` to require a
+    verified certificate.
 
     Raises :class:`CorpusIntegrityError` (one line, naming the file) when a listed file is
     missing or its size or sha256 differs from the manifest, when the row counts of the table,
@@ -86,8 +92,10 @@ def load_corpus(directory: str | os.PathLike[str], *,
     out = Path(directory)
     if not out.is_dir():
         raise CorpusIntegrityError(f"{out}: not a directory")
+    if not allow_seeded:
+        _refuse_seeded(out)
     if public_key is not None:
-        _verify_certificate(out, Path(public_key))
+        _verify_certificate(out, Path(public_key), allow_seeded)
     manifest = _read_manifest(out / MANIFEST_FILE)
     files = manifest.get("files")
     if not isinstance(files, Mapping):
@@ -116,10 +124,27 @@ def load_corpus(directory: str | os.PathLike[str], *,
     return LoadedCorpus(table=table, index=index, manifest=manifest)
 
 
-def _verify_certificate(out: Path, public_key: Path) -> None:
+def _refuse_seeded(out: Path) -> None:
+    from dpsynrag.accounting.certificate import CERTIFICATE_FILE
+
+    path = out / CERTIFICATE_FILE
+    if not path.exists():
+        return
+    try:
+        certificate = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CorpusIntegrityError(f"{path}: unreadable certificate "
+                                   f"({type(error).__name__})") from None
+    if not isinstance(certificate, dict) or certificate.get("seeded") is not False:
+        raise CorpusIntegrityError(
+            f"{path}: a seeded build (reproducible noise, no privacy guarantee; tests only): "
+            "refusing to load it")
+
+
+def _verify_certificate(out: Path, public_key: Path, allow_seeded: bool) -> None:
     from dpsynrag.accounting.certificate import verify_output
 
-    problems = verify_output(out, public_key)
+    problems = verify_output(out, public_key, allow_seeded=allow_seeded)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise CorpusIntegrityError(f"{out}: verification failed: {problems[0]}{more}")

@@ -3,9 +3,10 @@
 Read (JSONL, CSV, Parquet, a directory of ``.txt``; a local path, a directory, or a file
 pattern on any filesystem Beam has, e.g. ``gs://bucket/notes/*.jsonl`` when Beam's GCP extra
 is installed), validate and normalise every record exactly as ``build-corpus`` does in
-process (:mod:`dpsynrag.pipeline.inputs`), number records without ids across files, drop
-duplicate ids (the first in input order stays), group by privacy unit and bound each unit to
-one document (:func:`dpsynrag.transforms.ingest.bound_unit`), then write
+process (:mod:`dpsynrag.pipeline.inputs`), give records without ids their content-derived
+ids, make shared ids unique (identical records collapse; no record is dropped because another
+has its id: :func:`dpsynrag.transforms.ingest.resolve_ids`), group by privacy unit and bound
+each unit to one document (:func:`dpsynrag.transforms.ingest.bound_unit`), then write
 ``part-NNNNN-of-MMMMM.parquet`` shards (columns ``id``, ``text``, ``unit``; a document's shard
 is a hash of its id; rows of a shard in input order) and ``_ingest/report.json``.
 
@@ -40,11 +41,11 @@ from dpsynrag.transforms.ingest import (
     IngestSettings,
     Parsed,
     bound_unit,
-    first_of_duplicates,
     format_of,
-    number_record,
+    id_group,
     parse_file,
     problem_kind,
+    resolve_ids,
     shard_of,
 )
 
@@ -67,7 +68,11 @@ class InputFile:
 
 @dataclass
 class IngestReport:
-    """What ingest did (counts are private: they stay with the operator and the state)."""
+    """What ingest did (counts are private: they stay with the operator and the state).
+
+    ``ids_made_unique`` counts documents whose id was shared by a record of different content
+    and got a ``~dup-`` suffix (identical records are in ``skipped["duplicate"]``).
+    """
 
     input: str
     output: str
@@ -80,6 +85,7 @@ class IngestReport:
     bad_rows: int
     bad_rows_by_kind: dict[str, int]
     decoded_with_fallback: int
+    ids_made_unique: int = 0
     first_bad_rows: list[dict[str, str]] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
@@ -170,22 +176,8 @@ def _parse(spec: InputFile, settings: IngestSettings) -> Iterator[Parsed]:
         compression_type="uncompressed"), settings, spec.relative)
 
 
-def _offsets(last_positions: list[tuple[int, int]]) -> dict[int, int]:
-    """Records before each file (files in input order): for ``row-<n>`` ids."""
-    offsets, total = {}, 0
-    for index, count in sorted(last_positions):
-        offsets[index] = total
-        total += count
-    return offsets
-
-
-def _split_duplicates(item: tuple[str, Iterable[Parsed]]) -> Iterator[Any]:
-    import apache_beam as beam
-
-    first, rest = first_of_duplicates(item[1])
-    yield first
-    for duplicate in rest:
-        yield beam.pvalue.TaggedOutput("duplicate", duplicate)
+def _resolve(item: tuple[str, Iterable[Parsed]]) -> list[tuple[Parsed, int, bool]]:
+    return resolve_ids(item[0], item[1])
 
 
 def _bound(item: tuple[str, Iterable[Parsed]], settings: IngestSettings
@@ -257,18 +249,12 @@ def _build_pipeline(pipeline: Any, files: list[InputFile], settings: IngestSetti
               | "parse" >> beam.FlatMap(_parse, settings))
     records = parsed | "good rows" >> beam.Filter(lambda r: r.problem is None)
     bad = parsed | "bad rows" >> beam.Filter(lambda r: r.problem is not None)
-    offsets = (parsed | "file, position" >> beam.Map(lambda r: (r.file_index, r.position))
-               | "records per file" >> beam.CombinePerKey(max)
-               | "all files" >> beam.combiners.ToList()
-               | "offsets" >> beam.Map(_offsets))
-    numbered = records | "number" >> beam.Map(number_record, beam.pvalue.AsSingleton(offsets))
-    split = (numbered | "by id" >> beam.Map(lambda r: (r.doc_id, r))
-             | "group ids" >> beam.GroupByKey()
-             | "duplicates" >> beam.FlatMap(_split_duplicates).with_outputs("duplicate",
-                                                                            main="first"))
-    unique = split.first
-    accepted = unique | "not skipped" >> beam.Filter(lambda r: r.skip is None)
-    bounded = (accepted | "by unit" >> beam.Map(lambda r: (r.unit, r))
+    accepted = records | "not skipped" >> beam.Filter(lambda r: r.skip is None)
+    resolved = (accepted | "by id group" >> beam.Map(lambda r: (id_group(r.doc_id or ""), r))
+                | "group ids" >> beam.GroupByKey()
+                | "unique ids" >> beam.FlatMap(_resolve))
+    unique = resolved | "records" >> beam.Map(lambda triple: triple[0])
+    bounded = (unique | "by unit" >> beam.Map(lambda r: (r.unit, r))
                | "group units" >> beam.GroupByKey()
                | "bound units" >> beam.Map(_bound, settings))
     documents = bounded | "documents" >> beam.Map(lambda pair: pair[0])
@@ -278,18 +264,18 @@ def _build_pipeline(pipeline: Any, files: list[InputFile], settings: IngestSetti
 
     counts = [
         parsed | "count parsed" >> beam.Map(_count, _parsed_counts),
-        split.duplicate | "count duplicates" >> beam.Map(
-            _count, lambda _r: ["bad:duplicate id"]),
-        unique | "count skips" >> beam.Map(
+        records | "count skips" >> beam.Map(
             _count, lambda r: [f"skipped:{r.skip}"] if r.skip else []),
+        resolved | "count duplicates" >> beam.Map(
+            lambda triple: Counter({"skipped:duplicate": triple[1],
+                                    "ids_made_unique": int(triple[2])})),
         bounded | "count bounded" >> beam.Map(
             lambda pair: Counter({"documents": 1, "skipped:unit_bound": pair[1]})),
     ]
     _ = (counts | "all counts" >> beam.Flatten()
          | "sum counts" >> beam.CombineGlobally(_merge)
          | "write counts" >> beam.Map(_write_json, _join(work, "counts.json")))
-    _ = ((bad, split.duplicate) | "all bad" >> beam.Flatten()
-         | "bad places" >> beam.Map(_bad_example)
+    _ = (bad | "bad places" >> beam.Map(_bad_example)
          | "first bad" >> beam.combiners.Top.Smallest(_EXAMPLES)
          | "write bad" >> beam.Map(_write_json, _join(work, "bad_rows.json")))
 
@@ -426,6 +412,7 @@ def _report(source: str, out: str, runner: str, files: list[InputFile], shards: 
         records_read=int(counts.get("records_read", 0)), documents=int(counts.get("documents", 0)),
         skipped=skipped, bad_rows=sum(bad_by_kind.values()), bad_rows_by_kind=bad_by_kind,
         decoded_with_fallback=int(counts.get("decoded_with_fallback", 0)),
+        ids_made_unique=int(counts.get("ids_made_unique", 0)),
         first_bad_rows=[{"file": file, "where": where, "problem": problem}
                         for _order, file, where, problem in examples],
         settings=asdict(settings))

@@ -75,6 +75,9 @@ class BuildSummary:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     signing_key_fingerprint: str = ""
     signing_key_created: bool = False
+    # HMAC-SHA256 of the exact input under the state directory's key: operator-side only
+    # (the summary and the state), never in a released file.
+    input_hmac_sha256: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -91,14 +94,19 @@ def make_plan(config: BuildConfig, vocab_size: int | None = None) -> BudgetPlan:
     return plan_budget(request)
 
 
-def make_runner(config: BuildConfig, llm: Any = None, embedder: Any = None) -> Runner:
-    """``llm``/``embedder`` objects override the config's paths (in-process runs only)."""
+def make_runner(config: BuildConfig, llm: Any = None, embedder: Any = None,
+                state_dir: Path | None = None) -> Runner:
+    """``llm``/``embedder`` objects override the config's paths (in-process runs only).
+
+    ``state_dir`` is the build's private state directory: a local Ray cluster keeps its
+    session files (object spills, logs) under it, never in a shared ``/tmp``."""
     llm_source = llm if llm is not None else config.model
     embedder_source = embedder if embedder is not None else config.embedder
     if config.runner == "local" or llm is not None or embedder is not None:
         return LocalRunner(llm_source, embedder_source, config.device, config.dtype)
     return RayRunner(llm_source, embedder_source, address=config.ray_address,
-                     workers=config.workers, device=config.device, dtype=config.dtype)
+                     workers=config.workers, device=config.device, dtype=config.dtype,
+                     state_dir=state_dir)
 
 
 def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
@@ -123,9 +131,6 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     plan = make_plan(config)
     docs = read_input(input_path, config, log)
     n_docs = len(docs.texts)
-    if n_docs < config.k:
-        raise BuildError(f"{input_path}: too few documents for the plan: fewer usable documents "
-                         f"than the retrieval target --k {config.k}; lower --k or add documents")
     state_path = state_dir or default_state_dir(out_dir)
     seconds: dict[str, float] = {}
     with BuildState(state_path, config.fingerprint(), out_dir) as state:
@@ -146,13 +151,13 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
         ledger.declare_parallel_group(
             GROUP, config.L, "DP-SynRAG soft clusters: each document in at most L clusters")
         own_runner = runner is None
-        runner = runner or make_runner(config)
+        runner = runner or make_runner(config, state_dir=state.directory)
         try:
             result = _stages(docs.texts, config, plan, state, ledger, runner, progress, seconds,
                              log)
             t0 = time.monotonic()
-            signer = _emit(out_dir, result, config, plan, state, ledger, runner, fingerprint,
-                           signing_key, force)
+            signer = _emit(out_dir, result, config, plan, state, ledger, runner, signing_key,
+                           force)
             seconds["emit"] = time.monotonic() - t0
         finally:
             if own_runner:
@@ -168,7 +173,8 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
             epsilon_other={c.value: epsilon_for(rho, config.delta, c) for c in Conversion
                            if c != conversion},
             seeded=ledger.seeded, resumed=resumed, stage_seconds=seconds,
-            signing_key_fingerprint=signer[0], signing_key_created=signer[1])
+            signing_key_fingerprint=signer[0], signing_key_created=signer[1],
+            input_hmac_sha256=fingerprint)
         ledger.close()
         if purge_state:
             state.purge()
@@ -230,8 +236,8 @@ def corpus_ledger_mechanisms(config: BuildConfig, plan: BudgetPlan) -> list[dict
          "params": {"sigma": plan.sigma_h, "l2_sensitivity": math.sqrt(config.K)}, "count": 1}]
     if not config.no_retrieval:
         mechanisms += [
-            {"mechanism": "gaussian", "params": {"sigma": plan.sigma_mu, "l2_sensitivity": 1.0},
-             "count": config.L},
+            {"mechanism": "discrete_gaussian",
+             "params": {"sigma": plan.sigma_mu, "l2_sensitivity": 1.0}, "count": config.L},
             {"mechanism": "exponential_threshold", "params": {"epsilon": config.eps_theta},
              "count": config.L}]
     mechanisms.append({"mechanism": "token_softmax",
@@ -251,7 +257,11 @@ def charge_corpus_ledger(input_path: str | Path, config: BuildConfig, plan: Budg
     """
     import uuid
 
-    from dpsynrag.accounting.corpus_ledger import CorpusLedger, default_corpus_ledger_path
+    from dpsynrag.accounting.corpus_ledger import (
+        CorpusLedger,
+        default_corpus_ledger_path,
+        privacy_unit_definition,
+    )
 
     recorded = state.load("corpus_ledger") or {}
     build_id = recorded.get("build_id") or uuid.uuid4().hex
@@ -260,6 +270,8 @@ def charge_corpus_ledger(input_path: str | Path, config: BuildConfig, plan: Budg
     with CorpusLedger(path) as ledger:
         ledger.charge(f"build/{build_id}", kind="build", method="dp-synrag",
                       mechanisms=corpus_ledger_mechanisms(config, plan),
+                      privacy_unit=privacy_unit_definition(config.unit_column,
+                                                           config.unit_bound),
                       description=f"config {config.fingerprint()[:16]}; input {input_path}"
                                   + (f"; out {out_dir}" if out_dir is not None else ""))
 
@@ -397,8 +409,8 @@ def _save_private_npy(path: Path, array: np.ndarray) -> None:
 
 # ---------------------------------------------------------------------- emit
 def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: BudgetPlan,
-          state: BuildState, ledger: Ledger, runner: Runner, fingerprint: str,
-          signing_key: Path | None, force: bool) -> tuple[str, bool]:
+          state: BuildState, ledger: Ledger, runner: Runner, signing_key: Path | None,
+          force: bool) -> tuple[str, bool]:
     from dpsynrag.accounting.certificate import build_certificate, write_certificate
     from dpsynrag.accounting.signing import (
         ensure_default_key,
@@ -433,8 +445,6 @@ def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: Budg
             ledger, delta=config.delta, conversion=config.conversion, plan=plan.as_dict(),
             model_identity=llm_identity, embedder_identity=runner.embedder_identity(),
             vocabulary_sha256=result["vocabulary_sha256"],
-            input_fingerprint={"hmac_sha256": fingerprint,
-                               "note": "keyed hash; the key stays in the state directory"},
             output_files=files, seeded=ledger.seeded, package_version=__version__,
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             config=_public_config(config))
@@ -462,6 +472,13 @@ def _public_config(config: BuildConfig) -> dict[str, Any]:
         "self_filter": config.filter_prompt or load_filter_prompt("self_filter"),
     }
     public = dict(config.released_options())
+    # Never released: the seed regenerates the whole noise stream (a seeded build's
+    # certificate says only ``seeded: true``), and model paths name operator-side
+    # directories (the certificate's ``models`` section names the weights and their sha256).
+    public.pop("seed", None)
+    for name in ("model", "embedder"):
+        if public.get(name) is not None:
+            public[name] = Path(str(public[name])).name
     public["prompt_sha256"] = {name: hashlib.sha256(text.encode()).hexdigest()
                                for name, text in prompts.items()}
     if config.keywords == "statistical":

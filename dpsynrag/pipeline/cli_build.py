@@ -141,7 +141,9 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     g.add_argument("--force", action="store_true", help="replace an existing OUT")
     g.add_argument("--purge-state", action="store_true",
                    help="delete the state directory after a successful build")
-    g.add_argument("--summary-json", type=Path, help="also write the summary as JSON here")
+    g.add_argument("--summary-json", type=Path,
+                   help="also write the summary as JSON here (0600; operator-side: it holds "
+                        "exact counts and the input's keyed hash, never publish it)")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -181,9 +183,22 @@ def run_build_command(args: argparse.Namespace) -> int:
                         log=lambda message: None, corpus_ledger=args.corpus_ledger)
     print_summary(summary.as_dict())
     if args.summary_json is not None:
-        args.summary_json.write_text(json.dumps(summary.as_dict(), indent=2, sort_keys=True)
-                                     + "\n")
+        write_private_text(args.summary_json,
+                           json.dumps(summary.as_dict(), indent=2, sort_keys=True) + "\n")
     return EXIT_BUILT
+
+
+def write_private_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (0600, also when it existed).
+
+    The summary is operator-side: it holds exact counts and the input's keyed hash, which
+    are not differentially private."""
+    import os
+
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def print_summary(summary: dict[str, Any]) -> None:

@@ -39,7 +39,10 @@ def add_ingest_parser(subparsers: Any, positive_int: Any) -> None:
     parser.add_argument("-o", "--out", required=True, metavar="OUT",
                         help="output directory for the shards")
     parser.add_argument("--text-column", default="text", help="default: text")
-    parser.add_argument("--id-column", default="id", help="default: id (row-<n> when absent)")
+    parser.add_argument("--id-column", default="id",
+                        help="default: id (when absent, ids are derived from each record's "
+                             "unit and text, never its position; a shared id is made unique "
+                             "with a ~dup- suffix, identical records are one)")
     parser.add_argument("--unit-column", help="column grouping the records of one privacy unit "
                         "(default: each record is its own unit)")
     parser.add_argument("--max-chars", type=positive_int, default=20_000,
@@ -47,8 +50,9 @@ def add_ingest_parser(subparsers: Any, positive_int: Any) -> None:
     parser.add_argument("--min-chars", type=positive_int, default=1,
                         help="skip (and count) shorter texts (default 1)")
     parser.add_argument("--unit-bound", choices=["pick", "concat"], default="pick",
-                        help="pick one record per unit by a hash of unit and id (default), or "
-                             "concatenate the unit's records in that order up to --max-chars")
+                        help="pick one record per unit by sha256(unit, sha256(text)) "
+                             "(default), or concatenate the unit's records in that order up "
+                             "to --max-chars")
     parser.add_argument("--fallback-encoding", help="decode lines that are not valid UTF-8 with "
                         "this codec (e.g. cp1252) instead of treating them as bad rows")
     parser.add_argument("--on-bad-row", choices=["fail", "skip"], default="fail",
@@ -97,6 +101,8 @@ def run_ingest_command(args: argparse.Namespace) -> int:
     if report.bad_rows:
         lines.append(f"bad rows dropped: {report.bad_rows} ("
                      + ", ".join(f"{k} {v}" for k, v in report.bad_rows_by_kind.items()) + ")")
+    if report.ids_made_unique:
+        lines.append(f"ids shared by different records, made unique: {report.ids_made_unique}")
     if report.decoded_with_fallback:
         lines.append(f"lines decoded with {args.fallback_encoding}: "
                      f"{report.decoded_with_fallback}")

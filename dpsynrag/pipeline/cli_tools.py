@@ -54,12 +54,16 @@ def add_verify_parser(subparsers: Any) -> None:
         description="Re-derive every mechanism's rho from its recorded parameters, recompose "
                     "them, convert to (epsilon, delta), check every file's sha256 and the "
                     "Ed25519 signature. Exit 0 when everything holds; else print each problem "
-                    "and exit 1.")
+                    "and exit 1. A seeded build (--seed, tests only) always fails: its noise "
+                    "is reproducible, so it carries no guarantee.")
     parser.add_argument("out_dir", type=Path, metavar="OUT", help="a build-corpus output "
                         "directory")
     parser.add_argument("--public-key", type=Path, help="trusted public key (PEM); without it "
                         "the key embedded in the certificate is used (integrity only)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--allow-seeded", action="store_true",
+                        help="TESTS ONLY: do not fail a seeded build (its noise is "
+                             "reproducible; it is never for release)")
     parser.set_defaults(handler=run_verify)
 
 
@@ -68,21 +72,24 @@ def run_verify(args: argparse.Namespace) -> int:
 
     if not args.out_dir.is_dir():
         raise ToolError(f"{args.out_dir}: not a directory", 2)
-    problems = verify_output(args.out_dir, args.public_key)
+    problems = verify_output(args.out_dir, args.public_key, allow_seeded=args.allow_seeded)
     certificate = _read_json(args.out_dir / "certificate.json")
-    guarantee = certificate.get("guarantee", {}) if isinstance(certificate, dict) else {}
+    if not isinstance(certificate, dict):
+        certificate = {}
+    guarantee = certificate.get("guarantee", {})
+    seeded = certificate.get("seeded") is not False  # unknown counts as seeded
     if args.json:
-        print(json.dumps({"ok": not problems, "problems": problems, "guarantee": guarantee},
-                         indent=2, sort_keys=True))
+        print(json.dumps({"ok": not problems, "problems": problems, "guarantee": guarantee,
+                          "seeded": seeded}, indent=2, sort_keys=True))
     elif problems:
         for problem in problems:
             print(f"FAILED: {problem}", file=sys.stderr)
     else:
         trust = "trusted key" if args.public_key else "embedded key (integrity only)"
-        seeded = " SEEDED, NOT FOR RELEASE" if certificate.get("seeded") else ""
+        note = " SEEDED, NOT FOR RELEASE (--allow-seeded)" if seeded else ""
         print(f"OK: signature ({trust}), file hashes and epsilon re-derived: "
               f"epsilon={guarantee.get('epsilon')} delta={guarantee.get('delta')} "
-              f"({guarantee.get('conversion')}){seeded}")
+              f"({guarantee.get('conversion')}){note}")
     return 0 if not problems else 1
 
 
@@ -138,6 +145,25 @@ def add_ledger_parser(subparsers: Any) -> None:
                           "tighter)")
     cap.add_argument("--json", action="store_true", help="print the ledger summary as JSON")
     cap.set_defaults(handler=run_ledger_cap)
+    unit = sub.add_parser(
+        "declare-unit", help="state the privacy unit of a corpus ledger made before units "
+                             "were recorded",
+        description="A corpus ledger records the privacy unit (record, or a unit column and "
+                    "its bounding rule) at its first charge and refuses charges made under "
+                    "another unit. A ledger written by an older dpsynrag has charges but no "
+                    "recorded unit and refuses every new charge until the operator states the "
+                    "unit those charges were made under. Stating the recorded unit again does "
+                    "nothing; another unit is refused (exit 1).",
+        epilog="Example: dpsynrag ledger declare-unit --corpus notes.jsonl --unit-column "
+               "patient --unit-bound pick")
+    where = unit.add_mutually_exclusive_group(required=True)
+    _add_corpus_arguments(where)
+    unit.add_argument("--unit-column", default=None,
+                      help="the unit column the earlier builds and queries used (omit: each "
+                           "record is its own unit)")
+    unit.add_argument("--unit-bound", choices=["pick", "concat"], default="pick",
+                      help="how those charges bounded a unit to one document (default: pick)")
+    unit.set_defaults(handler=run_ledger_declare_unit)
 
 
 def _add_corpus_arguments(group: Any) -> None:
@@ -261,6 +287,22 @@ def run_ledger_cap(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_ledger_declare_unit(args: argparse.Namespace) -> int:
+    from dpsynrag.accounting.corpus_ledger import (
+        PrivacyUnitMismatchError,
+        privacy_unit_definition,
+    )
+
+    unit = privacy_unit_definition(args.unit_column, args.unit_bound)
+    with _open_corpus_ledger(args, create=False) as ledger:
+        try:
+            ledger.declare_privacy_unit(unit)
+        except PrivacyUnitMismatchError as error:
+            raise ToolError(str(error), 1) from None
+    print(f"privacy unit of {_corpus_ledger_path(args)[1]}: {unit}")
+    return 0
+
+
 def _fmt(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -293,8 +335,11 @@ def _show_corpus_ledger(args: argparse.Namespace) -> int:
         left = f"{_fmt(summary['remaining_epsilon'])} (rho={_fmt(summary['remaining_rho'], 6)})"
         console.print(f"cap: epsilon={cap['epsilon']:g}, delta={cap['delta']:g} "
                       f"({cap['conversion']}); remaining epsilon={left}")
-    console.print(f"builds: {summary['builds']}, queries: {summary['queries']}, refused "
-                  f"charges: {summary['refusals']}")
+    unit = summary.get("privacy_unit") or "not recorded yet (set at the first charge)"
+    console.print(f"privacy unit: {unit}")
+    console.print(f"builds: {summary['builds']}, queries: {summary['queries']} (charged but "
+                  f"never answered: {summary.get('queries_unused', 0)}), refused charges: "
+                  f"{summary['refusals']}")
     for build in summary["build_charges"]:
         console.print(f"  {build['charged_at']}  {build['key']}  rho={build['rho']:.6f}  "
                       f"{build['description']}")

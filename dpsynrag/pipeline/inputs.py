@@ -27,7 +27,9 @@ Skips (documented, counted in :attr:`InputDocuments.skipped`, never errors):
 * ``"too_short"``: non-empty but shorter than ``min_chars`` characters;
 * ``"too_long"``: longer than ``max_chars`` characters after normalisation. Such a record is
   skipped whole rather than truncated: truncation would silently put a different document
-  into the corpus, and the operator can raise ``max_chars`` or split documents upstream.
+  into the corpus, and the operator can raise ``max_chars`` or split documents upstream;
+* ``"duplicate"``: a record identical in id group, unit and text to another one (see Ids
+  below); ``"unit_bound"`` is added by :func:`bound_units`.
 
 An input with no records, or whose every record is skipped, is an error.
 
@@ -35,6 +37,23 @@ Everything else is an :class:`InputError`: one line naming the file, the place (
 for JSONL and CSV, 0-based row index for Parquet, the file for a ``.txt`` directory) and the
 problem. Error messages never quote a document's text, id or unit value (ids and units may be
 private too); column names, type names, line numbers and byte offsets are printed.
+
+Ids (every key a privacy rule uses is a function of the record itself, never of its place):
+
+* with an id column, the id is the column's value (a string, or an integer as its decimal
+  string), kept as it is unless shared (below);
+* without one, the id is content-derived: ``doc-`` and the first 32 hex digits of
+  :func:`content_key` ``(unit, text)`` (``unit`` = the unit column's value, or ``""`` without
+  a unit column; ``text`` = the normalised text). Removing or adding a record never changes
+  another record's id (a positional ``row-<n>`` would shift every later one);
+* records that share an id (see :func:`resolve_id_group`): records identical in unit and
+  text are one record (counted as ``"duplicate"``; with content-derived ids this is the only
+  way to share an id, and the kept document is the same whichever copy is kept); records
+  with different content each get ``<id>~dup-<32 hex digits of content_key>``. No record is
+  ever dropped because another one has its id, so adding a record can never remove another
+  unit's record: at most it renames the records that shared its id (text and unit
+  unchanged). An id already ending in ``~dup-`` and 32 hex digits belongs to the group of
+  the id before that suffix, which keeps every final id unique.
 
 The :attr:`InputDocuments.skipped` counts are derived from private data: log or release them
 only through a DP mechanism.
@@ -62,12 +81,17 @@ __all__ = [
     "InputError",
     "bound_one_unit",
     "bound_units",
+    "content_id",
+    "content_key",
+    "id_group",
     "input_fingerprint",
     "normalise_text",
     "read_documents",
+    "resolve_id_group",
+    "unit_rank",
 ]
 
-SKIP_REASONS = ("empty", "too_short", "too_long", "unit_bound")
+SKIP_REASONS = ("empty", "too_short", "too_long", "duplicate", "unit_bound")
 """Keys of :attr:`InputDocuments.skipped` (always all present)."""
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -75,6 +99,12 @@ CSV_SUFFIXES = (".csv",)
 PARQUET_SUFFIXES = (".parquet",)
 _MAX_NAMES_SHOWN = 20
 _FINGERPRINT_DOMAIN = b"dpsynrag/input-fingerprint/v1\x00"
+CONTENT_ID_PREFIX = "doc-"
+"""Prefix of a content-derived id (the input has no id column)."""
+DUPLICATE_MARK = "~dup-"
+"""Joins an id shared by records of different content to each record's content key."""
+_KEY_HEX = 32  # hex digits of a content key in an id: 128 bits, collision-free in practice
+_DERIVED_SUFFIX = re.compile(f"{re.escape(DUPLICATE_MARK)}[0-9a-f]{{{_KEY_HEX}}}\\Z")
 
 
 class InputError(Exception):
@@ -92,17 +122,18 @@ class InputError(Exception):
 
 
 DEFAULT_ID_COLUMN = "id"
-"""The id column name that may be absent (ids are then ``row-<n>``); any other must exist."""
+"""The id column name that may be absent (ids are then content-derived, see the module
+docstring); any other must exist."""
 
 
 @dataclass
 class InputDocuments:
     """Documents read from the input, in input order (skipped records removed).
 
-    ``units[i]`` is the privacy unit of record ``i``: the ``unit_column`` value, or the id
-    when no unit column is given (one record = one privacy unit). ``source`` is the format:
-    ``"jsonl"``, ``"csv"``, ``"parquet"`` or ``"txt"``. ``skipped`` maps each reason of
-    :data:`SKIP_REASONS` to a count (private: do not log).
+    ``ids`` are unique. ``units[i]`` is the privacy unit of record ``i``: the ``unit_column``
+    value, or the id when no unit column is given (one record = one privacy unit).
+    ``source`` is the format: ``"jsonl"``, ``"csv"``, ``"parquet"`` or ``"txt"``.
+    ``skipped`` maps each reason of :data:`SKIP_REASONS` to a count (private: do not log).
     """
 
     ids: list[str]
@@ -481,29 +512,46 @@ def _check_id(value: Any, raw: RawRecord, what: str) -> str:
     return text
 
 
-def accept_record(raw: RawRecord, default_id: str, has_unit_column: bool, min_chars: int,
-                  max_chars: int | None) -> tuple[str, str, str, str | None]:
+def accept_record(raw: RawRecord, has_unit_column: bool, min_chars: int,
+                  max_chars: int | None) -> tuple[str, str | None, str, str | None]:
     """Validate and normalise one raw record: ``(id, unit, text, skip reason or None)``.
 
-    ``default_id`` is used when the record has no id column. Raises :class:`InputError` for
-    a bad id, unit or text type; an empty, too short or too long text is a skip, not an error.
+    ``id`` is the record's id column value or, without one, its content-derived id
+    (:func:`content_id`): a function of this record alone. ``unit`` is the unit column's
+    value, or None without a unit column (the record is then its own unit, named by its final
+    id, see :func:`resolve_id_group`). Raises :class:`InputError` for a bad id, unit or text
+    type; an empty, too short or too long text is a skip (its ``text`` is ``""``), not an
+    error.
     """
-    doc_id = default_id if raw.id is NO_ID else _check_id(raw.id, raw, "id")
-    unit = _check_id(raw.unit, raw, "unit") if has_unit_column else doc_id
+    unit = _check_id(raw.unit, raw, "unit") if has_unit_column else None
+    explicit = None if raw.id is NO_ID else _check_id(raw.id, raw, "id")
+    skip = None
     if raw.text is None:
-        return doc_id, unit, "", "empty"
-    if isinstance(raw.text, BadUtf8):
+        text, skip = "", "empty"
+    elif isinstance(raw.text, BadUtf8):
         raise raw.text.error(raw.file, raw.where)
-    if not isinstance(raw.text, str):
+    elif not isinstance(raw.text, str):
         raise InputError(raw.file, raw.where, f"text is {_json_type(raw.text)}, expected a string")
-    text = normalise_text(raw.text)
-    if not text:
-        return doc_id, unit, "", "empty"
-    if len(text) < min_chars:
-        return doc_id, unit, "", "too_short"
-    if max_chars is not None and len(text) > max_chars:
-        return doc_id, unit, "", "too_long"
-    return doc_id, unit, text, None
+    else:
+        text = normalise_text(raw.text)
+        if not text:
+            skip = "empty"
+        elif len(text) < min_chars:
+            skip = "too_short"
+        elif max_chars is not None and len(text) > max_chars:
+            skip = "too_long"
+    if skip is not None:
+        text = ""
+    return (explicit if explicit is not None else content_id(unit, text)), unit, text, skip
+
+
+@dataclass(frozen=True)
+class _Accepted:
+    """A record that passed validation and was not skipped (in-process reader)."""
+
+    doc_id: str
+    unit: str | None
+    text: str
 
 
 def read_documents(
@@ -517,12 +565,13 @@ def read_documents(
 ) -> InputDocuments:
     """Read, validate and normalise the private documents at ``path``.
 
-    ``id_column=None``, or ``"id"`` (the default) when no such column exists, gives ids
-    ``row-<n>`` (n = 1-based record number in input order, counting skipped records and
-    across the files of a Parquet directory; blank JSONL/CSV lines are not records). Any
-    other id column name that is missing is an error, as is a missing ``unit_column``.
-    Ids must be unique (an error names both places, never the id). See the module docstring
-    for formats, normalisation and skips. Raises :class:`InputError`.
+    ``id_column=None``, or ``"id"`` (the default) when no such column exists, gives
+    content-derived ids (:func:`content_id`), never positional ones. Any other id column name
+    that is missing is an error, as is a missing ``unit_column``. Records sharing an id are
+    resolved by :func:`resolve_id_group` (identical ones collapse, counted as
+    ``"duplicate"``; the others get distinct ids): a shared id is never an error and never
+    drops another record. See the module docstring for formats, normalisation and skips.
+    Raises :class:`InputError`.
     """
     path = Path(path)
     if max_chars is not None and max_chars < 1:
@@ -533,27 +582,46 @@ def read_documents(
     source, records = _open(path, cols)
 
     docs = InputDocuments([], [], [], dict.fromkeys(SKIP_REASONS, 0), source)
-    seen: dict[str, str] = {}
+    accepted: list[_Accepted] = []
     n = 0
-    for n, raw in enumerate(records, start=1):
-        doc_id, unit, text, skip = accept_record(raw, f"row-{n}", unit_column is not None,
-                                                 min_chars, max_chars)
-        if doc_id in seen:
-            raise InputError(raw.file, raw.where,
-                             f"duplicate id (first seen at {seen[doc_id]})")
-        seen[doc_id] = raw.where if raw.file == str(path) else f"{raw.file}: {raw.where}"
+    for raw in records:
+        n += 1
+        doc_id, unit, text, skip = accept_record(raw, unit_column is not None, min_chars,
+                                                 max_chars)
         if skip is not None:
             docs.skipped[skip] += 1
         else:
-            docs.ids.append(doc_id)
-            docs.texts.append(text)
-            docs.units.append(unit)
+            accepted.append(_Accepted(doc_id, unit, text))
     if n == 0:
         raise InputError(path, None, "no documents (the input holds no records)")
-    if not docs.ids:
+    if not accepted:
         raise InputError(path, None, "no usable documents: every record was skipped "
                                      "(empty, too short or too long)")
+    _unique_ids(accepted, docs)
     return docs
+
+
+def _unique_ids(accepted: Sequence[_Accepted], docs: InputDocuments) -> None:
+    """Append ``accepted`` to ``docs`` with unique ids, in input order (:func:`resolve_id_group`).
+
+    A document takes the place of the first of the identical records it stands for; the
+    others are counted in ``docs.skipped["duplicate"]``.
+    """
+    groups: dict[str, list[int]] = {}
+    for i, record in enumerate(accepted):
+        groups.setdefault(id_group(record.doc_id), []).append(i)
+    kept: list[tuple[int, str]] = []
+    for group, members in groups.items():
+        resolved = resolve_id_group(group, [(accepted[i].doc_id, accepted[i].unit,
+                                             accepted[i].text) for i in members])
+        for same, doc_id in resolved:
+            kept.append((min(members[j] for j in same), doc_id))
+            docs.skipped["duplicate"] += len(same) - 1
+    kept.sort()
+    for i, doc_id in kept:
+        docs.ids.append(doc_id)
+        docs.texts.append(accepted[i].text)
+        docs.units.append(accepted[i].unit if accepted[i].unit is not None else doc_id)
 
 
 def _open(path: Path, cols: Columns) -> tuple[str, Iterator[RawRecord]]:
@@ -588,10 +656,74 @@ def _open(path: Path, cols: Columns) -> tuple[str, Iterator[RawRecord]]:
                                  ".txt or .parquet files")
 
 
-# ------------------------------------------------------------------ units, fingerprint
-def unit_rank(unit: str, doc_id: str) -> bytes:
-    """The data-independent rank that decides which record of a unit is kept."""
-    return hashlib.sha256(unit.encode("utf-8") + b"\x00" + doc_id.encode("utf-8")).digest()
+# ------------------------------------------------------------------ ids, units, fingerprint
+def content_key(unit: str, text: str) -> bytes:
+    """``sha256(unit ‖ 0x00 ‖ sha256(text))``: the key of one record's content.
+
+    A function of the record alone (its unit and normalised text), never of its place in the
+    input or of other records. It names records without an id (:func:`content_id`), tells
+    apart records sharing an id (:func:`resolve_id_group`) and ranks a unit's records
+    (:func:`unit_rank`). Unkeyed: it is an operator-side key, never released.
+    """
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return hashlib.sha256(unit.encode("utf-8") + b"\x00" + digest).digest()
+
+
+def content_id(unit: str | None, text: str) -> str:
+    """The id of a record without an id column: ``doc-`` + 32 hex digits of its content key.
+
+    ``unit`` is the unit column's value (None without one). Two records get the same id only
+    if they have the same unit and text (128 bits: a collision is not a practical concern,
+    and even one would only make :func:`resolve_id_group` rename both records).
+    """
+    return CONTENT_ID_PREFIX + content_key(unit or "", text).hex()[:_KEY_HEX]
+
+
+def id_group(doc_id: str) -> str:
+    """The id without a trailing ``~dup-<32 hex digits>``: records are resolved by this key.
+
+    So an id that :func:`resolve_id_group` may produce can never collide with an input id
+    (for instance when shards written by ``dpsynrag ingest`` are read again).
+    """
+    match = _DERIVED_SUFFIX.search(doc_id)
+    return doc_id[:match.start()] if match else doc_id
+
+
+def resolve_id_group(group: str, records: Sequence[tuple[str, str | None, str]]
+                     ) -> list[tuple[list[int], str]]:
+    """Unique ids for the ``(id, unit or None, text)`` records of one :func:`id_group` key.
+
+    Returns ``(positions, id)`` per distinct ``(unit, text)``: ``positions`` (in ``records``)
+    are records identical in unit and text, which become one document; ``id`` is its final
+    id. When all records of the group are identical the id is the smallest of their ids (a
+    single record keeps its id unchanged); otherwise every distinct content gets ``group +
+    "~dup-"`` + 32 hex digits of :func:`content_key` (the unit column's value, or ``""``).
+
+    Why this keeps the neighbouring relation: the result depends on the group's records as a
+    set, never on their order; a record is never dropped because another has its id. Adding a
+    record can only (a) collapse into an identical record, changing no document, or (b)
+    rename the records that shared its id, whose text and unit stay the same. Merging
+    identical records is harmless: they are the same document of the same unit (without a
+    unit column, identical texts with one id: either copy is the same document).
+    """
+    by_content: dict[tuple[str | None, str], list[int]] = {}
+    for i, (_doc_id, unit, text) in enumerate(records):
+        by_content.setdefault((unit, text), []).append(i)
+    if len(by_content) == 1:
+        positions = next(iter(by_content.values()))
+        return [(positions, min(records[i][0] for i in positions))]
+    return [(positions, group + DUPLICATE_MARK + content_key(unit or "", text).hex()[:_KEY_HEX])
+            for (unit, text), positions in by_content.items()]
+
+
+def unit_rank(unit: str, text: str) -> bytes:
+    """The data-independent rank that decides which record of a unit is kept.
+
+    :func:`content_key` of the unit and the record's normalised text: a function of the
+    record itself, so removing or adding another record (of this unit or any other) never
+    changes the order of this unit's remaining records.
+    """
+    return content_key(unit, text)
 
 
 UNIT_BOUND_RULES = ("pick", "concat")
@@ -603,15 +735,18 @@ def bound_one_unit(unit: str, records: Sequence[tuple[str, str]], rule: str = "p
     """One document for a unit from its ``(id, text)`` records: ``(id, text, used)``.
 
     ``used`` lists the positions in ``records`` that went into the document. Both rules look
-    at this unit's own records only (never at other units or at record order):
+    at this unit's own records only (never at other units or at record order), in the order
+    of ``sha256(unit ‖ 0x00 ‖ sha256(text))`` (:func:`unit_rank`; equal texts by id, which
+    changes only the kept id, never the text):
 
-    * ``pick``: the record with the smallest ``sha256(unit + "\\0" + id)``;
-    * ``concat``: the texts in that same order joined by a blank line, each appended only if
-      the result stays within ``max_chars``; the id is that of the first record in the order.
+    * ``pick``: the first record in that order;
+    * ``concat``: the texts in that order joined by a blank line, each appended only if the
+      result stays within ``max_chars``; the id is that of the first record in the order.
     """
     if rule not in UNIT_BOUND_RULES:
         raise ValueError(f"unknown unit bound rule {rule!r}")
-    ranked = sorted(range(len(records)), key=lambda i: unit_rank(unit, records[i][0]))
+    ranked = sorted(range(len(records)),
+                    key=lambda i: (unit_rank(unit, records[i][1]), records[i][0]))
     first = ranked[0]
     if rule == "pick":
         return records[first][0], records[first][1], [first]

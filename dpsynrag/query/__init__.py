@@ -2,6 +2,8 @@
 
 DP-RAG (Grislain), DP-KSA (Tang et al.) and (Sparse)VoteRAG (Koga et al.), sharing the
 accounting (``dpsynrag.accounting``) and the decoding engine (``dpsynrag.transforms``).
+Each mechanism's ``answer`` consumes one receipt of a committed corpus-ledger charge per
+question before it reads the corpus (``QueryService`` charges and answers in one step).
 Random-projection retrieval (Yao & Li) is deliberately absent: its DP claim does not hold
 (mechanism-specs.md section 4.6); see the README.
 """

@@ -1,10 +1,17 @@
 """``dpsynrag query``: answer questions from the PRIVATE corpus with a query-time DP mechanism.
 
-Each question is charged to the private corpus's ledger before anything private is computed;
-the answer is a DP release and is printed. Nothing else derived from the corpus (retrieved
-documents, scores, counts, thresholds) is ever printed or logged.
-Exit codes: 0 all answered, 1 failure, 2 bad input or options, 3 refused by the ledger's cap
-(questions before the refusal were charged and are answered).
+Each question is charged to the private corpus's ledger before anything private is computed,
+and its mechanism consumes that charge's receipt (once) before it reads the corpus; the answer
+is a DP release and is printed. Nothing else derived from the corpus (retrieved documents,
+scores, counts, thresholds) is ever printed or logged.
+
+The privacy unit is the build's: ``--unit-column``/``--unit-bound``/``--max-chars`` bound each
+unit to one document by the same rule, and the ledger refuses a query about another unit than
+its earlier charges (a person-level and a record-level guarantee do not compose). A ledger
+without a cap is refused unless ``--no-cap`` says so explicitly; both checks run before the
+models load or the corpus is read.
+Exit codes: 0 all answered, 1 failure, 2 bad input or options (no cap, another privacy unit),
+3 refused by the ledger's cap (questions before the refusal were charged and are answered).
 """
 
 from __future__ import annotations
@@ -27,7 +34,10 @@ def add_query_parser(subparsers: Any, positive_float: Any, positive_int: Any) ->
             "differentially private mechanism. Unlike a synthetic corpus, every question costs "
             "privacy budget: it is charged in full to the corpus ledger (see 'dpsynrag ledger "
             "cap' and 'dpsynrag ledger show --corpus') BEFORE any private computation, and "
-            "refused if the ledger's cap cannot afford it."),
+            "refused if the ledger's cap cannot afford it. The ledger must have a cap (or "
+            "pass --no-cap), and every charge to one ledger must protect the same privacy "
+            "unit: give the same --unit-column / --unit-bound / --max-chars as the corpus's "
+            "builds."),
         epilog=("Example: dpsynrag query --corpus notes.jsonl --method dp-rag --epsilon 10 "
                 "\"I have a rash and a fever. What is my disease?\""))
     parser.add_argument("questions", nargs="*", metavar="QUESTION", help="question text(s)")
@@ -51,7 +61,24 @@ def add_query_parser(subparsers: Any, positive_float: Any, positive_int: Any) ->
     parser.add_argument("--instruction", default=None,
                         help="instruction after the question (default 'Answer briefly.')")
     parser.add_argument("--text-column", default="text")
-    parser.add_argument("--id-column", default="id")
+    parser.add_argument("--id-column", default="id", help="document labels (row numbers "
+                        "without one); tie-breaks and voters read each document's text, "
+                        "never its id")
+    parser.add_argument("--unit-column", default=None,
+                        help="column grouping records of one privacy unit (e.g. a patient), "
+                             "bounded to one document per unit as the build does (default: "
+                             "one record = one unit); must match the ledger's earlier charges")
+    parser.add_argument("--unit-bound", choices=["pick", "concat"], default="pick",
+                        help="how a unit with several records becomes one document: pick one "
+                             "record by a hash of the unit's own records (default), or "
+                             "concatenate them up to --max-chars (as the build)")
+    parser.add_argument("--max-chars", type=positive_int, default=20000,
+                        help="skip longer documents; the concat bound (default 20000, as the "
+                             "build)")
+    parser.add_argument("--no-cap", action="store_true",
+                        help="accept charging a corpus ledger that has no cap (its total is "
+                             "then unbounded); without it such a ledger is refused: set a cap "
+                             "with 'dpsynrag ledger cap'")
     parser.add_argument("--model", default=None, help="local LLM (default: packaged)")
     parser.add_argument("--embedder", default=None, help="local embedder (default: packaged)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -80,7 +107,10 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_query(args: argparse.Namespace) -> int:
+    from dpsynrag.accounting.ledger import LedgerError
     from dpsynrag.pipeline.cli_tools import ToolError
+    from dpsynrag.pipeline.inputs import InputError
+    from dpsynrag.query.private_corpus import QueryInputError
     from dpsynrag.query.service import QueryService, make_settings
 
     questions = [q for q in args.questions if q.strip()]
@@ -99,11 +129,19 @@ def run_query(args: argparse.Namespace) -> int:
         raise ToolError(f"--method {args.method}: {error}", 2) from None
     if not args.corpus.exists():
         raise ToolError(f"{args.corpus}: no such file or directory", 2)
-    service = QueryService.open(args.corpus, ledger=args.ledger, model=args.model,
-                                embedder=args.embedder, text_column=args.text_column,
-                                id_column=args.id_column or None)
-    result = service.ask(questions, method=args.method, epsilon=args.epsilon,
-                         delta=args.delta, **_options(args))
+    try:
+        service = QueryService.open(
+            args.corpus, ledger=args.ledger, model=args.model, embedder=args.embedder,
+            text_column=args.text_column, id_column=args.id_column or None,
+            unit_column=args.unit_column or None, unit_bound=args.unit_bound,
+            max_chars=args.max_chars, allow_no_cap=args.no_cap)
+    except (LedgerError, InputError, QueryInputError) as error:
+        raise ToolError(str(error), 2) from None
+    try:
+        result = service.ask(questions, method=args.method, epsilon=args.epsilon,
+                             delta=args.delta, **_options(args))
+    except LedgerError as error:  # no cap or another unit, raised before anything is charged
+        raise ToolError(str(error), 2) from None
     assert service.ledger is not None
     spent = service.ledger.spent()
     if spent.epsilon is None:  # no cap: report at the usual delta plus the queries' deltas

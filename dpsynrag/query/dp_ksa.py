@@ -2,8 +2,8 @@
 
 Per query, over the PRIVATE corpus (mechanism-specs.md section 2, with its corrections):
 
-1. Exact top-N retrieval (ties by a public hash of the id). Under add/remove at most one of
-   the N documents changes (a swap at worst).
+1. Exact top-N retrieval (ties by a hash of each document's own text, never its position).
+   Under add/remove at most one of the N documents changes (a swap at worst).
 2. N greedy answers, each from the question and ONE document (bucketed batching: an answer
    never depends on its batch mates).
 3. Histogram over words with set semantics: a word counts once per answer, so every count
@@ -21,6 +21,8 @@ Per query, over the PRIVATE corpus (mechanism-specs.md section 2, with its corre
 Budget split: the query's (epsilon, delta): delta_ptr = delta_conv = delta / 2; the zCDP
 budget rho(epsilon, delta_conv) goes ``em_share`` to the EM and the rest to PTR.
 Nothing here logs answers, counts, gaps or noise: only the DP outputs (k-hat, pass/fail, W).
+``answer`` consumes one corpus-ledger receipt per question (``consume_receipts``) before
+anything private is computed: no receipt, no computation, and a receipt pays once.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from dpsynrag.accounting.conversions import rho_for
+from dpsynrag.accounting.corpus_ledger import ChargeReceipt, consume_receipts
 from dpsynrag.accounting.ptr import find_best_k, ptr_stable_gap
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.query.private_corpus import PrivateCorpus
@@ -138,16 +141,23 @@ def release_keywords(responses: Sequence[str], question: str, settings: DPKsaSet
 
 def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: Any, embedder: Any,
            settings: DPKsaSettings, rng: RandomSource, *,
+           receipts: Sequence[ChargeReceipt],
            responses: Sequence[Sequence[str]] | None = None,
            releases: list[KeywordRelease] | None = None) -> list[str]:
-    """DP-KSA answers (each query already charged by the caller).
+    """DP-KSA answers, one committed charge each.
 
+    ``receipts`` (one per question, charged with ``settings.mechanisms()`` under method
+    ``"dp-ksa"`` and the corpus's privacy unit) are consumed first, before anything private
+    is computed or released: ``ReceiptError`` for a missing, used or mismatched one.
     ``responses`` may hold precomputed per-document answers (they depend only on the question,
-    the documents and the model, not on epsilon: the evaluation reuses them across budgets).
+    the documents and the model, not on epsilon: the evaluation reuses them across budgets);
+    they are private, and this function (the charged release) is the only place they may go.
     ``releases`` receives each query's KeywordRelease.
     """
     from dpsynrag.eval.rag import answer_questions
 
+    consume_receipts(receipts, questions=len(questions), method="dp-ksa",
+                     mechanisms=settings.mechanisms(), privacy_unit=corpus.privacy_unit)
     questions = [sanitize_question(q) for q in questions]
     if responses is None:
         responses = ensemble_responses(questions, corpus, llm, embedder, settings)
@@ -163,7 +173,11 @@ def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: Any, embedder: 
 
 def ensemble_responses(questions: Sequence[str], corpus: PrivateCorpus, llm: Any,
                        embedder: Any, settings: DPKsaSettings) -> list[list[str]]:
-    """Steps 1-2: the N one-document greedy answers per question (private)."""
+    """Steps 1-2: the N one-document greedy answers per question.
+
+    PRIVATE output that releases nothing by itself: it must only be kept 0600 (the
+    evaluation's cache) or passed to ``answer``, whose receipts pay for the release.
+    """
     from dpsynrag.eval.rag import answer_questions
 
     questions = [sanitize_question(q) for q in questions]

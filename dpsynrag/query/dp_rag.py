@@ -24,6 +24,9 @@ several queries decode together in the packed engine (one group per query).
 With no document above theta the vote is zero and the answer is drawn from the prior alone
 (uniform without one): gibberish by design; the number of documents is private and is not
 used to branch.
+
+``answer`` consumes one corpus-ledger receipt per question (``consume_receipts``) before the
+corpus is read: no receipt, no computation, and a receipt pays once.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import numpy as np
 import torch
 
 from dpsynrag.accounting.conversions import rho_for
+from dpsynrag.accounting.corpus_ledger import ChargeReceipt, consume_receipts
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.accounting.threshold import (
     sample_threshold,
@@ -139,8 +143,15 @@ def select_documents(corpus: PrivateCorpus, question_vector: np.ndarray,
 
 def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: Any, embedder: Any,
            settings: DPRagSettings, rng: RandomSource, *,
-           batch_rows: int | None = None) -> list[str]:
-    """DP-RAG answers to ``questions`` (each already charged to the ledger by the caller)."""
+           receipts: Sequence[ChargeReceipt], batch_rows: int | None = None) -> list[str]:
+    """DP-RAG answers to ``questions``, one committed charge each.
+
+    ``receipts`` (one per question, from ``CorpusLedger.charge`` of ``settings.mechanisms()``
+    under method ``"dp-rag"`` and the corpus's privacy unit) are consumed first, before the
+    corpus is read: ``ReceiptError`` for a missing, used or mismatched one, nothing computed.
+    """
+    consume_receipts(receipts, questions=len(questions), method="dp-rag",
+                     mechanisms=settings.mechanisms(), privacy_unit=corpus.privacy_unit)
     questions = [sanitize_question(q) for q in questions]
     if not questions:
         return []

@@ -4,14 +4,24 @@ data-independent structure (tie keys, voter partition) the mechanisms rely on.
 Everything here is private (texts, similarities, which documents are retrieved). Nothing is
 logged; errors name files and rows, never text.
 
-Two choices matter for privacy and are fixed here, not by callers:
+Three choices matter for privacy and are fixed here, not by callers:
 
+* **One document per privacy unit.** ``from_path`` reads the input like the build and, with
+  a unit column, bounds each unit to one document by the build's own rule
+  (``pipeline.inputs.bound_units``, ``pick`` or ``concat``): every sensitivity of the
+  query-time mechanisms counts one document per unit. ``privacy_unit`` names that unit
+  (``privacy_unit_definition``); a charge and its receipt must name the same one.
 * **Exact retrieval.** Similarities are computed against every document (no approximate
-  index whose structure depends on the data). Ties are broken by a public function of the
-  document id (SHA-256), never by input position, so adding a document cannot reorder others.
-* **Voter partition** (Koga et al.): a document's voter is SHA-256("dpsynrag-voter:" + id)
-  mod m, a fixed function of its own id. Adding or removing a document changes one voter's
-  partition only, whatever else is in the corpus.
+  index whose structure depends on the data). Ties are broken by a key computed from the
+  document's own text, ``sha256("dpsynrag-tie" || 0 || sha256(text))``, never from its
+  position or its id (an input id is chosen by whoever wrote the data), so adding or
+  removing a document cannot reorder the others. Documents with equal
+  text get equal keys; which of them is taken does not matter, their texts are the same.
+* **Voter partition** (Koga et al.): a document's voter is
+  ``sha256("dpsynrag-voter" || 0 || sha256(text)) mod m``, a fixed public function of the
+  document itself. Adding or removing a document therefore changes only the part of the
+  voter it falls in; every other document keeps its voter whatever else is in the corpus.
+  (Documents with equal text share a voter.)
 """
 
 from __future__ import annotations
@@ -24,30 +34,44 @@ from typing import Any
 
 import numpy as np
 
+from dpsynrag.accounting.corpus_ledger import RECORD_UNIT, privacy_unit_definition
+
 
 class QueryInputError(ValueError):
     """The private corpus cannot be used by a query-time mechanism (one line, no text)."""
 
 
-def _id_key(doc_id: str, salt: str) -> int:
-    digest = hashlib.sha256(f"{salt}:{doc_id}".encode()).digest()
+def record_key(text: str, salt: str) -> int:
+    """A 64-bit key of one document computed from its own text only (never its position or
+    id): ``sha256(salt || 0 || sha256(text))``, first 8 bytes. Private (derived from the
+    text), used only inside the mechanisms, never released."""
+    inner = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+    digest = hashlib.sha256(salt.encode("utf-8") + b"\x00" + inner).digest()
     return int.from_bytes(digest[:8], "big")
 
 
 @dataclass
 class PrivateCorpus:
-    """Documents (one per privacy unit) with unit-norm embeddings, row i <-> ids[i]."""
+    """Documents (one per privacy unit) with unit-norm embeddings, row i <-> ids[i].
+
+    ``ids`` are labels only: no privacy rule reads them. ``privacy_unit`` is the unit one
+    document stands for (``privacy_unit_definition``; ``"record"`` unless the corpus was
+    bounded by a unit column).
+    """
 
     ids: list[str]
     texts: list[str]
     vectors: np.ndarray
     source: str = ""
+    privacy_unit: str = RECORD_UNIT
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.texts) or len(self.ids) != len(self.vectors):
             raise ValueError("ids, texts and vectors must have the same length")
         self.vectors = np.asarray(self.vectors, dtype=np.float32)
-        self._tie = np.array([_id_key(i, "dpsynrag-tie") for i in self.ids], dtype=np.uint64)
+        self._keys = np.array([record_key(t, "dpsynrag-tie") for t in self.texts],
+                              dtype=np.uint64)
+        self._voter_keys = [record_key(t, "dpsynrag-voter") for t in self.texts]
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -55,32 +79,34 @@ class PrivateCorpus:
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_texts(cls, ids: Sequence[str], texts: Sequence[str], embedder: Any, *,
-                   source: str = "") -> PrivateCorpus:
+                   source: str = "", privacy_unit: str = RECORD_UNIT) -> PrivateCorpus:
         """Embed ``texts`` with ``embedder`` (unit rows)."""
         vectors = embedder.encode(list(texts)) if texts else np.zeros((0, 1), np.float32)
-        return cls(list(ids), list(texts), vectors, source)
+        return cls(list(ids), list(texts), vectors, source, privacy_unit)
 
     @classmethod
     def from_path(cls, path: str | Path, embedder: Any, *, text_column: str = "text",
                   id_column: str | None = "id", unit_column: str | None = None,
-                  max_chars: int | None = 20000) -> PrivateCorpus:
-        """Read documents like ``build-corpus`` does and embed them.
+                  unit_bound: str = "pick", max_chars: int | None = 20000) -> PrivateCorpus:
+        """Read documents like ``build-corpus`` does, bound each unit to one document, embed.
 
-        Query-time mechanisms count one document as one privacy unit: a unit column whose
-        units own several documents is refused (bound the units first, e.g. with the Beam
-        ingest), because every sensitivity below assumes it.
+        With ``unit_column`` each unit's records become one document by the build's rule
+        (``bound_units`` with ``unit_bound`` and ``max_chars``), so a query protects the same
+        unit as a build with the same options, and ``privacy_unit`` says which. The bounding
+        looks at each unit's own records only: adding or removing a unit changes one
+        document. Errors name the file and row, never text.
         """
-        from dpsynrag.pipeline.inputs import read_documents
+        from dpsynrag.pipeline.inputs import bound_units, read_documents
 
+        definition = privacy_unit_definition(unit_column, unit_bound)
         docs = read_documents(path, text_column=text_column, id_column=id_column,
-                              unit_column=unit_column, max_chars=max_chars)
-        if len(set(docs.units)) != len(docs.units):
-            raise QueryInputError(
-                f"{path}: some privacy units own several documents; query-time mechanisms need "
-                "one document per unit (bound the units first, see runbooks/build-corpus.md)")
+                              unit_column=unit_column or None, max_chars=max_chars)
+        if definition != RECORD_UNIT:
+            docs = bound_units(docs, unit_bound, max_chars)
         if not docs.texts:
             raise QueryInputError(f"{path}: no usable documents")
-        return cls.from_texts(docs.ids, docs.texts, embedder, source=str(path))
+        return cls.from_texts(docs.ids, docs.texts, embedder, source=str(path),
+                              privacy_unit=definition)
 
     # ------------------------------------------------------------------ retrieval
     def similarities(self, question_vector: np.ndarray) -> np.ndarray:
@@ -91,17 +117,17 @@ class PrivateCorpus:
     def exact_top(self, scores: np.ndarray, n: int, among: np.ndarray | None = None) -> list[int]:
         """Indices of the ``n`` highest ``scores`` (optionally among a subset), best first.
 
-        Ties are broken by the public hash of each document's id, so the result is a
-        deterministic function of each document's own score and id.
+        Ties are broken by each document's text key (``record_key``), so the order of any
+        two documents is a function of their own scores and texts only.
         """
         candidates = np.arange(len(self)) if among is None else np.asarray(among, dtype=np.int64)
         if n <= 0 or candidates.size == 0:
             return []
-        order = np.lexsort((self._tie[candidates], -scores[candidates]))
+        order = np.lexsort((self._keys[candidates], -scores[candidates]))
         return [int(candidates[i]) for i in order[:n]]
 
     def voter_of(self, m: int) -> np.ndarray:
-        """Each document's voter in a data-independent partition into ``m`` parts."""
+        """Each document's voter in ``m`` parts, a function of that document's text only."""
         if m < 1:
             raise ValueError("the number of voters must be positive")
-        return np.array([_id_key(i, "dpsynrag-voter") % m for i in self.ids], dtype=np.int64)
+        return np.array([key % m for key in self._voter_keys], dtype=np.int64)

@@ -2,10 +2,11 @@
 
 Per query, over the PRIVATE corpus (mechanism-specs.md section 3, with its corrections):
 
-* The corpus is split into m voters by a public function of each document's id
-  (``PrivateCorpus.voter_of``); each voter retrieves its own top-1 document exactly (an
-  empty part gives an empty context). Adding or removing a document changes one voter's
-  retrieval, so one vote at most: the vote histogram has l_inf 1 and l_0 2.
+* The corpus is split into m voters by a public function of each document's own text
+  (``PrivateCorpus.voter_of``: never its position or id); each voter retrieves its own
+  top-1 document exactly (an empty part gives an empty context). Adding or removing a
+  document changes one voter's retrieval, so one vote at most: the vote histogram has
+  l_inf 1 and l_0 2.
 * Every step, each voter's greedy next token (same answer prefix for all) is one vote: the
   packed engine sums one-hot rows (``greedy_vote``), i.e. the histogram.
 * **DPVoteRAG** releases each token with LimitedDomain(epsilon_tok, delta_tok), at most
@@ -22,6 +23,8 @@ delta)), and the whole query is charged up front as that composition, in (epsilo
 currency (pure/approximate DP composes additively with the ledger's other spends). The
 LimitedDomain Gumbel scale is the package's conservative 2/epsilon (non-monotone vote
 switches) unless ``scale_factor=1`` is asked for, which reproduces the paper.
+``answer`` consumes one corpus-ledger receipt per question (``consume_receipts``) before the
+corpus is read: no receipt, no computation, and a receipt pays once.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import numpy as np
 import torch
 
 from dpsynrag.accounting.calibration import koga_max_steps
+from dpsynrag.accounting.corpus_ledger import ChargeReceipt, consume_receipts
 from dpsynrag.accounting.limited_domain import limited_domain_top1
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.accounting.sparse_vector import SparseVectorBelow
@@ -131,8 +135,15 @@ class _QueryState:
 
 def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: Any, embedder: Any,
            settings: SparseVoteSettings, rng: RandomSource, *,
-           batch_rows: int | None = None) -> list[str]:
-    """(Sparse)VoteRAG answers (each query already charged by the caller)."""
+           receipts: Sequence[ChargeReceipt], batch_rows: int | None = None) -> list[str]:
+    """(Sparse)VoteRAG answers, one committed charge each.
+
+    ``receipts`` (one per question, charged with ``settings.mechanisms()`` under method
+    ``settings.method`` and the corpus's privacy unit) are consumed first, before the corpus
+    is read: ``ReceiptError`` for a missing, used or mismatched one, nothing computed.
+    """
+    consume_receipts(receipts, questions=len(questions), method=settings.method,
+                     mechanisms=settings.mechanisms(), privacy_unit=corpus.privacy_unit)
     questions = [sanitize_question(q) for q in questions]
     if not questions:
         return []

@@ -6,15 +6,19 @@ engine wants them:
 
 * ``prefix``: the KV of the shared instruction prefix, computed once per call;
 * ``prefill``: the KV of many documents' prompt tokens (after the prefix), batched;
-* ``decode``: one new token for every row of a packed slot buffer, attending to the shared
-  prefix (one copy, broadcast) and to the row's own slot (document KV + generated suffix).
+* ``decode``: one new token for every row of packed slot buffers, attending to the shared
+  prefix (one copy, broadcast) and to the row's own slot (document KV + generated suffix);
+  row-wise layers run on fixed chunks of rows, attention on fixed parts of slots.
 
 Matmuls run in the model's dtype; attention softmax in float32 (as Hugging Face's eager
 attention does). Positions are the natural ones (prefix 0..P-1, then the row's tokens), so
 padding never shifts a row: results equal an unpadded row-by-row forward up to float rounding.
 
 Privacy: these are deterministic functions of public weights and the token ids given; nothing
-here samples, logs, or keeps data beyond the buffers its caller owns.
+here samples, logs, or keeps data beyond the buffers its caller owns. Every shape is the
+caller's choice (``prefill``: the batch given; ``decode``: the chunk rows and each part's
+rows and width, never a data-dependent truncation), so a caller can keep each row's shapes
+public.
 """
 
 from __future__ import annotations
@@ -165,46 +169,76 @@ class LlamaStack:
     def decode(
         self,
         prefix: PrefixKV | None,
-        slots: torch.Tensor,
+        parts: list[tuple[torch.Tensor, torch.Tensor]],
         input_ids: torch.Tensor,
-        lengths: torch.Tensor,
+        chunk_rows: int,
     ) -> torch.Tensor:
-        """Feed one token to each of the first ``n = len(input_ids)`` slots.
+        """Feed one token to every row of ``parts``; final hidden states (rows, hid).
 
-        Slot ``i`` holds ``lengths[i]`` cached tokens (document, then generated); the new
-        token is written at index ``lengths[i]`` (position ``P + lengths[i]``) and attends to
-        the prefix and to slot indices ``0..lengths[i]``. Returns final hidden states (n, hid).
-        The caller advances ``lengths``.
+        ``parts`` is a list of ``(slots, lengths)``: ``slots`` a view
+        ``(layers, 2, a, kvh, width, d)`` of ``a`` rows, ``lengths`` their cached token counts.
+        ``input_ids`` holds one token per row of the parts in order, then filler rows up to a
+        multiple of ``chunk_rows``. Slot row ``i`` gets its new token's KV at index
+        ``lengths[i]`` (position ``P + lengths[i]``) and attends to the prefix and to slot
+        indices ``0..lengths[i]``; the rest of the width is masked. Every row-wise operation
+        (norms, projections, MLP) runs on fixed chunks of ``chunk_rows`` rows and attention
+        on each part at its own width: the caller fixes every shape. The caller advances the
+        lengths. Filler rows attend to nothing (their output is discarded).
         """
-        n = int(input_ids.shape[0])
-        # attend over the filled part of the slots only (rows of a wave have similar lengths)
-        width = min(int(slots.shape[4]), int(lengths.max()) + 1)
+        total = int(input_ids.shape[0])
+        if total % chunk_rows:
+            raise ValueError("input_ids must fill whole chunks of chunk_rows")
         p_len = 0 if prefix is None else prefix.length
+        lengths = [length for _, length in parts]
+        counts = [int(length.shape[0]) for length in lengths]
+        positions = torch.zeros(total, dtype=torch.long, device=self.device)
+        if parts:
+            positions[: sum(counts)] = torch.cat(lengths)
         x = self.embed(input_ids).unsqueeze(1)
-        cos, sin = self.rotary(x, (lengths + p_len).unsqueeze(1))
+        cos, sin = self.rotary(x, (positions + p_len).unsqueeze(1))
+        for li, layer in enumerate(self.layers):
+            qkv = [self._qkv(layer, x[c:c + chunk_rows], cos[c:c + chunk_rows],
+                             sin[c:c + chunk_rows]) for c in range(0, total, chunk_rows)]
+            q, k, v = (torch.cat(t) for t in zip(*qkv, strict=True))
+            out = torch.zeros((total, 1, self.n_heads * self.head_dim), dtype=self.dtype,
+                              device=self.device)
+            start = 0
+            for (slots, length), n in zip(parts, counts, strict=True):
+                part = slice(start, start + n)
+                out[part] = self._attend(None if prefix is None else prefix.kv[li], slots[li],
+                                         length, q[part], k[part], v[part])
+                start += n
+            x = torch.cat([self._finish_layer(layer, x[c:c + chunk_rows], out[c:c + chunk_rows])
+                           for c in range(0, total, chunk_rows)])
+        return torch.cat([self.norm(x[c:c + chunk_rows, 0]) for c in range(0, total, chunk_rows)])
+
+    def _attend(self, prefix_kv: torch.Tensor | None, slots: torch.Tensor,
+                lengths: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor) -> torch.Tensor:
+        """One part's attention in one layer: writes the new KV into ``slots``
+        ``(2, n, kvh, width, d)`` at ``lengths``, attends over the layer's prefix KV
+        ``(2, kvh, P, d)`` and the slots; returns ``(n, 1, H * d)``. Shapes fixed by the part."""
+        n, width = int(lengths.shape[0]), int(slots.shape[3])
+        p_len = 0 if prefix_kv is None else int(prefix_kv.shape[2])
+        d, kvh, rep = self.head_dim, self.n_kv, self.rep
         rows = torch.arange(n, device=self.device)
         invalid = torch.arange(width, device=self.device).unsqueeze(0) > lengths.unsqueeze(1)
         invalid = invalid.view(n, 1, 1, width)
-        d, kvh, rep = self.head_dim, self.n_kv, self.rep
-        for li, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, cos, sin)
-            k_slot = slots[li, 0, :n, :, :width]
-            v_slot = slots[li, 1, :n, :, :width]
-            k_slot[rows, :, lengths] = k[:, :, 0]
-            v_slot[rows, :, lengths] = v[:, :, 0]
-            qg = q.view(n, kvh, rep, d)
-            scores = torch.matmul(qg, k_slot.transpose(-1, -2)).float()
-            scores.masked_fill_(invalid, float("-inf"))
-            if p_len:
-                qp = qg.permute(1, 0, 2, 3).reshape(kvh, n * rep, d)
-                pre = torch.matmul(qp, prefix.kv[li, 0].transpose(-1, -2)).float()
-                pre = pre.view(kvh, n, rep, p_len).permute(1, 0, 2, 3)
-                scores = torch.cat([pre, scores], dim=-1)
-            probs = torch.softmax(scores * self.scaling, dim=-1).to(self.dtype)
-            out = torch.matmul(probs[..., p_len:], v_slot)
-            if p_len:
-                pp = probs[..., :p_len].permute(1, 0, 2, 3).reshape(kvh, n * rep, p_len)
-                out = out + torch.matmul(pp, prefix.kv[li, 1]).view(kvh, n, rep, d).permute(
-                    1, 0, 2, 3)
-            x = self._finish_layer(layer, x, out.reshape(n, 1, self.n_heads * d))
-        return self.norm(x[:, 0])
+        k_slot, v_slot = slots[0], slots[1]
+        k_slot[rows, :, lengths] = k[:, :, 0]
+        v_slot[rows, :, lengths] = v[:, :, 0]
+        qg = q.view(n, kvh, rep, d)
+        scores = torch.matmul(qg, k_slot.transpose(-1, -2)).float()
+        scores.masked_fill_(invalid, float("-inf"))
+        if prefix_kv is not None and p_len:
+            qp = qg.permute(1, 0, 2, 3).reshape(kvh, n * rep, d)
+            pre = torch.matmul(qp, prefix_kv[0].transpose(-1, -2)).float()
+            pre = pre.view(kvh, n, rep, p_len).permute(1, 0, 2, 3)
+            scores = torch.cat([pre, scores], dim=-1)
+        probs = torch.softmax(scores * self.scaling, dim=-1).to(self.dtype)
+        out = torch.matmul(probs[..., p_len:], v_slot)
+        if prefix_kv is not None and p_len:
+            pp = probs[..., :p_len].permute(1, 0, 2, 3).reshape(kvh, n * rep, p_len)
+            out = out + torch.matmul(pp, prefix_kv[1]).view(
+                kvh, n, rep, d).permute(1, 0, 2, 3)
+        return out.reshape(n, 1, self.n_heads * d)

@@ -1,13 +1,17 @@
 """The straightforward private-prediction loop: one group at a time, Hugging Face KV cache.
 
 Works for any Hugging Face causal LM (it is the engine for architectures the packed engine
-does not drive) and is the baseline the benchmark compares against. A group's rows are one
-left-padded batch (attention mask and position ids make padding invisible); each step feeds
-the shared token to every row through ``past_key_values``.
+does not drive) and is the baseline the benchmark compares against. Each row of a group runs
+on its own (batch of one, no padding, its own KV cache); each step feeds the group's token
+to every row through ``past_key_values``, and each row's logits are clipped (or
+transformed) on their own.
 
 Privacy: the same mechanism as the packed engine: z_n = sum_{d in group} clip_c(logits_d),
 summed in float64, one sampler call per step per group; an empty group is sampled from the
-zero vector.
+zero vector. Batch invariance: a row's computation has shapes fixed by its own length only,
+so adding a document to the group (or to another group) never changes another row's
+clipped logits or greedy vote; batching a group's rows would pad them to the group's
+longest row and let one document change another's kernels.
 """
 
 from __future__ import annotations
@@ -43,19 +47,22 @@ def reference_tokens(
     results: list[list[int]] = []
     for gi, rows in enumerate(groups):
         tokens: list[int] = []
-        state = None
+        states: list[dict[str, Any]] = []
         for _ in range(max_new_tokens):
             if rows:
                 tick = time.perf_counter()
-                if state is None:
-                    logits, state = _prefill(model, rows, device)
+                if not states:
+                    outputs = [_prefill(model, [row], device) for row in rows]
                     clock["prefill_seconds"] += time.perf_counter() - tick
                     tick = time.perf_counter()
                 else:
-                    logits, state = _feed(model, state, tokens[-1])
-                rows_out = clip_logits(logits, clip) if row_transform is None \
-                    else row_transform(logits)
-                votes = rows_out.to(torch.float64).sum(dim=0, keepdim=True)
+                    outputs = [_feed(model, state, tokens[-1]) for state in states]
+                states = [state for _, state in outputs]
+                votes = torch.zeros((1, vocab_size), dtype=torch.float64, device=device)
+                for logits, _ in outputs:  # each row alone: shape (1, vocab)
+                    row_out = clip_logits(logits, clip) if row_transform is None \
+                        else row_transform(logits)
+                    votes += row_out.to(torch.float64)
                 clock["row_steps"] += len(rows)
             else:
                 tick = time.perf_counter()

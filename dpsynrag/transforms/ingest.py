@@ -8,13 +8,22 @@ Ingest is not a DP mechanism and releases nothing: it only bounds every privacy 
 document (sensitivity 1 for every later stage) by a rule that looks at that unit's own
 records and nothing else. Its counts (records read, skipped, bad, dropped) are private.
 
-Unit bounding rules (``unit_bound``):
+Ids and duplicates follow :mod:`dpsynrag.pipeline.inputs` exactly: without an id column a
+record's id is content-derived (:func:`~dpsynrag.pipeline.inputs.content_id`), never its
+position; records sharing an id are resolved by
+:func:`~dpsynrag.pipeline.inputs.resolve_id_group` (identical ones collapse, counted as the
+skip ``"duplicate"``; the others get distinct ``~dup-`` ids). A shared id is never a bad row,
+so adding a record can never remove another unit's record.
 
-* ``pick`` (default): keep the record with the smallest ``sha256(unit + "\\0" + id)``; the
-  rule of :func:`dpsynrag.pipeline.inputs.bound_units`.
-* ``concat``: join the unit's texts, in that same hash order, with a blank line between them,
+Unit bounding rules (``unit_bound``), both in the order of
+``sha256(unit ‖ 0x00 ‖ sha256(text))`` (:func:`~dpsynrag.pipeline.inputs.unit_rank`): a
+function of each record itself, never of its place or id:
+
+* ``pick`` (default): keep the first record in that order; the rule of
+  :func:`dpsynrag.pipeline.inputs.bound_units`.
+* ``concat``: join the unit's texts, in that order, with a blank line between them,
   appending each record only if the result stays within ``max_chars``; the document takes the
-  id of the unit's first record in hash order.
+  id of the unit's first record in that order.
 
 Encodings: a file starting with a UTF-8 or UTF-16 byte-order mark is decoded as such; any
 other file is UTF-8, line by line (JSON Lines, CSV) or whole (``.txt``). A line that is not
@@ -33,7 +42,6 @@ from dataclasses import dataclass, replace
 from typing import BinaryIO
 
 from dpsynrag.pipeline.inputs import (
-    NO_ID,
     UNIT_BOUND_RULES,
     Columns,
     CsvLayout,
@@ -42,10 +50,12 @@ from dpsynrag.pipeline.inputs import (
     RawRecord,
     accept_record,
     bound_one_unit,
+    id_group,
     jsonl_record,
     open_parquet,
     parquet_columns,
     parquet_records,
+    resolve_id_group,
     unlimited_csv_fields,
 )
 
@@ -56,11 +66,11 @@ __all__ = [
     "IngestSettings",
     "Parsed",
     "bound_unit",
-    "first_of_duplicates",
     "format_of",
-    "number_record",
+    "id_group",
     "parse_file",
     "problem_kind",
+    "resolve_ids",
     "shard_of",
 ]
 
@@ -101,10 +111,12 @@ class IngestSettings:
 class Parsed:
     """One record as read from file number ``file_index`` (``position``: 1-based in it).
 
-    ``problem`` is set for a bad row (one line, no content). ``doc_id`` is None when the
-    input has no id column (numbered later across files); ``unit`` is None when there is no
-    unit column (the record is its own unit). ``skip`` is a reason of
-    :data:`dpsynrag.pipeline.inputs.SKIP_REASONS` or None.
+    ``problem`` is set for a bad row (one line, no content). ``doc_id`` is the id column's
+    value or, without one, the content-derived id (made unique later by
+    :func:`resolve_ids`); ``unit`` is None when there is no unit column (the record is its own
+    unit, named by its final id). ``skip`` is a reason of
+    :data:`dpsynrag.pipeline.inputs.SKIP_REASONS` or None. ``position`` only orders the
+    output rows; no rule that decides what is kept looks at it.
     """
 
     file_index: int
@@ -218,15 +230,13 @@ class _FileParser:
         try:
             raw = make()
             doc_id, unit, text, skip = accept_record(
-                raw, "", self.settings.unit_column is not None, self.settings.min_chars,
+                raw, self.settings.unit_column is not None, self.settings.min_chars,
                 self.settings.max_chars)
         except InputError as error:
             return Parsed(self.file_index, self.position, self.file, error.where or where,
                           problem=error.problem)
-        return Parsed(self.file_index, self.position, self.file, where,
-                      doc_id=None if raw.id is NO_ID else doc_id,
-                      unit=unit if self.settings.unit_column is not None else None,
-                      text=text, skip=skip, fallback=fallback)
+        return Parsed(self.file_index, self.position, self.file, where, doc_id=doc_id,
+                      unit=unit, text=text, skip=skip, fallback=fallback)
 
 
 def parse_file(file_index: int, file: str, kind: str, open_binary: Callable[[], BinaryIO],
@@ -340,22 +350,25 @@ def _parse_txt(parser: _FileParser, handle: BinaryIO, relative_name: str) -> Par
 
 
 # ------------------------------------------------------------------ ids, units, shards
-def number_record(record: Parsed, offsets: dict[int, int]) -> Parsed:
-    """Give a record without an id its ``row-<n>`` id (n counts records across files in
-    file order, as the in-process reader does) and, without a unit column, its unit."""
-    doc_id = record.doc_id
-    if doc_id is None:
-        doc_id = f"row-{offsets.get(record.file_index, 0) + record.position}"
-    return replace(record, doc_id=doc_id, unit=record.unit if record.unit is not None else doc_id)
+def resolve_ids(group: str, records: Iterable[Parsed]) -> list[tuple[Parsed, int, bool]]:
+    """Unique ids for the records of one id group
+    (:func:`~dpsynrag.pipeline.inputs.resolve_id_group`, as the in-process reader does).
 
-
-def first_of_duplicates(records: Iterable[Parsed]) -> tuple[Parsed, list[Parsed]]:
-    """Of records sharing one id, the first in input order, and the rest as bad rows."""
+    Returns, per distinct content, ``(record, collapsed, renamed)``: the record with its final
+    id, its unit set (the final id without a unit column) and ``order`` the smallest of the
+    identical records it stands for; ``collapsed`` counts the identical records merged into
+    it; ``renamed`` says whether its id changed. Depends on the group's records as a set,
+    never on their order; drops no record that differs from another.
+    """
     ordered = sorted(records, key=lambda r: r.order)
-    first = ordered[0]
-    place = f"{first.file}: {first.where}"
-    return first, [replace(r, problem=f"duplicate id (first seen at {place})")
-                   for r in ordered[1:]]
+    resolved = resolve_id_group(group, [(r.doc_id or "", r.unit, r.text) for r in ordered])
+    out = []
+    for same, doc_id in resolved:
+        first = ordered[min(same)]
+        renamed = any(ordered[i].doc_id != doc_id for i in same)
+        out.append((replace(first, doc_id=doc_id, unit=first.unit if first.unit is not None
+                            else doc_id), len(same) - 1, renamed))
+    return out
 
 
 def bound_unit(unit: str, records: Iterable[Parsed], rule: str, max_chars: int | None
@@ -370,7 +383,8 @@ def bound_unit(unit: str, records: Iterable[Parsed], rule: str, max_chars: int |
 
 
 def shard_of(doc_id: str, shards: int) -> int:
-    """The output shard of a document: a keyed hash of its id (independent of the data)."""
+    """The output shard of a document: a domain-separated sha256 of its id (its place in the
+    operator-side shards only; no rule that decides what is kept looks at it)."""
     digest = hashlib.sha256(_SHARD_DOMAIN + doc_id.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") % shards
 
@@ -378,7 +392,7 @@ def shard_of(doc_id: str, shards: int) -> int:
 _PROBLEM_KINDS = (
     ("not valid utf", "bad encoding"), ("malformed json", "malformed JSON"),
     ("expected a json object", "not a JSON object"), ("malformed csv", "malformed CSV"),
-    ("fields, the header", "wrong number of CSV fields"), ("duplicate id", "duplicate id"),
+    ("fields, the header", "wrong number of CSV fields"),
     ("missing", "missing column"), ("parquet", "unreadable Parquet"),
     ("id column", "inconsistent id column"), ("id is", "bad id"), ("unit is", "bad unit"),
     ("text is", "bad text"), ("empty file", "empty file"),

@@ -10,7 +10,8 @@ only, never logged).
 Two extractors:
 * ``llm_keywords``: the paper's method, greedy generation of the keyword prompt. Batches are
   laid out so that a document's computation does not depend on which other documents share
-  its batch (fixed batch shape, padding fixed by the document's own length).
+  its batch (fixed batch shape, filler rows, padding fixed by the document's own length and
+  never absent, so the attention-mask path is the same for every batch).
 * ``statistical_keywords``: no LLM; a document's own vocabulary words ranked by a public
   rarity prior (``wordfreq``).
 """
@@ -223,12 +224,8 @@ def llm_keywords(
     (real documents only; for progress bars, carries no text).
 
     Batch independence (the sensitivity argument needs each document's keywords to depend on
-    that document alone): every generate call has the fixed shape ``batch_size`` x a length
-    bucket. A prompt of n tokens is left-padded to the next multiple of ``pad_multiple`` (a
-    function of n only), documents are batched with others of the same bucket, and a short
-    last batch is filled with copies of its first row. So each row sees the same kernels and
-    the same padding whatever the other rows are (rows never mix in a causal LM).
-    ``batch_size=1`` is the simplest strict setting. No sampling: nothing here is random.
+    that document alone): see ``generate_greedy``. ``batch_size=1`` is the simplest strict
+    setting. No sampling: nothing here is random.
     """
     K = _check_k(K)
     if batch_size < 1 or pad_multiple < 1 or max_new_tokens < 1:
@@ -250,7 +247,17 @@ def generate_greedy(
     pad_multiple: int,
     on_batch: Callable[[int], None] | None = None,
 ) -> list[str]:
-    """Greedy completions of token-id prompts, batched with fixed shapes (see llm_keywords)."""
+    """Greedy completions of token-id prompts, batched with fixed shapes.
+
+    Batch independence (a greedy answer that feeds a vote or a histogram must depend on its
+    own prompt alone): every generate call has the fixed shape ``batch_size`` x a width
+    bucket. A prompt of n tokens is left-padded to ``bucket_width(n, pad_multiple)`` (a
+    function of n only, always at least one padding token, so every batch takes the masked
+    attention path whatever its other rows are), prompts are batched with others of the same
+    bucket, and a short last batch is filled with copies of its first row (their output is
+    discarded). So each row is computed with the same shapes, mask layout and kernels
+    whatever the other rows are (rows never mix in a causal LM).
+    """
     import torch
 
     tokenizer, model = llm.tokenizer, llm.model
@@ -262,7 +269,7 @@ def generate_greedy(
     for i, ids in enumerate(prompts):
         if not ids:
             raise ValueError("empty prompt")
-        buckets.setdefault(-(-len(ids) // pad_multiple) * pad_multiple, []).append(i)
+        buckets.setdefault(bucket_width(len(ids), pad_multiple), []).append(i)
     answers: list[str] = [""] * len(prompts)
     for width in sorted(buckets):
         members = buckets[width]
@@ -292,6 +299,12 @@ def generate_greedy(
             if on_batch is not None:
                 on_batch(len(rows))
     return answers
+
+
+def bucket_width(length: int, pad_multiple: int) -> int:
+    """Padded width of a prompt of ``length`` tokens: the next multiple of ``pad_multiple``
+    strictly above ``length`` (at least one padding token). A function of the length only."""
+    return (length // pad_multiple + 1) * pad_multiple
 
 
 def _check_k(K: int) -> int:

@@ -20,6 +20,23 @@ reveal emptiness.
 engine (``decoding_packed``, Llama-family models) computes the same values; other
 architectures run the straightforward per-group loop (``decoding_reference``).
 
+Batch invariance (the sensitivity argument needs each row's clipped logits, or its one-hot
+greedy vote, to be a function of its own document and public values only; on a GPU a
+different batch shape can round a row differently and flip a near-tie argmax):
+
+* The packed engine's **shared prefix is public**: the chat template and instruction rendered
+  around the document placeholder (``prompt_layout``; cut before trailing whitespace when
+  fixed public probe documents show the tokenizer merges it into the document), tokenised
+  on their own, never the longest common prefix of the rows (which adding one document
+  could shorten). Each row is the joint tokenisation of its own prompt when that starts with
+  the public prefix, else the public prefix followed by the separate tokenisation of the
+  rest (``document_row_ids``): a rule applied to each row alone, so every row really starts
+  with the prefix and no row's tokens depend on another document. With several prompts
+  (one per query) the shared part is their prefixes' common part, a function of the public
+  prompts.
+* The engines compute every row with shapes that depend on that row and public settings only
+  (see ``decoding_packed`` and ``decoding_reference``).
+
 Nothing here logs document text, logits, or counts.
 """
 
@@ -27,6 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -40,12 +58,15 @@ from dpsynrag.transforms.decoding_packed import PackedEngine, RowTransform, Step
 from dpsynrag.transforms.decoding_reference import reference_tokens
 
 PLACEHOLDER = "{document}"
+# marks the document's place when the chat template is rendered to text (never tokenised)
+_MARK = "\ue000dpsynrag-document\ue000"
 DEFAULT_BATCH_ROWS_CPU = 128
 DEFAULT_BATCH_ROWS_GPU = 1024
 
 Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
 
-__all__ = ["StepReport", "aggregated_logits", "private_predict", "render_prompt"]
+__all__ = ["PromptLayout", "StepReport", "aggregated_logits", "document_row_ids",
+           "private_predict", "prompt_layout", "public_prefix_length", "render_prompt"]
 
 
 def render_prompt(prompt: str, document: str) -> str:
@@ -71,6 +92,119 @@ def response_prefix_ids(llm: Any, response_prefix: str) -> list[int]:
     return [int(t) for t in llm.tokenizer.encode(response_prefix, add_special_tokens=False)]
 
 
+# public probe documents: they choose where the shared prefix ends (see ``prompt_layout``)
+_PROBES = ("Patient", "the", " x", "1.", "\nA", "(a)", "\u00c9t\u00e9", "-")
+
+
+@dataclass(frozen=True)
+class PromptLayout:
+    """Where the document sits in one prompt's chat text (public: prompt and template only).
+
+    ``prefix`` is the token ids of the chat text before the document, less ``gap`` (its
+    trailing whitespace when that tokenises better), tokenised on its own; ``tail`` the chat
+    text after the document. An empty ``prefix`` means the layout could not be derived (a
+    template that rewrites the message): nothing is then shared, at a speed cost.
+    """
+
+    prompt: str
+    prefix: tuple[int, ...]
+    tail: str
+    add_special_tokens: bool
+    gap: str = ""
+
+
+def _chat_text(llm: Any, message: str) -> tuple[str, bool]:
+    """The text ``llm.chat_prompt_ids`` tokenises for ``message``, and whether it adds the
+    tokenizer's special tokens (only without a chat template)."""
+    tokenizer = llm.tokenizer
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": message}], add_generation_prompt=True, tokenize=False)
+        return str(text), False
+    return f"User: {message}\nAssistant:", True
+
+
+def _encode(tokenizer: Any, text: str, add_special_tokens: bool) -> list[int]:
+    return [int(t) for t in tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]]
+
+
+def prompt_layout(llm: Any, prompt: str) -> PromptLayout:
+    """The public layout of ``prompt``: the template rendered around the document placeholder.
+
+    A function of the prompt, the chat template, the tokenizer and fixed public probe
+    documents only (no private document). The head (chat text before the document) is cut
+    either at its end or before its trailing whitespace (which a BPE tokenizer merges into
+    the document's first word), whichever the probes' joint tokenisations start with. The
+    layout is kept only if the empty document's chat text is head + tail and tokenises
+    exactly as ``llm.chat_prompt_ids`` does (a self-check of the rendering); otherwise the
+    prefix is empty (public too).
+    """
+    text, special = _chat_text(llm, render_prompt(prompt, _MARK))
+    none = PromptLayout(prompt, (), "", special)
+    if text.count(_MARK) != 1:
+        return none
+    head, tail = text.split(_MARK)
+    empty_text, _ = _chat_text(llm, render_prompt(prompt, ""))
+    empty_ids = [int(t) for t in llm.chat_prompt_ids(render_prompt(prompt, ""))]
+    if head + tail != empty_text or _encode(llm.tokenizer, empty_text, special) != empty_ids:
+        return none
+    probes = [tuple(int(t) for t in llm.chat_prompt_ids(render_prompt(prompt, probe)))
+              for probe in _PROBES]
+    best: PromptLayout | None = None
+    best_hits = -1
+    for cut in dict.fromkeys((len(head), len(head.rstrip()))):
+        prefix = tuple(_head_ids(llm.tokenizer, head[:cut], special))
+        hits = sum(probe[:len(prefix)] == prefix for probe in probes)
+        if hits > best_hits:
+            best, best_hits = PromptLayout(prompt, prefix, tail, special, head[cut:]), hits
+    return best if best is not None else none
+
+
+def _head_ids(tokenizer: Any, head: str, special: bool) -> list[int]:
+    """Token ids of the head text; a trailing special token (e.g. an EOS some tokenizers
+    append to any text) is dropped when the tokenizer adds its special tokens."""
+    ids = _encode(tokenizer, head, special)
+    if special:
+        specials = set(getattr(tokenizer, "all_special_ids", []) or [])
+        while len(ids) > 1 and ids[-1] in specials:
+            ids.pop()
+    return ids
+
+
+def document_row_ids(llm: Any, layout: PromptLayout, document: str) -> tuple[int, ...]:
+    """Token ids of one document's chat prompt, guaranteed to start with ``layout.prefix``.
+
+    The joint tokenisation of the whole prompt when it starts with the public prefix (the
+    usual case); otherwise (the document's first characters merged with the prefix's last
+    token) the prefix followed by the separate tokenisation of gap + document + tail. Either
+    way a function of this document and public values only.
+    """
+    joint = tuple(int(t) for t in llm.chat_prompt_ids(render_prompt(layout.prompt, document)))
+    if joint[:len(layout.prefix)] == layout.prefix:
+        return joint
+    rest = _encode(llm.tokenizer, layout.gap + document + layout.tail, False)
+    return (*layout.prefix, *rest)
+
+
+def public_prefix_length(layouts: Sequence[PromptLayout]) -> int:
+    """Tokens every row shares: the public prefixes' common part less one token.
+
+    A function of the prompts only. Every row starts with its prompt's prefix, so it starts
+    with this many shared tokens and keeps at least one token of its own (the prefix's last,
+    at least) for the engine to feed.
+    """
+    if not layouts:
+        return 0
+    first = layouts[0].prefix
+    length = min(len(layout.prefix) for layout in layouts)
+    for layout in layouts[1:]:
+        i = 0
+        while i < length and layout.prefix[i] == first[i]:
+            i += 1
+        length = i
+    return max(length - 1, 0)
+
+
 @torch.inference_mode()
 def aggregated_logits(
     llm: Any, docs: Sequence[str], *, prompt: str, generated: Sequence[int], clip: float,
@@ -80,12 +214,14 @@ def aggregated_logits(
 
     The audit reference: each document's full sequence (chat prompt + ``generated``) runs
     through the model on its own, no cache and no padding; rows are clipped in float32 and
-    summed in float64. No documents give the zero vector.
+    summed in float64. No documents give the zero vector. Rows are tokenised as the engines
+    tokenise them (``document_row_ids``).
     """
     _check(clip, None, 0)
     total = torch.zeros(llm.vocab_size, dtype=torch.float64)
+    layout = prompt_layout(llm, prompt)
     for doc in docs:
-        ids = [*llm.chat_prompt_ids(render_prompt(prompt, doc)),
+        ids = [*document_row_ids(llm, layout, doc),
                *response_prefix_ids(llm, response_prefix), *map(int, generated)]
         input_ids = torch.tensor([ids], dtype=torch.long, device=llm.device)
         logits = llm.model(input_ids=input_ids).logits[0, -1]
@@ -118,8 +254,9 @@ def private_predict(
     ``sample_tokens(votes, temperature, rng)``. Its tokens are used as they are, never redrawn.
     An empty group is still sampled (from the zero vector) for up to ``max_new_tokens`` steps.
 
-    ``batch_rows`` bounds the rows decoded together (default 128 on CPU, 1024 on GPU; raised
-    to the largest group, whose rows must decode together). ``response_prefix`` is public
+    ``batch_rows`` is the fixed number of rows of every packed decode call (default 128 on
+    CPU, 1024 on GPU; rows in flight are bounded by it, raised to the largest group, whose
+    rows must decode in the same step). ``response_prefix`` is public
     text that every reply starts with (appended after the chat prompt, part of the returned
     text): it costs nothing, since it does not depend on the data, and spares the first
     sampled tokens, which otherwise need a consensus of their own. A sequence gives one public
@@ -148,6 +285,7 @@ def private_predict(
     if len(prefixes) != len(groups):
         raise ValueError("one response prefix per group is required")
     forced_of = {p: tuple(response_prefix_ids(llm, p)) for p in set(prefixes)}
+    layouts = {p: prompt_layout(llm, p) for p in dict.fromkeys(prompts)}
     prompt_ids: dict[tuple[str, str], tuple[int, ...]] = {}
     token_ids: dict[tuple[str, str, str], tuple[int, ...]] = {}
     rows: list[list[tuple[int, ...]]] = []
@@ -155,8 +293,8 @@ def private_predict(
         rows.append([])
         for doc in group:
             if (group_prompt, doc) not in prompt_ids:
-                prompt_ids[(group_prompt, doc)] = tuple(
-                    llm.chat_prompt_ids(render_prompt(group_prompt, doc)))
+                prompt_ids[(group_prompt, doc)] = document_row_ids(
+                    llm, layouts[group_prompt], doc)
             if (group_prompt, doc, prefix) not in token_ids:
                 token_ids[(group_prompt, doc, prefix)] = (*prompt_ids[(group_prompt, doc)],
                                                           *forced_of[prefix])
@@ -168,11 +306,12 @@ def private_predict(
         if batch_rows is None:
             batch_rows = DEFAULT_BATCH_ROWS_GPU if device.type == "cuda" else \
                 DEFAULT_BATCH_ROWS_CPU
-        prefix_len = _shared_prefix_length(list(token_ids.values()))
-        some_row = next(iter(token_ids.values()), ())
+        # public: a function of the prompts, never of the rows (see the module docstring)
+        prefix_len = public_prefix_length(list(layouts.values()))
+        some_prefix = next(iter(layouts.values())).prefix if layouts else ()
         tokens = PackedEngine(
             decoding_llama.LlamaStack(llm.model), rows, prefix_len=prefix_len,
-            prefix_ids=list(some_row[:prefix_len]), max_new_tokens=max_new_tokens, clip=clip,
+            prefix_ids=list(some_prefix[:prefix_len]), max_new_tokens=max_new_tokens, clip=clip,
             sampler=sampler, eos_ids=eos, batch_rows=batch_rows, vocab_size=llm.vocab_size,
             on_step=on_step, row_transform=row_transform).run()
     else:
@@ -181,20 +320,6 @@ def private_predict(
             eos_ids=eos, vocab_size=llm.vocab_size, device=device, row_transform=row_transform)
     return [_decode(llm.tokenizer, [*forced_of[p], *t]) for p, t in zip(prefixes, tokens,
                                                                         strict=True)]
-
-
-def _shared_prefix_length(rows: list[tuple[int, ...]]) -> int:
-    """Longest common token prefix of all rows, leaving every row at least one own token."""
-    if not rows:
-        return 0
-    first = rows[0]
-    length = min(len(r) for r in rows) - 1
-    for row in rows[1:]:
-        i = 0
-        while i < length and row[i] == first[i]:
-            i += 1
-        length = i
-    return max(length, 0)
 
 
 def _decode(tokenizer: Any, tokens: list[int]) -> str:
