@@ -61,8 +61,8 @@ def add_query_parser(subparsers: Any, positive_float: Any, positive_int: Any) ->
     parser.add_argument("--instruction", default=None,
                         help="instruction after the question (default 'Answer briefly.')")
     parser.add_argument("--text-column", default="text")
-    parser.add_argument("--id-column", default="id", help="document labels (row numbers "
-                        "without one); tie-breaks and voters read each document's text, "
+    parser.add_argument("--id-column", default="id", help="document labels (content-derived "
+                        "doc-... without one); tie-breaks and voters read each document's text, "
                         "never its id")
     parser.add_argument("--unit-column", default=None,
                         help="column grouping records of one privacy unit (e.g. a patient), "
