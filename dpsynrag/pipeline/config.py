@@ -18,10 +18,11 @@ from typing import Any
 from dpsynrag.accounting.conversions import Conversion
 
 # Grislain's transform with alpha = 1 maps every logit row into [-0.5, 0.5]: exp(l - max) - 1
-# lies in [-1, 0] (-1 where exp underflows in float) and centring halves its range. So c = 0.5 is the largest useful clip bound:
-# a larger c rescales nothing, and the temperature c / (c/tau) it implies halves the vote
-# margin of an agreeing document at the same epsilon (measured: P(consensus token) 0.009 at
-# c = 1 against ~0.8 at c = 0.5 for a 40-row cluster). Smaller c is allowed (it downscales).
+# lies in [-1, 0] (-1 where exp underflows in float) and centring halves its range. So
+# c = 0.5 is the largest useful clip bound: a larger c rescales nothing, and the temperature
+# c / (c/tau) it implies halves the vote margin of an agreeing document at the same epsilon
+# (measured: P(consensus token) 0.009 at c = 1 against ~0.8 at c = 0.5 for a 40-row
+# cluster). Smaller c is allowed (it downscales).
 NATURAL_CLIP = 0.5
 
 
