@@ -1,0 +1,274 @@
+"""Fact mode (issue 14), steps 3-4: clusters anchored on released phrases, one noisy fact
+histogram per cluster.
+
+Inputs (all produced upstream):
+
+* ``doc_items[i]``: the items of document i -- open-vocabulary phrases and statistical
+  keywords -- chosen by a rule that reads document i only (private);
+* ``anchors``: the released phrases A with their released noisy counts (public: the output of
+  DP partition selection, already charged);
+* ``domain``: the public fact domain D = sorted(A u W), W the top keywords of the released
+  stage-(a) histogram (:func:`fact_domain`). D is fixed before any cluster is looked at.
+
+**Step 3, anchored clustering (no release, no cost).** There is one cluster per released
+anchor (optionally only anchors whose released count is at least a public minimum), in the
+public order "rarest first": smallest released noisy count first, ties by the phrase string.
+Document i joins the clusters of the first ``L`` anchors of that order that it holds. So:
+
+* the list of clusters is a function of the released anchors only (an empty cluster exists
+  like any other: skipping it would reveal that it is empty);
+* a document's clusters are a function of its own items and public values only, so adding
+  or removing one document changes the membership of no other document;
+* each document is in at most ``L`` clusters.
+
+**Step 4, the fact histograms (one release per cluster).** For cluster r,
+h_r[v] = #{members d of C_r : d holds item v}, v over all of D. A document holds at most
+``max_items`` = K' = K_e + K_s distinct items of D (checked; duplicates count once), so adding
+or removing one document changes h_r by a 0/1 vector with at most K' ones in each of the <= L
+clusters it belongs to, and leaves the other clusters unchanged.
+
+Privacy: each h_r is released with exact discrete Gaussian noise N_Z(0, sigma^2) on EVERY
+entry of D (zero counts included: noising only the non-zero entries would release the
+support), l2 sensitivity sqrt(K'), so rho_r = K' / (2 sigma^2) zCDP per cluster (Canonne,
+Kamath & Steinke 2020, Thm 14). The clusters are partitions of a parallel group with
+``max_overlap`` L (overlapping parallel composition; DESIGN.md "Accounting"), so the step
+costs at most L K' / (2 sigma^2) in total, whatever the number of clusters. The releases go
+through the build ledger under ``cluster/RRRRR/facts``: charged before drawing, stored, never
+redrawn on resume. The cost is conditional on the released anchors and W (adaptive
+composition with their own charges).
+
+The default group is ``"fact-clusters"``, not the token mode's ``"clusters"``: the anchored
+clusters are another partition of the documents than the keyword soft clusters, so their
+costs must not be summed partition by partition with those of stage (c)/(d).
+
+Memberships and exact counts are private intermediates; nothing here logs them, and error
+messages never name an item.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from dpsynrag.accounting.ledger import Charge, Ledger
+from dpsynrag.accounting.noise import discrete_gaussian
+from dpsynrag.accounting.rng import RandomSource
+
+GROUP = "fact-clusters"
+STAGE = "f-facts"
+MECHANISM = "discrete_gaussian"
+GROUP_DESCRIPTION = ("fact mode: clusters anchored on released phrases; each document in at "
+                     "most L clusters")
+
+__all__ = [
+    "GROUP",
+    "MECHANISM",
+    "STAGE",
+    "anchor_clusters",
+    "anchor_order",
+    "domain_fingerprint",
+    "fact_charge",
+    "fact_counts",
+    "fact_domain",
+    "fact_histogram_rho",
+    "facts_key",
+    "partition_name",
+    "release_fact_histograms",
+]
+
+
+# ---------------------------------------------------------------------- public set-up
+def _positive_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _item_list(items: object) -> Sequence[str]:
+    if isinstance(items, str):
+        raise TypeError("each document's items must be a sequence of strings, not a str")
+    return items  # type: ignore[return-value]
+
+
+def fact_domain(phrases: Mapping[str, int] | Sequence[str], keywords: Sequence[str]) -> list[str]:
+    """The public fact domain D = sorted(A u W) (released phrases and top keywords)."""
+    return sorted(set(phrases) | set(keywords))
+
+
+def domain_fingerprint(domain: Sequence[str]) -> str:
+    """A short hash of the public domain, recorded with each release to catch a changed plan."""
+    digest = hashlib.sha256("\n".join(domain).encode("utf-8")).hexdigest()
+    return digest[:16]
+
+
+def anchor_order(anchors: Mapping[str, int], min_anchor_count: int | None = None) -> list[str]:
+    """Released anchors, rarest first (noisy count ascending, ties by phrase).
+
+    Only anchors whose released count is at least ``min_anchor_count`` (if given) are kept.
+    A function of released values only.
+    """
+    counts = {str(a): int(c) for a, c in anchors.items()}
+    if len(counts) != len(anchors):
+        raise ValueError("anchors must be distinct strings")
+    kept = [a for a, c in counts.items() if min_anchor_count is None or c >= min_anchor_count]
+    return sorted(kept, key=lambda a: (counts[a], a))
+
+
+# ---------------------------------------------------------------------- step 3
+def anchor_clusters(
+    doc_items: Sequence[Sequence[str]],
+    anchors: Mapping[str, int],
+    L: int,
+    min_anchor_count: int | None = None,
+) -> tuple[list[str], list[list[int]]]:
+    """(anchor of each cluster, sorted member indices of each cluster).
+
+    Clusters follow :func:`anchor_order` (one per released anchor, empty ones included);
+    document i joins the clusters of the (at most) ``L`` rarest anchors among its items. No
+    release, no cost; the memberships are private.
+    """
+    L = _positive_int(L, "L")
+    order = anchor_order(anchors, min_anchor_count)
+    rank = {anchor: r for r, anchor in enumerate(order)}
+    clusters: list[list[int]] = [[] for _ in order]
+    for d, items in enumerate(doc_items):
+        ranks = sorted({rank[x] for x in _item_list(items) if x in rank})
+        for r in ranks[:L]:
+            clusters[r].append(d)  # d ascends: every cluster stays sorted
+    return order, clusters
+
+
+# ---------------------------------------------------------------------- step 4
+def partition_name(r: int) -> str:
+    """The ledger partition of cluster ``r`` (``cluster/00017``), inside the fact group."""
+    if isinstance(r, bool) or not isinstance(r, int | np.integer) or r < 0:
+        raise ValueError(f"cluster index must be a non-negative integer, got {r!r}")
+    return f"cluster/{int(r):05d}"
+
+
+def facts_key(r: int) -> str:
+    """The ledger key of cluster ``r``'s fact histogram (``cluster/00017/facts``)."""
+    return f"{partition_name(r)}/facts"
+
+
+def fact_histogram_rho(L: int, max_items: int, sigma: float) -> float:
+    """Whole-step cost with >= L clusters: L K' / (2 sigma^2) zCDP."""
+    return _positive_int(L, "L") * _positive_int(max_items, "max_items") / (2.0 * sigma**2)
+
+
+def fact_charge(r: int, *, sigma: float, max_items: int, domain: Sequence[str],
+                group: str = GROUP) -> Charge:
+    """Charge of one cluster's histogram: l2 sensitivity sqrt(K'), rho = K' / (2 sigma^2)."""
+    k = _positive_int(max_items, "max_items")
+    sensitivity = math.sqrt(k)
+    return Charge(stage=STAGE, mechanism=MECHANISM,
+                  params={"sigma": float(sigma), "l2_sensitivity": sensitivity,
+                          "max_items": k, "size": len(domain),
+                          "domain": domain_fingerprint(domain)},
+                  sensitivity=sensitivity, sensitivity_norm="l2", group=group,
+                  partition=partition_name(r))
+
+
+def _doc_indices(doc_items: Sequence[Sequence[str]], domain: Sequence[str],
+                 max_items: int) -> list[np.ndarray]:
+    """For each document, the sorted distinct domain indices it holds (<= max_items)."""
+    index = {item: j for j, item in enumerate(domain)}
+    if len(index) != len(domain):
+        raise ValueError("the domain must not list an item twice")
+    rows: list[np.ndarray] = []
+    for items in doc_items:
+        ids = sorted({index[x] for x in _item_list(items) if x in index})
+        if len(ids) > max_items:
+            raise ValueError(f"a document holds more than max_items={max_items} distinct "
+                             "domain items; the sensitivity sqrt(max_items) would not hold")
+        rows.append(np.asarray(ids, dtype=np.int64))
+    return rows
+
+
+def _check_clusters(clusters: Sequence[Sequence[int]], n_docs: int, L: int) -> None:
+    membership = np.zeros(n_docs, dtype=np.int64)
+    for members in clusters:
+        ids = np.asarray(members, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= n_docs):
+            raise ValueError("a cluster member is not a document index")
+        if np.unique(ids).size != ids.size:
+            raise ValueError("a cluster lists the same document twice")
+        membership[ids] += 1
+    if membership.size and membership.max() > L:
+        raise ValueError(f"a document is in more than L={L} clusters; the parallel "
+                         "composition would not hold")
+
+
+def fact_counts(clusters: Sequence[Sequence[int]], doc_items: Sequence[Sequence[str]],
+                domain: Sequence[str], max_items: int) -> np.ndarray:
+    """Exact h_r[v] for every cluster r and domain item v (private; int64, clusters x |D|).
+
+    Raises ``ValueError`` if a document holds more than ``max_items`` distinct domain items.
+    """
+    k = _positive_int(max_items, "max_items")
+    rows = _doc_indices(doc_items, domain, k)
+    counts = np.zeros((len(clusters), len(domain)), dtype=np.int64)
+    for r, members in enumerate(clusters):
+        held = [rows[int(d)] for d in members]
+        if held:
+            counts[r] = np.bincount(np.concatenate(held), minlength=len(domain))
+    return counts
+
+
+def release_fact_histograms(
+    ledger: Ledger,
+    clusters: Sequence[Sequence[int]],
+    doc_items: Sequence[Sequence[str]],
+    domain: Sequence[str],
+    *,
+    sigma: float,
+    max_items: int,
+    L: int,
+    group: str = GROUP,
+    batch_size: int = 32,
+    progress: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Release every cluster's noisy fact histogram; returns int64 (clusters x |D|).
+
+    Privacy: per cluster, discrete Gaussian N_Z(0, sigma^2) on all |D| entries, l2
+    sensitivity sqrt(max_items): rho_r = max_items / (2 sigma^2), charged under
+    ``cluster/RRRRR/facts`` in the parallel group ``group`` with max_overlap ``L`` (declared
+    here; a different L for an existing group is refused). Total <= L max_items / (2 sigma^2).
+
+    Refuses (``ValueError``, nothing charged) a document with more than ``max_items`` distinct
+    domain items, and clusters in which a document appears more than ``L`` times in all.
+    Releases go in ledger transactions of ``batch_size`` clusters; ``progress(n)`` is called
+    after each with the number of clusters done. Already released clusters (a resumed build)
+    come back from the ledger unchanged, uncharged and undrawn.
+    """
+    k = _positive_int(max_items, "max_items")
+    overlap = _positive_int(L, "L")
+    step = _positive_int(batch_size, "batch_size")
+    if not (isinstance(sigma, int | float) and math.isfinite(sigma) and sigma > 0):
+        raise ValueError("sigma must be a finite positive number")
+    _check_clusters(clusters, len(doc_items), overlap)
+    counts = fact_counts(clusters, doc_items, domain, k)
+    ledger.declare_parallel_group(group, overlap, GROUP_DESCRIPTION)
+
+    def draw(exact: np.ndarray) -> Callable[[RandomSource], np.ndarray]:
+        # Privacy: exact discrete Gaussian on every entry, rho = max_items / (2 sigma^2).
+        return lambda rng: discrete_gaussian(exact, float(sigma), rng)
+
+    noisy = np.zeros_like(counts)
+    for start in range(0, len(clusters), step):
+        stop = min(start + step, len(clusters))
+        values = ledger.release_many([
+            (facts_key(r), fact_charge(r, sigma=sigma, max_items=k, domain=domain, group=group),
+             draw(counts[r]))
+            for r in range(start, stop)])
+        for r, value in zip(range(start, stop), values, strict=True):
+            row = np.asarray(value, dtype=np.int64)
+            if row.shape != (len(domain),):
+                raise ValueError("a stored fact histogram has another size than the domain")
+            noisy[r] = row
+        if progress is not None:
+            progress(stop - start)
+    return noisy

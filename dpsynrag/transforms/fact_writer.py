@@ -1,0 +1,204 @@
+"""Fact mode (issue 14), step 5: select each cluster's facts and write one note per cluster.
+
+Everything here is post-processing of released values (no cost, no ledger): the noisy fact
+histograms of :mod:`dpsynrag.transforms.fact_clusters`, the public domain D, the released
+anchors and the public parameters below. No function of this module takes a document, its
+items, a membership or an exact count, so the notes cannot depend on private data except
+through the released noisy counts.
+
+Selection rule for cluster r with anchor a (all values noisy, all thresholds public):
+
+* support s_r = noisy h_r[a], the anchor's own count in its cluster (every member holds a, so
+  it estimates the cluster's size). The cluster is dropped if s_r < ``min_support``
+  (default: the absolute threshold below);
+* an item v != a is kept if noisy h_r[v] >= max(c_abs, frac * s_r). c_abs is the smallest
+  integer c with |D| * P(N_Z(0, sigma^2) >= c) <= ``false_facts``: an item no member holds
+  passes it with probability <= false_facts / |D|, so a cluster gets at most ``false_facts``
+  invented facts on average (computed from the exact discrete Gaussian pmf);
+* kept items are ordered by noisy count (descending, ties by string) and capped, phrases of A
+  (``max_phrases``) and keywords of W (``max_keywords``) separately; a cluster with fewer than
+  ``min_facts`` kept items is dropped.
+
+The note is a fixed template: ``"{Anchor}. Related: {Phrase}, {Phrase}. Also reported:
+{keyword}, {keyword}."`` with phrases in title case (:func:`display_phrase`).
+:func:`missing_facts` checks that every kept fact appears in the written text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "ClusterFacts",
+    "FactRule",
+    "absolute_threshold",
+    "display_phrase",
+    "missing_facts",
+    "select_facts",
+    "write_note",
+    "write_notes",
+]
+
+_SMALL_WORDS = frozenset({"a", "an", "and", "as", "at", "by", "for", "from", "in", "of", "on",
+                          "or", "the", "to", "vs", "with"})
+
+
+@dataclass(frozen=True)
+class FactRule:
+    """Public selection parameters (see the module docstring)."""
+
+    frac: float = 0.2
+    false_facts: float = 0.05
+    min_support: float | None = None  # None: the absolute threshold c_abs
+    min_facts: int = 1
+    max_phrases: int = 8
+    max_keywords: int = 12
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.frac) and 0 <= self.frac <= 1):
+            raise ValueError("frac must lie in [0, 1]")
+        if not (math.isfinite(self.false_facts) and self.false_facts > 0):
+            raise ValueError("false_facts must be a finite positive number")
+        for name in ("min_facts", "max_phrases", "max_keywords"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer")
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """The kept facts of one cluster, from released values only."""
+
+    cluster: int
+    anchor: str
+    support: int  # the anchor's noisy count in its own cluster
+    phrases: tuple[str, ...]  # kept items of A (anchor excluded), most frequent first
+    keywords: tuple[str, ...]  # kept items of W that are not in A, most frequent first
+
+    @property
+    def facts(self) -> tuple[str, ...]:
+        return (self.anchor, *self.phrases, *self.keywords)
+
+
+def absolute_threshold(sigma: float, domain_size: int, false_facts: float = 0.05) -> int:
+    """Smallest integer c >= 1 with domain_size * P(N_Z(0, sigma^2) >= c) <= false_facts.
+
+    Public: a function of sigma, |D| and the target only. The tail uses the exact discrete
+    Gaussian pmf exp(-x^2 / (2 sigma^2)) / Z (float64; summed over |x| <= 40 sigma + 10).
+    """
+    if not (math.isfinite(sigma) and sigma > 0):
+        raise ValueError("sigma must be a finite positive number")
+    if not (math.isfinite(false_facts) and false_facts > 0):
+        raise ValueError("false_facts must be a finite positive number")
+    size = max(int(domain_size), 1)
+    span = math.ceil(40 * sigma) + 10
+    x = np.arange(-span, span + 1, dtype=np.float64)
+    weights = np.exp(-(x * x) / (2.0 * sigma * sigma))
+    pmf = weights / weights.sum()
+    upper = np.cumsum(pmf[::-1])[::-1]  # upper[i] = P(X >= x[i])
+    ok = np.flatnonzero((x >= 1) & (size * upper <= false_facts))
+    return int(x[ok[0]]) if ok.size else span + 1
+
+
+def select_facts(
+    noisy: np.ndarray,
+    domain: Sequence[str],
+    anchors: Sequence[str],
+    phrases: Collection[str],
+    sigma: float,
+    rule: FactRule | None = None,
+) -> list[ClusterFacts | None]:
+    """Kept facts of each cluster (``None``: dropped), by the public rule of the module.
+
+    ``noisy``: the released histograms (clusters x |D|); ``anchors[r]``: cluster r's anchor;
+    ``phrases``: the released phrase set A (an item of D in A is a phrase, else a keyword);
+    ``sigma``: the noise scale of the release. Post-processing only (no cost).
+    """
+    rule = rule or FactRule()
+    values = np.asarray(noisy)
+    if values.ndim != 2 or values.shape != (len(anchors), len(domain)):
+        raise ValueError("noisy must have shape (clusters, domain size)")
+    index = {item: j for j, item in enumerate(domain)}
+    if len(index) != len(domain):
+        raise ValueError("the domain must not list an item twice")
+    c_abs = absolute_threshold(sigma, len(domain), rule.false_facts)
+    min_support = c_abs if rule.min_support is None else rule.min_support
+    phrase_set = set(phrases)
+    out: list[ClusterFacts | None] = []
+    for r, anchor in enumerate(anchors):
+        if anchor not in index:
+            raise ValueError(f"cluster {r}: its anchor is not in the domain")
+        row = values[r].astype(np.int64)
+        support = int(row[index[anchor]])
+        if support < min_support:
+            out.append(None)
+            continue
+        cut = max(float(c_abs), rule.frac * support)
+        kept = [j for j in np.flatnonzero(row >= cut) if domain[j] != anchor]
+        kept.sort(key=lambda j: (-int(row[j]), domain[j]))
+        chosen_phrases = tuple(domain[j] for j in kept if domain[j] in phrase_set)
+        chosen_keywords = tuple(domain[j] for j in kept if domain[j] not in phrase_set)
+        facts = ClusterFacts(r, anchor, support, chosen_phrases[: rule.max_phrases],
+                             chosen_keywords[: rule.max_keywords])
+        if len(facts.phrases) + len(facts.keywords) < rule.min_facts:
+            out.append(None)
+            continue
+        out.append(facts)
+    return out
+
+
+def _display_word(word: str) -> str:
+    if "_" in word:  # an identifier ("err_sync_09"): all capitals
+        return word.upper()
+    return "-".join(part[:1].upper() + part[1:] for part in word.split("-"))
+
+
+def display_phrase(phrase: str) -> str:
+    """Title case for a canonical lowercase phrase: "familial feshukia" -> "Familial Feshukia",
+    "e-4471" -> "E-4471", "err_sync_09" -> "ERR_SYNC_09"; short function words stay lowercase
+    except first."""
+    words = phrase.split()
+    return " ".join(w if i and w in _SMALL_WORDS else _display_word(w)
+                    for i, w in enumerate(words))
+
+
+def write_note(facts: ClusterFacts) -> str:
+    """One note from one cluster's kept facts, by the public template (post-processing)."""
+    parts = [f"{display_phrase(facts.anchor)}."]
+    if facts.phrases:
+        parts.append("Related: " + ", ".join(display_phrase(p) for p in facts.phrases) + ".")
+    if facts.keywords:
+        parts.append("Also reported: " + ", ".join(facts.keywords) + ".")
+    return " ".join(parts)
+
+
+def _mentions(text: str, fact: str) -> bool:
+    """``fact`` appears in ``text`` as whole words (case-insensitive, whitespace-normalised)."""
+    pattern = r"(?<!\w)" + r"\s+".join(re.escape(w) for w in fact.split()) + r"(?!\w)"
+    return re.search(pattern, text, flags=re.IGNORECASE) is not None
+
+
+def missing_facts(facts: ClusterFacts, text: str) -> list[str]:
+    """The kept facts of ``facts`` that do not appear in ``text`` (empty: all covered)."""
+    return [f for f in facts.facts if not _mentions(text, f)]
+
+
+def write_notes(facts: Sequence[ClusterFacts | None]) -> list[str]:
+    """Notes of the kept clusters, in cluster order (dropped clusters are skipped).
+
+    Raises ``RuntimeError`` if a note misses one of its kept facts (a template bug).
+    """
+    notes: list[str] = []
+    for item in facts:
+        if item is None:
+            continue
+        note = write_note(item)
+        if missing_facts(item, note):
+            raise RuntimeError(f"the note of cluster {item.cluster} misses a kept fact")
+        notes.append(note)
+    return notes

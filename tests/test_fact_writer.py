@@ -1,0 +1,169 @@
+"""Fact mode step 5: selection by a public rule on released counts, the false-fact threshold,
+dropped clusters, the note template, and the check that every kept fact is in its note.
+
+All tests are exact (deterministic); the end-to-end test uses ``secure_rng(5)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+from dpsynrag.accounting import Ledger, secure_rng
+from dpsynrag.transforms.fact_clusters import (
+    anchor_clusters,
+    fact_domain,
+    release_fact_histograms,
+)
+from dpsynrag.transforms.fact_writer import (
+    ClusterFacts,
+    FactRule,
+    absolute_threshold,
+    display_phrase,
+    missing_facts,
+    select_facts,
+    write_note,
+    write_notes,
+)
+
+
+def _tail(sigma: float, c: int) -> float:
+    """P(N_Z(0, sigma^2) >= c) by direct summation in Python floats (independent reference)."""
+    span = int(60 * sigma) + 20
+    weights = {x: math.exp(-x * x / (2 * sigma * sigma)) for x in range(-span, span + 1)}
+    total = math.fsum(weights.values())
+    return math.fsum(w for x, w in weights.items() if x >= c) / total
+
+
+@pytest.mark.parametrize(("sigma", "size", "target"), [(1.0, 10, 0.05), (3.0, 2000, 0.05),
+                                                       (7.5, 500, 0.5), (0.5, 1, 0.01)])
+def test_absolute_threshold_bounds_the_expected_false_facts(sigma: float, size: int,
+                                                            target: float) -> None:
+    c = absolute_threshold(sigma, size, target)
+    assert c >= 1
+    assert size * _tail(sigma, c) <= target
+    if c > 1:
+        assert size * _tail(sigma, c - 1) > target  # the smallest such c
+    assert absolute_threshold(sigma, size * 10, target) >= c
+
+
+DOMAIN = ["cough", "e-4471", "familial feshukia", "fever", "grenaethix", "rash", "timeout"]
+PHRASES = {"e-4471", "familial feshukia", "grenaethix"}
+
+
+def _row(**counts: int) -> list[int]:
+    return [counts.get(item.replace("-", "_").replace(" ", "_"), 0) for item in DOMAIN]
+
+
+def test_selection_follows_the_public_rule() -> None:
+    sigma = 1.0
+    c_abs = absolute_threshold(sigma, len(DOMAIN), 0.05)
+    noisy = np.array([
+        # anchor familial feshukia, support 40: cut = max(c_abs, 0.25 * 40) = 10
+        _row(familial_feshukia=40, grenaethix=10, fever=25, cough=9, rash=10, e_4471=-3),
+        # anchor e-4471, support 12: cut = max(c_abs, 3) = c_abs
+        _row(e_4471=12, timeout=c_abs, fever=c_abs - 1),
+    ], dtype=np.int64)
+    rule = FactRule(frac=0.25)
+    facts = select_facts(noisy, DOMAIN, ["familial feshukia", "e-4471"], PHRASES, sigma, rule)
+    first, second = facts
+    assert first == ClusterFacts(0, "familial feshukia", 40, ("grenaethix",), ("fever", "rash"))
+    assert second == ClusterFacts(1, "e-4471", 12, (), ("timeout",))
+    capped = select_facts(noisy, DOMAIN, ["familial feshukia", "e-4471"], PHRASES, sigma,
+                          FactRule(frac=0.25, max_keywords=1))
+    assert capped[0] is not None and capped[0].keywords == ("fever",)  # most frequent first
+
+
+def test_clusters_below_support_or_without_facts_are_dropped() -> None:
+    sigma = 2.0
+    c_abs = absolute_threshold(sigma, len(DOMAIN), 0.05)
+    noisy = np.array([
+        _row(grenaethix=c_abs - 1, fever=50),     # support below c_abs: dropped
+        _row(grenaethix=30, fever=2),             # supported, but no fact passes: dropped
+        _row(grenaethix=30, fever=20),            # kept
+        _row(grenaethix=19, fever=20),            # below an explicit min_support of 20
+    ], dtype=np.int64)
+    anchors = ["grenaethix"] * 4
+    facts = select_facts(noisy, DOMAIN, anchors, PHRASES, sigma)
+    assert facts[0] is None and facts[1] is None
+    assert facts[2] is not None and facts[2].keywords == ("fever",)
+    assert facts[3] is not None
+    strict = select_facts(noisy, DOMAIN, anchors, PHRASES, sigma, FactRule(min_support=20))
+    assert strict[3] is None and strict[2] is not None
+    lenient = select_facts(noisy, DOMAIN, anchors, PHRASES, sigma, FactRule(min_facts=0))
+    assert lenient[1] == ClusterFacts(1, "grenaethix", 30, (), ())
+    assert write_notes(facts) == ["Grenaethix. Also reported: fever."] * 2
+
+
+def test_display_phrase_capitalises_words_nicely() -> None:
+    assert display_phrase("familial feshukia") == "Familial Feshukia"
+    assert display_phrase("e-4471") == "E-4471"
+    assert display_phrase("disease of the heart") == "Disease of the Heart"
+    assert display_phrase("of mice") == "Of Mice"
+    assert display_phrase("non-small cell") == "Non-Small Cell"
+    assert display_phrase("kraxi's disease") == "Kraxi's Disease"
+    assert display_phrase("err_sync_09") == "ERR_SYNC_09"
+
+
+def test_every_kept_fact_appears_in_its_note() -> None:
+    facts = ClusterFacts(3, "familial feshukia", 40, ("grenaethix", "e-4471"),
+                         ("fever", "night sweats"))
+    note = write_note(facts)
+    assert note == ("Familial Feshukia. Related: Grenaethix, E-4471. "
+                    "Also reported: fever, night sweats.")
+    assert missing_facts(facts, note) == []
+    assert missing_facts(facts, note.replace("Grenaethix, ", "")) == ["grenaethix"]
+    assert missing_facts(facts, note.replace("fever", "feverish")) == ["fever"]  # whole words
+    assert write_note(ClusterFacts(0, "zorbex", 9, (), ())) == "Zorbex."
+
+
+def test_the_writer_sees_released_values_only() -> None:
+    assert list(inspect.signature(write_notes).parameters) == ["facts"]
+    assert list(inspect.signature(write_note).parameters) == ["facts"]
+    assert list(inspect.signature(select_facts).parameters) == [
+        "noisy", "domain", "anchors", "phrases", "sigma", "rule"]
+    noisy = np.array([_row(grenaethix=30, fever=20, rash=25)], dtype=np.int64)
+    once = write_notes(select_facts(noisy, DOMAIN, ["grenaethix"], PHRASES, 2.0))
+    twice = write_notes(select_facts(noisy.copy(), DOMAIN, ["grenaethix"], PHRASES, 2.0))
+    assert once == twice == ["Grenaethix. Also reported: rash, fever."]
+
+
+def test_selection_refuses_inconsistent_input() -> None:
+    noisy = np.zeros((1, len(DOMAIN)), dtype=np.int64)
+    with pytest.raises(ValueError):
+        select_facts(noisy, DOMAIN, ["not in the domain"], PHRASES, 1.0)
+    with pytest.raises(ValueError):
+        select_facts(noisy, DOMAIN, ["grenaethix", "fever"], PHRASES, 1.0)
+    with pytest.raises(ValueError):
+        FactRule(frac=1.5)
+
+
+def test_planted_facts_come_through_the_whole_pipeline() -> None:
+    """Steps 3-5 on a small corpus: the planted co-occurrences are written, each note holds
+    all its kept facts, and no note names an item its cluster's members never hold."""
+    gen = np.random.default_rng(1)
+    keywords = ["fever", "cough", "rash", "timeout", "pain", "fatigue", "nausea", "itch"]
+    docs: list[list[str]] = []
+    docs += [["familial feshukia", "grenaethix", "fever"] for _ in range(40)]
+    docs += [["e-4471", "timeout"] for _ in range(30)]
+    docs += [[str(w) for w in gen.choice(keywords, size=3, replace=False)] for _ in range(200)]
+    anchors = {"familial feshukia": 41, "e-4471": 28, "grenaethix": 39, "zorbex": 6}
+    domain = fact_domain(anchors, keywords)
+    order, clusters = anchor_clusters(docs, anchors, 1)
+    ledger = Ledger(rng=secure_rng(5))
+    noisy = release_fact_histograms(ledger, clusters, docs, domain, sigma=2.0, max_items=3,
+                                    L=1)
+    facts = select_facts(noisy, domain, order, set(anchors), 2.0)
+    by_anchor = {f.anchor: f for f in facts if f is not None}
+    assert "zorbex" not in by_anchor  # an empty cluster has no support
+    assert by_anchor["grenaethix"].phrases == ("familial feshukia",)
+    assert by_anchor["grenaethix"].keywords == ("fever",)
+    assert by_anchor["e-4471"].keywords == ("timeout",)
+    notes = write_notes(facts)
+    assert "Grenaethix. Related: Familial Feshukia. Also reported: fever." in notes
+    for item in by_anchor.values():
+        held = {x for d in clusters[order.index(item.anchor)] for x in docs[d]}
+        assert set(item.facts) <= held
