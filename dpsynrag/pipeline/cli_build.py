@@ -56,16 +56,17 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     parser.add_argument("--config", type=Path, help="TOML file with any of these options")
     g = parser.add_argument_group("input")
     g.add_argument("--text-column", help="column/field holding the text (default: text)")
-    g.add_argument("--id-column", help="column/field holding a unique id (default: id, or the "
-                   "row number when there is no such column)")
+    g.add_argument("--id-column", help="column/field holding each record's id (default: id; "
+                   "without it ids are derived from each record's content, never its position)")
     g.add_argument("--unit-column", help="column grouping records of one privacy unit (e.g. a "
                    "patient); each unit is bounded to one document (default: one record = one "
                    "unit)")
     g.add_argument("--max-chars", type=pos_int, help="skip (and count) longer documents "
                    "(default 20000)")
     g.add_argument("--unit-bound", choices=["pick", "concat"], help="how a unit with several "
-                   "records becomes one document: pick one by a hash of unit and id (default), "
-                   "or concatenate them in that order up to --max-chars")
+                   "records becomes one document: pick the one with the smallest sha256(unit, "
+                   "sha256(text)) (default), or concatenate them in that order up to "
+                   "--max-chars")
     g.add_argument("--ingest", choices=["inline", "beam"], help="read the input in this "
                    "process (default) or with the Apache Beam ingest job (see 'dpsynrag ingest')")
     g.add_argument("--beam-runner", help="Beam runner for --ingest beam: direct (default, in "
