@@ -1,4 +1,5 @@
-"""Tests of dpsynrag.eval.datasets: the fictitious-clinic generator and the QA loader."""
+"""Tests of dpsynrag.eval.datasets: the fictitious-clinic and support-ticket generators and
+the QA loader."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ from pathlib import Path
 import pytest
 
 from dpsynrag.eval.datasets import (
+    SUPPORT_SYMPTOMS,
     SYMPTOMS,
     DatasetError,
     QAItem,
     is_english_word,
     load_qa_jsonl,
     make_clinic_dataset,
+    make_support_dataset,
     write_clinic_dataset,
+    write_support_dataset,
 )
 from dpsynrag.pipeline.inputs import InputError, read_documents
 
@@ -234,3 +238,148 @@ def test_load_qa_jsonl_errors(tmp_path: Path, content: bytes, where: str | None,
 def test_load_qa_jsonl_missing_file(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match=r"nothing\.jsonl"):
         load_qa_jsonl(tmp_path / "nothing.jsonl")
+
+
+# ------------------------------------------------------------------ support tickets
+@pytest.fixture(scope="module")
+def support():
+    return make_support_dataset(n_tickets=2000, n_issues=40, seed=0)
+
+
+def test_support_same_seed_same_bytes_different_seed_different(tmp_path: Path) -> None:
+    a = write_support_dataset(tmp_path / "a", n_tickets=300, n_issues=20, seed=5)
+    b = write_support_dataset(tmp_path / "b", n_tickets=300, n_issues=20, seed=5)
+    c = write_support_dataset(tmp_path / "c", n_tickets=300, n_issues=20, seed=6)
+    assert set(a) == {"notes", "queries", "issues"}
+    for key in a:
+        assert a[key].read_bytes() == b[key].read_bytes()
+        assert a[key].read_bytes() != c[key].read_bytes()
+
+
+def test_support_files_have_the_clinic_layout(tmp_path: Path) -> None:
+    paths = write_support_dataset(tmp_path, n_tickets=60, n_issues=10, seed=2)
+    notes = [json.loads(line) for line in paths["notes"].read_text().splitlines()]
+    queries = [json.loads(line) for line in paths["queries"].read_text().splitlines()]
+    described = json.loads(paths["issues"].read_text())
+    assert all(set(n) == {"id", "text", "unit"} for n in notes)
+    assert all(set(q) == {"id", "question", "answer", "patient", "disease"} for q in queries)
+    issues = {i["name"]: i for i in described["issues"]}
+    assert all(issues[q["disease"]]["code"] == q["answer"] for q in queries)
+    assert described["n_notes"] == 60 and len(issues) == 10 and described["answer"] == "code"
+    assert set(described["issues"][0]) == {"name", "product", "code", "symptoms", "fix",
+                                           "frequency", "n_notes"}
+    docs = read_documents(paths["notes"], unit_column="unit")
+    assert docs.ids == [n["id"] for n in notes] and docs.texts == [n["text"] for n in notes]
+    items = load_qa_jsonl(paths["queries"])
+    assert [(q.answer, q.patient) for q in items] == [(q["answer"], q["patient"])
+                                                      for q in queries]
+
+
+def test_support_sizes_and_units(support) -> None:
+    assert len(support.tickets) == 2000 and len(support.issues) == 40
+    assert len(support.queries) == 40  # one per issue (all have tickets)
+    assert sum(i.n_notes for i in support.issues) == 2000
+    assert all(i.n_notes >= 1 for i in support.issues)
+    assert len({t.id for t in support.tickets}) == len({t.unit for t in support.tickets}) == 2000
+    small = make_support_dataset(n_tickets=5, n_issues=20, n_queries=12, seed=4)
+    present = {t.issue for t in small.tickets}
+    assert len(small.tickets) == 5 and len(small.queries) == 12
+    assert {q.answer for q in small.queries} == {i.code for i in small.issues
+                                                  if i.name in present}
+
+
+def test_support_customers_unique_and_never_agents_or_askers(support) -> None:
+    customers = [t.customer for t in support.tickets]
+    assert len(set(customers)) == len(customers)
+    for ticket in support.tickets:
+        assert ticket.customer in ticket.text
+    agents = {m.group(1) for t in support.tickets
+              for m in [re.search(r"(?:Agent|by|from|given by) ([A-Z]\S+(?: [A-Z]\.)? [A-Z]"
+                                  r"[a-z]+)(?:[ :,]|$)", t.text)] if m} - set(customers)
+    assert 2 <= len(agents) <= 8
+    askers = {m.group(1) for q in support.queries
+              for m in [re.search(r"(?:I'm|My name is|Hello,) ([A-Z][^.]*?)(?:\.| and| here)",
+                                  q.question)] if m}
+    assert askers and not askers & set(customers)
+
+
+def test_support_issue_names_products_and_codes(support) -> None:
+    products = [i.product for i in support.issues]
+    codes = [i.code for i in support.issues]
+    assert len({p.lower() for p in products}) == len(products)
+    assert len(set(codes)) == len(codes)
+    assert all(not is_english_word(p) for p in products)
+    assert any(p.islower() and p.isalpha() for p in products)  # plain lowercase
+    assert any(any(c.isdigit() for c in p) for p in products)  # with digits
+    assert any(re.search(r"[a-z][A-Z]", p) for p in products)  # camelCase
+    assert all(re.fullmatch(r"E-\d{4}|0x[0-9A-F]{8}|ERR_[A-Z]+_\d\d|[A-Z]{2}\d{3}", c)
+               for c in codes)
+    assert len({re.sub(r"\d", "9", c)[:3] for c in codes}) >= 3  # several code shapes
+    assert len({frozenset(i.symptoms) for i in support.issues}) == 40
+    assert all(2 <= len(i.symptoms) <= 3 for i in support.issues)
+    by_name = {i.name: i for i in support.issues}
+    for ticket in support.tickets[:300]:
+        issue = by_name[ticket.issue]
+        assert issue.product in ticket.text and issue.code in ticket.text
+        assert issue.fix in ticket.text
+        assert all(symptom in ticket.text for symptom in issue.symptoms)
+    assert len({t.text.split()[0] for t in support.tickets}) >= 4  # several templates
+
+
+def test_support_frequencies_are_skewed(support) -> None:
+    counts = sorted(i.n_notes for i in support.issues)
+    assert sum(i.frequency for i in support.issues) == pytest.approx(1.0)
+    assert counts[-1] >= 8 * counts[len(counts) // 2]  # a Zipf head (measured 501 vs 25)
+    assert sum(c < 15 for c in counts) >= 3  # and rare issues (measured 8 below 15)
+    extra = len(support.tickets) - len(support.issues)
+    for issue in support.issues:
+        expected = extra * issue.frequency
+        assert abs(issue.n_notes - 1 - expected) < 5 * expected**0.5 + 2
+
+
+def test_support_queries_paraphrase_without_the_answer(support) -> None:
+    by_code = {i.code: i for i in support.issues}
+    for query in support.queries:
+        issue = by_code[query.answer]
+        assert query.answer.lower() not in query.question.lower()
+        assert issue.product.lower() not in query.question.lower()
+        for symptom in issue.symptoms:
+            assert symptom not in query.question
+        assert query.question.endswith("?")
+        assert query.patient in {t.customer for t in support.tickets if t.issue == issue.name}
+    cycled = make_support_dataset(n_tickets=300, n_issues=10, n_queries=30, seed=3)
+    by_answer = defaultdict(list)
+    for query in cycled.queries:
+        by_answer[query.answer].append(query.question)
+    assert all(len(set(qs)) == 3 for qs in by_answer.values())
+
+
+def test_support_symptom_table() -> None:
+    ticket_phrases = [s for s, _ in SUPPORT_SYMPTOMS]
+    assert len(set(ticket_phrases)) == len(ticket_phrases) >= 40
+    for phrase, paraphrases in SUPPORT_SYMPTOMS:
+        assert len(set(paraphrases)) == 2 and phrase not in paraphrases
+        for text in (phrase, *paraphrases):
+            assert "," not in text and text == text.strip() and text[0].islower(), text
+
+
+def test_support_invalid_arguments() -> None:
+    for kwargs in ({"n_tickets": 0}, {"n_issues": 0}, {"n_queries": -1}, {"n_issues": 1001}):
+        with pytest.raises(ValueError):
+            make_support_dataset(**kwargs)
+
+
+def test_dataset_command_writes_both_kinds(tmp_path: Path, capsys) -> None:
+    from dpsynrag.cli import main
+
+    assert main(["dataset", "support", "-o", str(tmp_path / "s"), "--notes", "40",
+                 "--diseases", "6", "--seed", "1"]) == 0
+    expected = write_support_dataset(tmp_path / "ref", n_tickets=40, n_issues=6, seed=1)
+    for key, path in expected.items():
+        assert (tmp_path / "s" / path.name).read_bytes() == path.read_bytes(), key
+    assert main(["dataset", "clinic", "-o", str(tmp_path / "c"), "--notes", "40",
+                 "--diseases", "6"]) == 0
+    clinic_ref = write_clinic_dataset(tmp_path / "cref", n_notes=40, n_diseases=6, seed=0)
+    for path in clinic_ref.values():
+        assert (tmp_path / "c" / path.name).read_bytes() == path.read_bytes()
+    assert "issues.json" in capsys.readouterr().out

@@ -27,12 +27,22 @@ Generation rules (all deterministic from ``seed`` through ``numpy.random.default
   paraphrases, another symptom order and another template. The asker's name (in some
   templates) is a fresh name, never a patient's. ``patient`` is a patient with that disease
   (another one in each cycle where possible), for leakage checks.
+
+:func:`make_support_dataset` is a second shape, so that rules are not tuned to capitalised
+disease names: fictitious software support tickets. Each issue has an invented product
+name (lowercase, with digits, or camelCase), a unique error code ("E-4471", "0x8007A1F3",
+"ERR_SYNC_09", "KX203"), 2–3 plain-English symptoms and a fix; issue frequencies follow
+Zipf's law; every ticket names a unique customer and one agent of a small pool. Queries
+paraphrase an issue's symptoms, name neither product nor code, and are answered by the
+**error code**. Files as for the clinic, with ``issues.json`` for ``diseases.json``.
+Deterministic from ``seed`` through ``random.Random``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,16 +54,22 @@ import numpy as np
 from dpsynrag.pipeline.inputs import InputError
 
 __all__ = [
+    "SUPPORT_SYMPTOMS",
     "SYMPTOMS",
     "ClinicDataset",
     "ClinicNote",
     "DatasetError",
     "Disease",
+    "Issue",
     "QAItem",
+    "SupportDataset",
+    "SupportTicket",
     "is_english_word",
     "load_qa_jsonl",
     "make_clinic_dataset",
+    "make_support_dataset",
     "write_clinic_dataset",
+    "write_support_dataset",
 ]
 
 GENERATOR_VERSION = "dpsynrag.eval.datasets/clinic-v1"
@@ -645,6 +661,474 @@ def write_clinic_dataset(
         encoding="utf-8")
     paths["diseases"].write_text(json.dumps(data.describe(), ensure_ascii=False, indent=2)
                                  + "\n", encoding="utf-8")
+    return paths
+
+
+# ------------------------------------------------------------------ support tickets
+SUPPORT_GENERATOR_VERSION = "dpsynrag.eval.datasets/support-v1"
+N_AGENTS = 8
+
+SUPPORT_SYMPTOMS: tuple[tuple[str, tuple[str, str]], ...] = (
+    # (phrase used in tickets, (two lay paraphrases used in questions))
+    ("the app freezing on startup", ("the program hanging as soon as I open it",
+                                     "a frozen window every time I launch it")),
+    ("repeated login prompts", ("being asked for my password again and again",
+                                "the sign-in box popping up over and over")),
+    ("duplicate calendar entries", ("every meeting showing up twice in my schedule",
+                                    "doubled appointments in my diary")),
+    ("a blank settings page", ("the options screen coming up completely empty",
+                               "nothing showing when I open the preferences")),
+    ("uploads stalling halfway", ("files stopping in the middle of sending",
+                                  "transfers that never get past the midpoint")),
+    ("the fan spinning loudly during sync", ("my computer getting very noisy while it copies "
+                                             "files", "a roaring cooling fan whenever files "
+                                             "are being copied")),
+    ("missing attachments in sent mail", ("emails going out without the files I added",
+                                          "recipients never getting the documents I attach")),
+    ("slow page loads after the update", ("everything taking ages to open since the upgrade",
+                                          "screens crawling onto the display since the new "
+                                          "version")),
+    ("garbled characters in file names", ("strange symbols replacing letters in my document "
+                                          "titles", "file titles turning into gibberish")),
+    ("notifications arriving hours late", ("alerts showing up long after the event",
+                                           "getting reminders well after they matter")),
+    ("the battery draining overnight", ("my laptop being flat every morning",
+                                        "losing all charge while the machine sleeps")),
+    ("printing only blank pages", ("the printer feeding out empty sheets",
+                                   "pages coming out with nothing on them")),
+    ("the screen flickering when scrolling", ("the display blinking as I move down a page",
+                                              "a shimmering picture whenever I scroll")),
+    ("audio cutting out in calls", ("voices dropping away in the middle of a meeting",
+                                    "losing sound every few seconds on calls")),
+    ("the camera not being detected", ("video calls saying there is no camera at all",
+                                       "my built-in camera not showing up")),
+    ("deleted files reappearing", ("things I removed coming back the next day",
+                                   "old documents returning after I throw them away")),
+    ("the search returning no results", ("looking for anything and finding nothing",
+                                         "an empty list whatever I type into the find box")),
+    ("passwords not being saved", ("having to type my credentials every single time",
+                                   "the program forgetting my sign-in details")),
+    ("the installer rolling back at the end", ("the setup undoing itself right before it "
+                                               "finishes", "installation reversing at the last "
+                                               "step")),
+    ("a crash when exporting reports", ("the program closing whenever I try to save a summary",
+                                        "everything shutting down every time I export")),
+    ("the clock drifting by several minutes", ("the time on my machine slowly going wrong",
+                                               "the displayed time running minutes off")),
+    ("shared folders showing as empty", ("team directories that look like they contain "
+                                         "nothing", "folders my colleagues share appearing "
+                                         "with no files")),
+    ("the mouse cursor lagging", ("the pointer trailing behind my hand",
+                                  "a sluggish arrow on screen")),
+    ("emails stuck in the outbox", ("messages that never leave",
+                                    "mail sitting unsent for hours")),
+    ("the keyboard layout switching by itself", ("my keys suddenly typing the wrong letters",
+                                                 "the typing language changing without me "
+                                                 "asking")),
+    ("thumbnails failing to load", ("grey boxes where the picture previews should be",
+                                    "no small previews of my photos")),
+    ("the disk filling up with temporary files", ("my storage running out for no reason",
+                                                  "free space vanishing day by day")),
+    ("video playback stuttering", ("films jerking and pausing",
+                                   "choppy movies that keep freezing")),
+    ("the connection dropping every few minutes", ("the network going away again and again",
+                                                   "losing internet access repeatedly")),
+    ("high memory use when idle", ("the computer getting sluggish even when I am doing "
+                                   "nothing", "lots of memory used while nothing is open")),
+    ("a licence expired warning", ("a message saying my subscription ran out even though I "
+                                   "paid", "being told my paid plan has lapsed")),
+    ("contacts losing their phone numbers", ("my address book entries missing their numbers",
+                                             "people in my contacts with no number any more")),
+    ("the dark theme turning off at random", ("the screen colours switching back to bright "
+                                              "by themselves", "the night look resetting on "
+                                              "its own")),
+    ("the update check looping forever", ("the program searching for a new version without "
+                                          "ever stopping", "an endless hunt for upgrades")),
+    ("spreadsheets opening as read only", ("not being allowed to edit my tables",
+                                           "workbooks that refuse any change")),
+    ("the backup skipping large files", ("big files never getting copied to the safe store",
+                                         "my largest documents missing from the saved "
+                                         "copies")),
+    ("the sidebar disappearing", ("the side menu vanishing",
+                                  "losing the panel on the left of the window")),
+    ("security codes being rejected", ("the numbers texted to my phone not being accepted",
+                                       "the extra sign-in code always failing")),
+    ("wrong time zones on invitations", ("meeting requests showing the wrong hour",
+                                         "appointments shifted by a few hours")),
+    ("the tablet app logging out on rotation", ("being signed out when I turn the tablet "
+                                                "sideways", "losing my session when the "
+                                                "screen turns")),
+    ("the microphone picking up echo", ("people hearing their own voice back when I talk",
+                                        "an echo on my side of the call")),
+    ("document previews rendering upside down", ("pages showing up flipped",
+                                                 "inverted pages in the preview pane")),
+    ("the scanner producing striped images", ("lines across every page I scan",
+                                              "scans covered in streaks")),
+    ("the progress bar jumping backwards", ("the loading bar going in reverse",
+                                            "the completion meter moving back instead of "
+                                            "forward")),
+    ("bookmarks vanishing after a restart", ("saved pages gone after I reboot",
+                                             "my favourites list emptying when I turn the "
+                                             "machine on")),
+    ("the chat window opening off screen", ("the messaging box appearing where I cannot see "
+                                            "it", "the conversation panel placed outside the "
+                                            "display")),
+    ("the payment page timing out", ("checkout never finishing",
+                                     "the pay screen giving up before I can pay")),
+    ("washed out colours on the second monitor", ("my extra screen looking faded",
+                                                  "dull pale colours on the other display")),
+)
+_PRODUCT_SUFFIXES = ("ora", "ix", "io", "ex", "ly", "on", "ara", "ium")
+_PRODUCT_WORDS = ("Link", "Drive", "Sync", "Vault", "Desk", "Cast", "Hub", "Mail", "Box", "Pay")
+_CODE_WORDS = ("SYNC", "AUTH", "DISK", "NET", "IO", "TLS", "DB", "CACHE", "QUOTA", "TOKEN")
+_FIX_ACTIONS = (
+    "clear the local cache", "sign out and sign in again", "reinstall the client",
+    "roll back to the previous version", "reset the network settings",
+    "renew the licence key", "turn off the battery saver", "re-pair the device",
+    "delete the temporary folder", "rebuild the search index", "update the graphics driver",
+    "switch the proxy setting to automatic", "remove the stored credentials",
+    "disable the browser extension", "reset the sync database", "restore the default theme",
+    "allow the app through the firewall", "set the clock to update automatically",
+    "repair the user profile", "free up disk space",
+)
+_FIX_FOLLOW_UPS = (
+    "restart the computer", "wait for a full resync", "run the built-in repair tool",
+    "log the next error if it comes back", "check for updates", "reboot the router",
+    "restart the app twice", "keep the machine plugged in overnight",
+)
+_TICKET_TEMPLATES = (
+    "{date}. {customer} reports {symptoms} in {product}. The log shows error {code}. "
+    "{agent} advised the customer to {fix}.",
+    "Customer {customer} contacted support on {date} about {product}: {symptoms}. Error "
+    "code {code} appeared each time. Resolution by {agent}: {fix}.",
+    "Hi, this is {customer}. Since {date} my {product} keeps failing with \"{code}\" and "
+    "I see {symptoms}. Reply from {agent}: please {fix}.",
+    "Case opened on {date} for {customer}. Component: {product}. Observed: {symptoms}. "
+    "Error: {code}. Fixed by {agent}, who told the customer to {fix}.",
+    "Agent {agent} took a call from {customer} on {date}. The {product} client returned "
+    "{code} together with {symptoms}. Suggested fix: {fix}.",
+    "On {date}, {customer} wrote that {product} shows {code}. They also noticed {symptoms}. "
+    "Workaround given by {agent}: {fix}.",
+)
+_SUPPORT_QUERY_TEMPLATES = (
+    "Hi, I'm {asker}. I keep running into {symptoms}. Which error code is behind this?",
+    "Lately I've been dealing with {symptoms}. What error code does this match?",
+    "My name is {asker} and I am seeing {symptoms}. Which error should I look up?",
+    "Our office has {symptoms}. What is the error code for this problem?",
+    "Since last week I get {symptoms}. Do you know which error this is?",
+    "Hello, {asker} here. The trouble is {symptoms}. What error code would that be?",
+)
+
+
+@dataclass(frozen=True)
+class Issue:
+    """An invented software issue; ``name`` is ``"<product> <code>"``, ``n_notes`` its
+    tickets, ``frequency`` its Zipf weight."""
+
+    name: str
+    product: str
+    code: str
+    symptoms: tuple[str, ...]
+    fix: str
+    frequency: float
+    n_notes: int
+
+
+@dataclass(frozen=True)
+class SupportTicket:
+    """One support ticket (``id``, ``text``, ``unit`` are what ``notes.jsonl`` holds)."""
+
+    id: str
+    text: str
+    unit: str
+    customer: str
+    issue: str
+
+
+@dataclass(frozen=True)
+class SupportDataset:
+    """Issues, tickets and queries of one generated help desk."""
+
+    seed: int
+    issues: tuple[Issue, ...]
+    tickets: tuple[SupportTicket, ...]
+    queries: tuple[QAItem, ...]
+
+    def describe(self) -> dict[str, Any]:
+        """The public description written to ``issues.json``."""
+        return {
+            "generator": SUPPORT_GENERATOR_VERSION,
+            "seed": self.seed,
+            "answer": "code",
+            "n_notes": len(self.tickets),
+            "n_queries": len(self.queries),
+            "n_issues": len(self.issues),
+            "issues": [
+                {"name": i.name, "product": i.product, "code": i.code,
+                 "symptoms": list(i.symptoms), "fix": i.fix, "frequency": i.frequency,
+                 "n_notes": i.n_notes}
+                for i in self.issues
+            ],
+        }
+
+
+class _SupportCoiner:
+    """Invented lowercase stems, from ``random.Random``: not English words (nor plurals of
+    one), unknown to wordfreq (Zipf < 1), never repeated."""
+
+    def __init__(self, rnd: random.Random) -> None:
+        self.rnd = rnd
+        self.used: set[str] = set()
+
+    def stem(self) -> str:
+        rnd = self.rnd
+        for _ in range(10_000):
+            stem = rnd.choice(_ONSETS) + rnd.choice(_VOWELS)
+            stem += rnd.choice(_INNER_ONSETS) + rnd.choice(_VOWELS)
+            stem += rnd.choice(_CODAS)
+            if (len(stem) >= 4 and stem not in self.used and not _english_or_plural(stem)
+                    and _web_zipf(stem) < 1.0):
+                self.used.add(stem)
+                return stem
+        raise RuntimeError("could not invent a new word")  # pragma: no cover
+
+    def product(self) -> str:
+        """A product name: lowercase ("vexora"), with digits ("kalo-2", "drumex360") or
+        camelCase ("voraLink")."""
+        rnd = self.rnd
+        for _ in range(10_000):
+            stem = self.stem()
+            form = rnd.randrange(4)
+            if form == 0:
+                name = stem.rstrip("aeiouy") + rnd.choice(_PRODUCT_SUFFIXES)
+            elif form == 1:
+                name = f"{stem}-{rnd.randrange(2, 10)}"
+            elif form == 2:
+                name = f"{stem}{rnd.choice(('360', '365', '64', '2000', '7', '11'))}"
+            else:
+                name = stem + rnd.choice(_PRODUCT_WORDS)
+            if name.lower() not in self.used and not is_english_word(name):
+                self.used.add(name.lower())
+                return name
+        raise RuntimeError("could not invent a product name")  # pragma: no cover
+
+
+def _web_zipf(word: str) -> float:
+    """wordfreq's English Zipf frequency (0 for words it has never seen)."""
+    from wordfreq import zipf_frequency
+
+    return float(zipf_frequency(word, "en"))
+
+
+def _english_or_plural(word: str) -> bool:
+    """Whether ``word`` or the singular it may be (``-s``, ``-es``, ``-ies``) is English."""
+    forms = [word, word.removesuffix("s"), word.removesuffix("es")]
+    if word.endswith("ies"):
+        forms.append(word[:-3] + "y")
+    return any(is_english_word(form) for form in forms if form)
+
+
+def _error_code(rnd: random.Random) -> str:
+    form = rnd.randrange(4)
+    if form == 0:
+        return f"E-{rnd.randrange(3000, 10000)}"  # not a year: "E-1998" reads as one
+    if form == 1:
+        return f"0x{rnd.randrange(0x80000000, 0x100000000):08X}"
+    if form == 2:
+        return f"ERR_{rnd.choice(_CODE_WORDS)}_{rnd.randrange(1, 100):02d}"
+    letters = "".join(rnd.choice("BCDFGHJKLMNPQRSTVWXZ") for _ in range(2))
+    return f"{letters}{rnd.randrange(100, 1000)}"
+
+
+def _support_symptom_sets(n_issues: int, rnd: random.Random) -> list[tuple[int, ...]]:
+    """Unique sets of 2-3 symptoms, least-used symptoms first (random tie-break)."""
+    n = len(SUPPORT_SYMPTOMS)
+    usage = [0] * n
+    taken: set[tuple[int, ...]] = set()
+    chosen: list[tuple[int, ...]] = []
+    for _ in range(n_issues):
+        size = rnd.randint(2, 3)
+        candidate: tuple[int, ...] = ()
+        for attempt in range(100):
+            order = sorted(range(n), key=lambda i: usage[i] + rnd.random() * (1.5 + attempt))
+            candidate = tuple(sorted(order[:size]))
+            if candidate not in taken:
+                break
+        while candidate in taken:
+            candidate = tuple(sorted(rnd.sample(range(n), size)))
+        taken.add(candidate)
+        for i in candidate:
+            usage[i] += 1
+        shuffled = list(candidate)
+        rnd.shuffle(shuffled)
+        chosen.append(tuple(shuffled))
+    return chosen
+
+
+class _RandomNames:
+    """Unique person names (first + last, a middle initial only when needed), from
+    ``random.Random``."""
+
+    def __init__(self, rnd: random.Random) -> None:
+        self.rnd = rnd
+        self.used: set[str] = set()
+
+    def new(self) -> str:
+        rnd = self.rnd
+        for _ in range(1000):
+            first, last = rnd.choice(_FIRST_NAMES), rnd.choice(_LAST_NAMES)
+            name = f"{first} {last}"
+            if name in self.used:
+                name = f"{first} {chr(65 + rnd.randrange(26))}. {last}"
+            if name not in self.used:
+                self.used.add(name)
+                return name
+        raise ValueError("too many people for the built-in name lists")
+
+
+def make_support_dataset(
+    *,
+    n_tickets: int = 2000,
+    n_issues: int = 40,
+    n_queries: int | None = None,
+    seed: int = 0,
+) -> SupportDataset:
+    """Generate a fictitious help desk: issues, ``n_tickets`` tickets and the queries.
+
+    Each issue has an invented product (lowercase, with digits, or camelCase), a unique
+    error code ("E-4471", "0x8007A1F3", "ERR_SYNC_09", "KX203"), 2-3 plain-English symptoms
+    (a unique set) and a fix. Issue weights follow Zipf's law (the r-th most common issue
+    has weight proportional to 1/r, ranks shuffled), every issue gets one ticket when
+    there are enough and the rest are drawn by weight, so some issues have few tickets.
+    Each ticket names a unique customer (one privacy unit each: ``unit`` =
+    ``customer-<k>``) and one of ``N_AGENTS`` agents. A query paraphrases an issue's
+    symptoms without naming the product or the code; its answer is the issue's **error
+    code** and ``patient`` a customer with that issue (for leakage checks). Queries cycle
+    over the issues that have tickets as in the clinic set. Deterministic in all arguments
+    (``random.Random(seed)``: public synthetic data, not DP noise).
+    """
+    if n_tickets < 1 or n_issues < 1:
+        raise ValueError("n_tickets and n_issues must be positive")
+    if n_issues > 1000:
+        raise ValueError("n_issues must be at most 1000")
+    if n_queries is not None and n_queries < 0:
+        raise ValueError("n_queries must be non-negative")
+    rnd = random.Random(seed)
+    coiner = _SupportCoiner(rnd)
+    products = [coiner.product() for _ in range(n_issues)]
+    codes: list[str] = []
+    while len(codes) < n_issues:
+        code = _error_code(rnd)
+        if code not in codes:
+            codes.append(code)
+    symptom_sets = _support_symptom_sets(n_issues, rnd)
+    fixes: list[str] = []
+    for _ in range(n_issues):
+        for _attempt in range(100):
+            fix = rnd.choice(_FIX_ACTIONS)
+            if rnd.random() < 0.7:
+                fix += " and " + rnd.choice(_FIX_FOLLOW_UPS)
+            if fix not in fixes:
+                break
+        fixes.append(fix)
+    ranks = list(range(1, n_issues + 1))
+    rnd.shuffle(ranks)
+    total_weight = sum(1.0 / r for r in ranks)
+    frequencies = [1.0 / r / total_weight for r in ranks]
+    if n_tickets >= n_issues:
+        drawn = list(range(n_issues)) + rnd.choices(range(n_issues), weights=frequencies,
+                                                     k=n_tickets - n_issues)
+    else:
+        drawn = rnd.choices(range(n_issues), weights=frequencies, k=n_tickets)
+    rnd.shuffle(drawn)
+
+    people = _RandomNames(rnd)
+    agents = [people.new() for _ in range(N_AGENTS)]
+    customers = [people.new() for _ in range(n_tickets)]
+    start = _dt.date(2023, 1, 1).toordinal()
+    width = max(5, len(str(n_tickets)))
+    names = [f"{products[i]} {codes[i]}" for i in range(n_issues)]
+    tickets: list[SupportTicket] = []
+    counts = [0] * n_issues
+    by_issue: dict[int, list[str]] = {}
+    for k, i in enumerate(drawn):
+        counts[i] += 1
+        by_issue.setdefault(i, []).append(customers[k])
+        symptoms = [SUPPORT_SYMPTOMS[s][0] for s in symptom_sets[i]]
+        rnd.shuffle(symptoms)
+        text = rnd.choice(_TICKET_TEMPLATES).format(
+            customer=customers[k], agent=rnd.choice(agents), product=products[i],
+            code=codes[i], symptoms=_join(symptoms), fix=fixes[i],
+            date=_format_date(_dt.date.fromordinal(start + rnd.randrange(730)),
+                              rnd.randrange(3)))
+        tickets.append(SupportTicket(id=f"ticket-{k + 1:0{width}d}", text=text,
+                                     unit=f"customer-{k + 1:0{width}d}",
+                                     customer=customers[k], issue=names[i]))
+    issues = tuple(
+        Issue(name=names[i], product=products[i], code=codes[i],
+              symptoms=tuple(SUPPORT_SYMPTOMS[s][0] for s in symptom_sets[i]), fix=fixes[i],
+              frequency=frequencies[i], n_notes=counts[i])
+        for i in range(n_issues))
+
+    present = [i for i in range(n_issues) if counts[i] > 0]
+    offsets = {i: rnd.randrange(len(by_issue[i])) for i in present}
+    base_variant = {i: [rnd.randrange(2) for _ in symptom_sets[i]] for i in present}
+    total = len(present) if n_queries is None else n_queries
+    qwidth = max(4, len(str(total)))
+    queries: list[QAItem] = []
+    for k in range(total):
+        i = present[k % len(present)]
+        cycle = k // len(present)
+        sset = symptom_sets[i]
+        order = list(range(len(sset)))
+        rnd.shuffle(order)
+        phrases = [SUPPORT_SYMPTOMS[sset[s]][1][(base_variant[i][s] + (cycle >> s)) % 2]
+                   for s in order]
+        template = rnd.choice(_SUPPORT_QUERY_TEMPLATES)
+        question = template.format(symptoms=_join(phrases),
+                                   asker=people.new() if "{asker}" in template else "")
+        pool = by_issue[i]
+        queries.append(QAItem(id=f"q-{k + 1:0{qwidth}d}", question=question, answer=codes[i],
+                              patient=pool[(offsets[i] + cycle) % len(pool)]))
+    return SupportDataset(seed=seed, issues=issues, tickets=tuple(tickets),
+                          queries=tuple(queries))
+
+
+def write_support_dataset(
+    out_dir: Path | str,
+    n_tickets: int = 2000,
+    n_issues: int = 40,
+    seed: int = 0,
+    *,
+    n_queries: int | None = None,
+) -> dict[str, Path]:
+    """Generate a help desk and write ``notes.jsonl``, ``queries.jsonl`` and ``issues.json``.
+
+    The layout of :func:`write_clinic_dataset`: ``notes.jsonl`` holds ``id, text, unit``
+    (one ticket per customer); ``queries.jsonl`` holds ``id, question, answer`` (the error
+    code), ``patient`` (a customer with that issue; the key the eval harness reads) and
+    ``disease`` (the issue's name, ``"<product> <code>"``); ``issues.json`` the public
+    description. Returns the paths keyed ``notes``, ``queries``, ``issues``. Same
+    arguments, same bytes.
+    """
+    data = make_support_dataset(n_tickets=n_tickets, n_issues=n_issues, n_queries=n_queries,
+                                seed=seed)
+    issue_of = {i.code: i.name for i in data.issues}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"notes": out / "notes.jsonl", "queries": out / "queries.jsonl",
+             "issues": out / "issues.json"}
+    paths["notes"].write_text(
+        "".join(_dumps({"id": t.id, "text": t.text, "unit": t.unit}) + "\n"
+                for t in data.tickets),
+        encoding="utf-8")
+    paths["queries"].write_text(
+        "".join(_dumps({"id": q.id, "question": q.question, "answer": q.answer,
+                        "patient": q.patient, "disease": issue_of[q.answer]}) + "\n"
+                for q in data.queries),
+        encoding="utf-8")
+    paths["issues"].write_text(json.dumps(data.describe(), ensure_ascii=False, indent=2)
+                               + "\n", encoding="utf-8")
     return paths
 
 
