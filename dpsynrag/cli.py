@@ -11,8 +11,12 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from dpsynrag import __version__
+
+if TYPE_CHECKING:
+    from dpsynrag.accounting.planner import FactsBudgetPlan, PlanRequest
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -60,6 +64,12 @@ def _positive_int(text: str) -> int:
 
 
 # ---------------------------------------------------------------------- budget
+_TOKENS_ONLY = {"K": "--K", "T": "--T", "eps_theta": "--eps-theta", "rho_mean": "--rho-mean",
+                "vocab_size": "--vocab-size"}
+_FACTS_ONLY = {"K_e": "--K-e", "K_s": "--K-s", "R_f": "--R-f",
+               "delta_phrases": "--delta-phrases", "share_phrases": "--share-phrases"}
+
+
 def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "budget",
@@ -68,60 +78,138 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
             "Solve DP-SynRAG's zCDP budget (Theorem 1 with the corrections of DESIGN.md): from a "
             "target (epsilon, delta), K, L, T, eps_theta, rho_hist and rho_mean derive sigma_h, "
             "sigma_mu, c/tau and each stage's rho. Refuses a plan that leaves nothing for "
-            "private prediction."),
+            "private prediction. With --generate facts: from (epsilon, delta), L, rho_hist, "
+            "K_e, K_s, delta_phrases and share_phrases derive sigma_h, the phrase release's "
+            "sigma_A and threshold tau_A, and the cluster fact histograms' sigma_C."),
         epilog=("Example (the paper's Table 6): dpsynrag budget --epsilon 10 --delta 1e-3 --K 10 "
-                "--L 5 --T 70 --eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009"),
+                "--L 5 --T 70 --eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009. Facts: dpsynrag "
+                "budget --generate facts --epsilon 10 --delta 1e-3 --L 2 --rho-hist 0.1"),
     )
+    parser.add_argument("--generate", choices=["tokens", "facts"], default="tokens",
+                        help="what the build generates: tokens (the paper's private "
+                             "prediction, default) or facts (released phrases and per-cluster "
+                             "fact histograms)")
     parser.add_argument("--epsilon", type=_positive_float, required=True,
                         help="target epsilon of the whole build")
     parser.add_argument("--delta", type=_open_unit_float, required=True,
                         help="target delta, in (0, 1)")
-    parser.add_argument("--K", type=_positive_int, required=True,
-                        help="keywords per document in the histogram (l2 sensitivity sqrt(K))")
-    parser.add_argument("--L", type=_positive_int, required=True,
-                        help="maximum clusters per document (overlapping parallel composition)")
-    parser.add_argument("--T", type=_positive_int, required=True,
-                        help="tokens generated per cluster")
-    parser.add_argument("--eps-theta", type=_positive_float, required=True,
-                        help="epsilon of the similarity-threshold exponential mechanism")
-    parser.add_argument("--rho-hist", type=_positive_float, required=True,
-                        help="zCDP share of the keyword histogram")
-    parser.add_argument("--rho-mean", type=_positive_float, required=True,
-                        help="zCDP share of each cluster's noisy embedding sum (Gaussian part "
-                             "of retrieval, before x L)")
+    parser.add_argument("--K", type=_positive_int, default=None,
+                        help="tokens: keywords per document in the histogram (l2 sensitivity "
+                             "sqrt(K)); required")
+    parser.add_argument("--L", type=_positive_int, default=None,
+                        help="maximum clusters per document (overlapping parallel "
+                             "composition); required")
+    parser.add_argument("--T", type=_positive_int, default=None,
+                        help="tokens: tokens generated per cluster; required")
+    parser.add_argument("--eps-theta", type=_positive_float, default=None,
+                        help="tokens: epsilon of the similarity-threshold exponential "
+                             "mechanism; required")
+    parser.add_argument("--rho-hist", type=_positive_float, default=None,
+                        help="zCDP share of the keyword histogram; required")
+    parser.add_argument("--rho-mean", type=_positive_float, default=None,
+                        help="tokens: zCDP share of each cluster's noisy embedding sum "
+                             "(Gaussian part of retrieval, before x L); required")
     parser.add_argument("--conversion", choices=["bun-steinke", "cks"], default="bun-steinke",
                         help="zCDP to (epsilon, delta) conversion (default: bun-steinke, the "
                              "paper's; cks is tighter)")
     parser.add_argument("--vocab-size", type=_positive_int, default=None,
-                        help="LLM vocabulary size for the consensus estimate (default 49152, the "
-                             "packaged SmolLM2)")
+                        help="tokens: LLM vocabulary size for the consensus estimate (default "
+                             "49152, the packaged SmolLM2)")
+    parser.add_argument("--K-e", dest="K_e", type=_positive_int, default=None,
+                        help="facts: phrases per document (default 4)")
+    parser.add_argument("--K-s", dest="K_s", type=_positive_int, default=None,
+                        help="facts: keywords per document in the histograms (default 6)")
+    parser.add_argument("--R-f", dest="R_f", type=_positive_int, default=None,
+                        help="facts: top keywords of the histogram added to the cluster domain "
+                             "(default 300)")
+    parser.add_argument("--delta-phrases", type=_open_unit_float, default=None,
+                        help="facts: approximate delta of the phrase release, below --delta "
+                             "(default delta/10)")
+    parser.add_argument("--share-phrases", type=_open_unit_float, default=None,
+                        help="facts: share of the rho left after the histogram that goes to "
+                             "the phrases (default 0.3; the rest to the cluster facts)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=_run_budget)
 
 
-def _run_budget(args: argparse.Namespace) -> int:
-    from dpsynrag.accounting.planner import (
-        DEFAULT_VOCAB_SIZE,
-        PlanError,
-        PlanRequest,
-        plan_budget,
-    )
+def _budget_request(args: argparse.Namespace) -> PlanRequest:
+    """The ``PlanRequest`` of the parsed options; ``CliError`` (exit 2) for a wrong mix."""
+    from dpsynrag.accounting.planner import DEFAULT_VOCAB_SIZE, PlanRequest
 
-    request = PlanRequest(
+    facts = args.generate == "facts"
+    other = _TOKENS_ONLY if facts else _FACTS_ONLY
+    given = [flag for name, flag in other.items() if getattr(args, name) is not None]
+    if given:
+        mode = "tokens" if facts else "facts"
+        raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} only to "
+                       f"--generate {mode} (see 'dpsynrag budget --help')")
+    needed = {"L": "--L", "rho_hist": "--rho-hist"} if facts else {
+        "K": "--K", "L": "--L", "T": "--T", "eps_theta": "--eps-theta", "rho_hist": "--rho-hist",
+        "rho_mean": "--rho-mean"}
+    missing = [flag for name, flag in needed.items() if getattr(args, name) is None]
+    if missing:
+        raise CliError(f"the following arguments are required: {', '.join(missing)} (see "
+                       "'dpsynrag budget --help')")
+    if facts:
+        extra = {name: getattr(args, name) for name in _FACTS_ONLY
+                 if getattr(args, name) is not None}
+        return PlanRequest(epsilon=args.epsilon, delta=args.delta, L=args.L,
+                           rho_hist=args.rho_hist, conversion=args.conversion,
+                           generate="facts", **extra)
+    return PlanRequest(
         epsilon=args.epsilon, delta=args.delta, K=args.K, L=args.L, T=args.T,
         eps_theta=args.eps_theta, rho_hist=args.rho_hist, rho_mean=args.rho_mean,
         conversion=args.conversion, vocab_size=args.vocab_size or DEFAULT_VOCAB_SIZE)
+
+
+def _run_budget(args: argparse.Namespace) -> int:
+    from dpsynrag.accounting.planner import FactsBudgetPlan, PlanError, plan_budget
+
+    request = _budget_request(args)
     try:
         plan = plan_budget(request)
     except PlanError as error:
         raise CliError(str(error), EXIT_FAILURE) from error
     if args.json:
         print(json.dumps(plan.as_dict(), indent=2, sort_keys=True))
+    elif isinstance(plan, FactsBudgetPlan):
+        _print_facts_plan(plan)
     else:
         from dpsynrag.reporting import print_budget_plan
 
         print_budget_plan(plan)
     return EXIT_OK
+
+
+def _print_facts_plan(p: FactsBudgetPlan) -> None:
+    """The facts plan as a table of where rho goes, then its noise scales and epsilons."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=(f"DP-SynRAG facts budget: epsilon={p.epsilon:g}, delta={p.delta:g} "
+                         f"(delta_phrases={p.delta_phrases:g}, {p.conversion}) -> "
+                         f"rho={p.rho_total:.4f}"))
+    for column, justify in (("stage", "left"), ("mechanism", "left"),
+                            ("ρ/cluster", "right"), ("ρ total", "right"), ("share", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for stage, mechanism, per_cluster, composed in p.stage_rows():
+        table.add_row(stage, mechanism, "-" if math.isnan(per_cluster) else f"{per_cluster:.5f}",
+                      f"{composed:.5f}", f"{composed / p.rho_total:.1%}")
+    table.add_row("total", f"clusters × L={p.L}", "", f"{p.rho_total:.5f}", "100.0%",
+                  style="bold")
+    console.print(table)
+    console.print(
+        f"sigma_h = {p.sigma_h:.4f}   sigma_A = {p.sigma_A:.4f}   tau_A = {p.tau_A}   "
+        f"sigma_C = {p.sigma_C:.4f}")
+    console.print(
+        f"phrases: a phrase is released once about {p.docs_to_release} documents share it "
+        f"(probability about 1/2 at tau_A); one document's own phrases appear with probability "
+        f"<= delta_A = {p.delta_A:.3g} (planned delta_phrases {p.delta_phrases:g})")
+    console.print(
+        f"epsilon of rho={p.rho_total:.4f} at delta - delta_phrases = {p.delta_conversion:g}: "
+        f"Bun-Steinke {p.epsilon_bun_steinke:.4f}, CKS {p.epsilon_cks:.4f} "
+        f"(this plan: {p.conversion}, {p.conversion_reference})")
 
 
 # ---------------------------------------------------------------------- main

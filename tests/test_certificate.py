@@ -93,14 +93,15 @@ def key(tmp_path: Path) -> Path:
     return path
 
 
-def make_output(tmp_path: Path, key: Path, ledger: Ledger | None = None) -> Path:
+def make_output(tmp_path: Path, key: Path, ledger: Ledger | None = None,
+                plan: dict | None = None) -> Path:
     ledger = build_ledger(seed=None) if ledger is None else ledger
     out = tmp_path / "out"
     out.mkdir()
     write_output(out, texts=["a b", "c", "d e f"], cluster_keywords=["x", "y", "z"],
                  kept=[True, False, True], token_counts=[4, 2, 4], embedder=FakeEmbedder())
     cert = build_certificate(
-        ledger, delta=DELTA, conversion="bun-steinke", plan=PLAN,
+        ledger, delta=DELTA, conversion="bun-steinke", plan=PLAN if plan is None else plan,
         model_identity={"name": "tiny", "sha256": "11" * 32},
         embedder_identity={"name": "fake", "sha256": "22" * 32},
         vocabulary_sha256="33" * 32,
@@ -491,3 +492,171 @@ def test_verify_cli_reports_seeded_and_fails_a_seeded_build(
     assert report["ok"] is (seed is None) and code == (0 if seed is None else 1)
     assert main(["verify", str(out), "--allow-seeded"]) == 0
     assert ("SEEDED" in capsys.readouterr().out) is (seed is not None)
+
+
+# ---------------------------------------------------------------------- approximate delta
+def facts_plan() -> dict:
+    from dpsynrag.accounting.planner import PlanRequest, plan_budget
+
+    return plan_budget(PlanRequest(epsilon=10.0, delta=DELTA, L=L, rho_hist=0.1,
+                                   generate="facts")).as_dict()
+
+
+def facts_ledger(plan: dict, seed: int | None = None) -> Ledger:
+    """What a facts build charges: histogram, one phrase release, L-overlapping fact counts."""
+    from dpsynrag.accounting.partition_selection import release_partitions
+
+    ledger = Ledger(rng=secure_rng(seed))
+    k_s, k_e = plan["K_s"], plan["K_e"]
+    ledger.release("histogram", Charge("a-histogram", "discrete_gaussian",
+                                       {"sigma": plan["sigma_h"], "l2_sensitivity": math.sqrt(k_s),
+                                        "K": k_s, "size": 6}, math.sqrt(k_s), "l2"),
+                   lambda rng: np.zeros(6, dtype=np.int64))
+    release_partitions(ledger, "phrases", {"fever of unknown origin": 30, "rare drug": 1},
+                       max_items=k_e, sigma=plan["sigma_A"], delta=plan["delta_phrases"])
+    ledger.declare_parallel_group("clusters", L, "each document in at most L clusters")
+    sens = math.sqrt(k_e + k_s)
+    for r in range(3):
+        ledger.release(f"cluster/{r:05d}/facts",
+                       Charge("f-facts", "discrete_gaussian",
+                              {"sigma": plan["sigma_C"], "l2_sensitivity": sens}, sens, "l2",
+                              group="clusters", partition=f"cluster/{r:05d}"),
+                       lambda rng: [0, 1])
+    return ledger
+
+
+def test_facts_certificate_converts_rho_at_delta_minus_delta_approx(tmp_path: Path,
+                                                                    key: Path) -> None:
+    plan = facts_plan()
+    ledger = facts_ledger(plan)
+    out = make_output(tmp_path, key, ledger, plan)
+    cert = load_certificate(out / "certificate.json")
+    approx = ledger.total_delta()
+    assert 0 < approx <= plan["delta_phrases"]
+    assert cert["composition"]["delta_approx_total"] == approx
+    assert cert["composition"]["rho_total"] == pytest.approx(plan["rho_total"], rel=1e-12)
+    g = cert["guarantee"]
+    assert g["delta"] == DELTA and g["delta_approx"] == approx
+    assert g["delta_conversion"] == DELTA - approx
+    assert g["epsilon"] == epsilon_for(g["rho"], DELTA - approx, "bun-steinke")
+    assert g["epsilon"] > epsilon_for(g["rho"], DELTA, "bun-steinke")
+    assert g["epsilon"] <= 10.0 * (1 + 1e-12)  # the plan converted at delta - delta_phrases
+    assert g["epsilon_other_conversions"]["cks"] == epsilon_for(g["rho"], DELTA - approx, "cks")
+    assert "approximately" in g["definition"]
+    [phrases] = [e for e in cert["mechanisms"]["sequential"] if e["key"] == "phrases"]
+    assert phrases["delta"] == approx and phrases["params"]["threshold"] == plan["tau_A"]
+    hist = cert["mechanisms"]["sequential"][0]
+    assert "delta" not in hist
+    assert verify_output(out, key.with_suffix(".pub")) == []
+
+
+@pytest.mark.parametrize("what", ["understated_delta", "threshold_down", "threshold_up",
+                                  "entry_delta", "no_delta_approx_total", "epsilon_at_delta",
+                                  "delta_conversion", "guarantee_delta_approx"])
+def test_tampered_approximate_delta_is_reported(tmp_path: Path, key: Path, what: str) -> None:
+    plan = facts_plan()
+    out = make_output(tmp_path, key, facts_ledger(plan), plan)
+
+    def change(cert: dict) -> None:
+        [entry] = [e for e in cert["mechanisms"]["sequential"] if e["key"] == "phrases"]
+        g = cert["guarantee"]
+        if what == "understated_delta":
+            entry["params"]["delta"] = entry["delta"] / 2
+        elif what == "threshold_down":
+            entry["params"]["threshold"] -= 1
+        elif what == "threshold_up":
+            entry["params"]["threshold"] += 1
+        elif what == "entry_delta":
+            entry["delta"] /= 2
+        elif what == "no_delta_approx_total":
+            del cert["composition"]["delta_approx_total"]
+        elif what == "epsilon_at_delta":  # a forger pretending the delta is free
+            g["epsilon"] = epsilon_for(g["rho"], DELTA, "bun-steinke")
+            g["delta_approx"], g["delta_conversion"] = 0.0, DELTA
+        elif what == "delta_conversion":
+            g["delta_conversion"] = DELTA
+        elif what == "guarantee_delta_approx":
+            g["delta_approx"] = 0.0
+
+    edit(out, change, key=key)
+    problems = verify_output(out, key.with_suffix(".pub"))
+    assert problems, what
+    assert not any(p.startswith("signature:") for p in problems)
+    if what in ("understated_delta", "threshold_down"):
+        assert any("smaller" in p for p in problems)
+    if what == "threshold_up":
+        assert any("approximate delta" in p for p in problems)
+
+
+def test_grouped_partition_selection_composes_its_largest_deltas(tmp_path: Path,
+                                                                 key: Path) -> None:
+    from dpsynrag.accounting.partition_selection import selection_threshold
+
+    ledger = Ledger()
+    ledger.declare_parallel_group("clusters", L, "each document in at most L clusters")
+    deltas = []
+    for r, delta in ((0, 1e-6), (1, 1e-5), (2, 1e-4)):
+        params = {"sigma": 2.0, "max_items": 2, "delta": delta,
+                  "threshold": selection_threshold(2.0, 2, delta)}
+        charge = Charge("f-phrases", "partition_selection", params, math.sqrt(2), "l2",
+                        group="clusters", partition=f"cluster/{r:05d}")
+        deltas.append(charge.delta)
+        ledger.release(f"cluster/{r:05d}/phrases", charge, lambda rng: {})
+    top = sorted(deltas, reverse=True)[:L]
+    assert ledger.total_delta() == pytest.approx(sum(top), rel=1e-15)
+    out = make_output(tmp_path, key, ledger, plan={})
+    cert = load_certificate(out / "certificate.json")
+    assert cert["composition"]["delta_approx_total"] == pytest.approx(sum(top), rel=1e-15)
+    assert cert["composition"]["parallel_groups"]["clusters"]["delta"] == pytest.approx(
+        sum(top), rel=1e-15)
+    entries = [p["releases"][0] for p in cert["mechanisms"]["parallel_groups"][0]["partitions"]]
+    assert [e["delta_each"] for e in entries] == deltas
+    assert verify_output(out) == []
+
+    def change(cert: dict) -> None:
+        cert["mechanisms"]["parallel_groups"][0]["partitions"][2]["releases"][0][
+            "delta_each"] /= 10
+
+    edit(out, change, key=key)
+    problems = verify_output(out)
+    assert any("delta_each" in p for p in problems)
+
+
+def test_older_certificate_without_the_delta_fields_still_verifies(tmp_path: Path,
+                                                                   key: Path) -> None:
+    out = make_output(tmp_path, key)
+    cert = load_certificate(out / "certificate.json")
+    assert cert["composition"]["delta_approx_total"] == 0.0
+    assert cert["guarantee"]["delta_approx"] == 0.0
+    assert cert["guarantee"]["delta_conversion"] == DELTA
+
+    def strip(cert: dict) -> None:
+        del cert["composition"]["delta_approx_total"]
+        del cert["guarantee"]["delta_approx"]
+        del cert["guarantee"]["delta_conversion"]
+
+    edit(out, strip, key=key)
+    assert verify_output(out, key.with_suffix(".pub")) == []
+
+
+def test_no_certificate_when_the_approximate_delta_reaches_delta() -> None:
+    ledger = facts_ledger(facts_plan())
+    with pytest.raises(ValueError, match="approximate delta"):
+        build_certificate(ledger, delta=ledger.total_delta(), conversion="cks", plan={},
+                          model_identity={}, embedder_identity={}, vocabulary_sha256="v",
+                          output_files={}, seeded=False, package_version="0", config={})
+
+
+def test_facts_plan_violations_are_reported(tmp_path: Path, key: Path) -> None:
+    plan = facts_plan()
+    out = make_output(tmp_path, key, facts_ledger(plan), plan)
+
+    def change(cert: dict) -> None:
+        cert["plan"].update(sigma_A=cert["plan"]["sigma_A"] * 2, tau_A=3,
+                            sigma_C=cert["plan"]["sigma_C"] / 2, delta_phrases=1e-9)
+
+    edit(out, change, key=key)
+    problems = verify_output(out)
+    for text in ("phrase release's sigma", "phrase release's threshold",
+                 "over the planned delta_phrases", "sigma_C"):
+        assert any(text in p for p in problems), text

@@ -1,13 +1,23 @@
-"""The budget planner on the paper's Table 6 setting, and its refusals."""
+"""The budget planner on the paper's Table 6 setting, its facts mode, and their refusals."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from dpsynrag.accounting import PlanError, PlanRequest, plan_budget
-from dpsynrag.accounting.costs import exponential_rho, gaussian_rho, token_rho
+from dpsynrag.accounting.costs import (
+    exponential_rho,
+    gaussian_rho,
+    mechanism_delta,
+    mechanism_rho,
+    token_rho,
+)
+from dpsynrag.accounting.partition_selection import discrete_gaussian_tail, selection_threshold
+from dpsynrag.accounting.planner import FactsBudgetPlan
+from dpsynrag.cli import main
 
 
 def table6(conversion: str = "bun-steinke", **overrides: object) -> PlanRequest:
@@ -73,3 +83,129 @@ def test_bad_parameters_are_refused(overrides: dict[str, object]) -> None:
 def test_more_tokens_means_a_smaller_per_token_budget() -> None:
     short, long = plan_budget(table6(T=35)), plan_budget(table6(T=140))
     assert short.c_over_tau == pytest.approx(long.c_over_tau * 2.0, rel=1e-12)
+
+
+# ---------------------------------------------------------------------- facts mode
+def facts(conversion: str = "bun-steinke", **overrides: object) -> PlanRequest:
+    fields: dict[str, object] = dict(epsilon=10.0, delta=1e-3, L=2, rho_hist=0.1,
+                                     conversion=conversion, generate="facts")
+    fields.update(overrides)
+    return PlanRequest(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("conversion", ["bun-steinke", "cks"])
+@pytest.mark.parametrize("overrides", [{}, dict(epsilon=1.0, delta=1e-6, rho_hist=0.005),
+                                       dict(K_e=3, K_s=8, L=4, share_phrases=0.5,
+                                            delta_phrases=2e-4)])
+def test_facts_plan_is_consistent(conversion: str, overrides: dict[str, object]) -> None:
+    request = facts(conversion, **overrides)
+    plan = plan_budget(request)
+    assert isinstance(plan, FactsBudgetPlan) and plan.generate == "facts"
+    delta_phrases = request.delta_phrases or request.delta / 10
+    assert plan.delta_phrases == delta_phrases
+    assert plan.delta_conversion == request.delta - delta_phrases
+    # the parts add up to rho_total
+    assert plan.rho_hist + plan.rho_A + plan.rho_C == pytest.approx(plan.rho_total, rel=1e-12)
+    assert plan.rho_A == pytest.approx(request.share_phrases * (plan.rho_total - plan.rho_hist),
+                                       rel=1e-12)
+    # ... and the noise scales, fed back through the mechanisms' costs, give them back
+    ps = {"sigma": plan.sigma_A, "max_items": plan.K_e, "threshold": plan.tau_A,
+          "delta": plan.delta_phrases}
+    total = (gaussian_rho(math.sqrt(plan.K_s), plan.sigma_h) + mechanism_rho(
+        "partition_selection", ps) + plan.L * gaussian_rho(math.sqrt(plan.K_e + plan.K_s),
+                                                           plan.sigma_C))
+    assert total == pytest.approx(plan.rho_total, rel=1e-12)
+    assert plan.rho_C_per_cluster * plan.L == pytest.approx(plan.rho_C, rel=1e-12)
+    # the epsilon recomputed from rho at delta - delta_phrases is the target
+    target = plan.epsilon_bun_steinke if conversion == "bun-steinke" else plan.epsilon_cks
+    assert target == pytest.approx(request.epsilon, rel=1e-9)
+    assert plan.epsilon_cks <= plan.epsilon_bun_steinke
+    # the threshold: the phrase release's delta fits, and tau_A is the smallest that does
+    assert plan.tau_A == selection_threshold(plan.sigma_A, plan.K_e, delta_phrases)
+    assert plan.delta_A == mechanism_delta("partition_selection", ps) <= delta_phrases
+    if plan.tau_A > 2:
+        assert plan.K_e * discrete_gaussian_tail(plan.sigma_A, plan.tau_A - 2) > delta_phrases
+    assert plan.docs_to_release == plan.tau_A
+    assert plan.sigma_h == pytest.approx(math.sqrt(plan.K_s / (2 * plan.rho_hist)), rel=1e-15)
+
+
+def test_facts_plan_reports_the_documented_keys() -> None:
+    keys = set(plan_budget(facts()).as_dict())
+    assert {"rho_A", "delta_phrases", "sigma_A", "tau_A", "rho_C", "sigma_C", "rho_hist",
+            "sigma_h", "epsilon_bun_steinke", "epsilon_cks", "rho_total", "K_e", "K_s", "R_f",
+            "L", "generate"} <= keys
+    assert not keys & {"T", "eps_theta", "sigma_mu", "c_over_tau"}  # no token-mode checks
+
+
+def test_a_bigger_phrase_share_lowers_sigma_a_and_the_threshold() -> None:
+    low, high = plan_budget(facts(share_phrases=0.1)), plan_budget(facts(share_phrases=0.6))
+    assert high.sigma_A < low.sigma_A and high.tau_A <= low.tau_A
+    assert high.sigma_C > low.sigma_C
+
+
+def test_tokens_plan_is_unchanged_by_the_facts_fields() -> None:
+    plan = plan_budget(table6(K_e=9, share_phrases=0.9))  # facts fields ignored for tokens
+    assert plan.generate == "tokens"
+    assert plan.rho_total == pytest.approx(2.2012, abs=5e-5)
+
+
+def test_impossible_facts_plan_is_refused_with_a_reason() -> None:
+    with pytest.raises(PlanError, match="nothing is left for the phrases"):
+        plan_budget(facts(epsilon=0.1))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(share_phrases=0.0), dict(share_phrases=1.0), dict(delta_phrases=1e-3),
+     dict(delta_phrases=0.0), dict(K_e=0), dict(K_s=0), dict(R_f=0), dict(L=0),
+     dict(rho_hist=0.0), dict(K=10), dict(generate="prose")],
+)
+def test_bad_facts_parameters_are_refused(overrides: dict[str, object]) -> None:
+    with pytest.raises(PlanError):
+        plan_budget(facts(**overrides))
+
+
+def test_facts_k_may_be_given_when_it_equals_k_s() -> None:
+    assert plan_budget(facts(K=6)).sigma_h == plan_budget(facts()).sigma_h
+
+
+# ---------------------------------------------------------------------- dpsynrag budget --generate
+FACTS = ["budget", "--generate", "facts", "--epsilon", "10", "--delta", "1e-3", "--L", "2",
+         "--rho-hist", "0.1"]
+
+
+def test_budget_facts_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*FACTS, "--K-e", "3", "--share-phrases", "0.4", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    expected = plan_budget(facts(K_e=3, share_phrases=0.4)).as_dict()
+    assert shown.keys() == expected.keys()
+    for name in ("rho_A", "sigma_A", "tau_A", "rho_C", "sigma_C", "delta_phrases"):
+        assert shown[name] == expected[name]
+
+
+def test_budget_facts_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*FACTS, "--conversion", "cks"]) == 0
+    out = capsys.readouterr().out
+    plan = plan_budget(facts("cks"))
+    for fragment in ("keyword histogram", "phrases", "cluster facts", f"τ_A={plan.tau_A}",
+                     f"{plan.sigma_C:.4f}", "CKS", "delta_phrases"):
+        assert fragment in out, fragment
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "fragment"),
+    [([*FACTS, "--T", "70"], 2, "--T applies only to --generate tokens"),
+     ([*FACTS[:7]], 2, "required: --L, --rho-hist"),
+     ([*FACTS[:4], "0.1", *FACTS[5:]], 1, "nothing is left"),
+     ([*FACTS, "--delta-phrases", "0.01"], 1, "--delta-phrases"),
+     (["budget", "--epsilon", "10", "--delta", "1e-3", "--K", "10", "--L", "5", "--T", "70",
+       "--eps-theta", "0.4", "--rho-hist", "0.1", "--rho-mean", "0.009", "--K-e", "3"], 2,
+      "--K-e applies only to --generate facts")],
+)
+def test_budget_facts_refusals_are_one_line(args: list[str], code: int, fragment: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(args) == code
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dpsynrag: error:") and fragment in lines[0]
+    assert captured.out == ""

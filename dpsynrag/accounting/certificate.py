@@ -7,11 +7,16 @@
 * ``mechanisms.parallel_groups``: per group (the clusters) its ``max_overlap`` L and, per
   partition (one cluster), its releases grouped by identical (stage, mechanism, parameters)
   with a ``count`` and the ``rho_each`` of one of them (R=500 x T=70 token draws would
-  otherwise be 35,000 entries);
+  otherwise be 35,000 entries); entries of approximately zCDP mechanisms also carry their
+  re-derived ``delta`` (sequential) or ``delta_each`` (grouped);
 * ``composition``: sequential releases add; a parallel group costs the sum of its L most
-  expensive partitions (exactly ``Ledger.total_rho``);
-* ``guarantee``: rho-zCDP and its (epsilon, delta) under the named conversion, the other
-  conversions and dp-accounting's RDP accountant as a cross-check;
+  expensive partitions (exactly ``Ledger.total_rho``); ``delta_approx_total`` composes the
+  approximate deltas of the releases the same way (``Ledger.total_delta``; 0 when every
+  mechanism is zCDP, e.g. partition selection makes it positive);
+* ``guarantee``: delta_approx-approximately rho-zCDP (Bun & Steinke 2016, Def. 8.1) and its
+  (epsilon, delta) under the named conversion, epsilon being that of rho at
+  ``delta_conversion`` = delta - delta_approx (the stated delta is the total); the other
+  conversions and dp-accounting's RDP accountant as a cross-check, at the same delta;
 * identities of the model and embedder (names and weight sha256, never paths) and of the
   vocabulary, the output files' sha256, the public configuration, package version and time;
   ``signing.sign_document`` adds an Ed25519 signature.
@@ -23,9 +28,10 @@ input; the build keeps it operator-side, in its summary and state). A seeded bui
 certificate says ``seeded: true`` and ``for_release: false`` but never the seed: the seed
 regenerates the whole noise stream, and with it the exact values under the noise.
 
-``verify_output`` re-derives every rho from the mechanism parameters (``costs``), the
-composition, and every epsilon (``conversions``), checks the signature and every file hash,
-and returns the list of problems (empty when all is well) without raising.
+``verify_output`` re-derives every rho and approximate delta from the mechanism parameters
+(``costs``), the composition, and every epsilon (``conversions``); a certificate without
+``delta_approx_total`` (older builds) counts as delta_approx 0. It checks the signature and
+every file hash, and returns the list of problems (empty when all is well) without raising.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from dpsynrag.accounting.conversions import CONVERSION_REFERENCES, Conversion, epsilon_for
-from dpsynrag.accounting.costs import mechanism_rho, mechanism_sensitivity
+from dpsynrag.accounting.costs import mechanism_delta, mechanism_rho, mechanism_sensitivity
 from dpsynrag.accounting.ledger import Ledger, Release
 from dpsynrag.accounting.signing import (
     SignatureError,
@@ -68,6 +74,11 @@ NOT_CHARGED = (
     "at most L clusters by a rule of that document and the released keywords alone (covered "
     "by the parallel group's max_overlap). Stage (e) self-filter, the output files and every "
     "later query are post-processing of released values.")
+COMPOSITION_RULE_DELTA = (
+    "approximate zCDP (Bun & Steinke 2016, Def. 8.1): approximate deltas compose like rho "
+    "(sequential releases add; a parallel group costs the sum of its max_overlap largest "
+    "partition deltas); delta_approx-approximately rho-zCDP is (epsilon(rho, delta'), "
+    "delta_approx + delta')-DP for every delta' > 0")
 SEEDED_NOTICE = "not for release: noise was drawn from a seeded, reproducible source (tests)"
 REL_TOL = 1e-9
 # RDP orders for the dp-accounting cross-check: fine enough that its epsilon is within a
@@ -135,11 +146,13 @@ def _mechanisms(ledger: Ledger) -> tuple[list[dict[str, Any]], list[dict[str, An
     partitions: dict[str, dict[str, dict[tuple, dict[str, Any]]]] = {}
     groups = ledger.parallel_groups()
     for release in ledger.releases():
+        delta = release.delta
         if release.group is None:
             sequential.append({
                 "key": release.key, "stage": release.stage, "mechanism": release.mechanism,
                 "params": release.params, "sensitivity": release.sensitivity,
-                "sensitivity_norm": release.sensitivity_norm, "rho": release.rho})
+                "sensitivity_norm": release.sensitivity_norm, "rho": release.rho,
+                **({"delta": delta} if delta else {})})
             continue
         entries = partitions.setdefault(release.group, {}).setdefault(release.partition or "",
                                                                       {})
@@ -149,47 +162,72 @@ def _mechanisms(ledger: Ledger) -> tuple[list[dict[str, Any]], list[dict[str, An
                 "stage": release.stage, "mechanism": release.mechanism,
                 "params": release.params, "sensitivity": release.sensitivity,
                 "sensitivity_norm": release.sensitivity_norm, "count": 1,
-                "rho_each": release.rho}
+                "rho_each": release.rho, **({"delta_each": delta} if delta else {})}
         else:
             entry["count"] += 1
     group_entries: list[dict[str, Any]] = []
     group_rho: dict[str, Any] = {}
+    group_delta = 0.0
     for name in sorted(groups):
         group = groups[name]
         parts = []
+        part_deltas = []
         for part_name in sorted(partitions.get(name, {})):
             releases = list(partitions[name][part_name].values())
             rho = math.fsum(e["count"] * e["rho_each"] for e in releases)
             parts.append({"partition": part_name, "rho": rho, "releases": releases})
+            part_deltas.append(math.fsum(e["count"] * e.get("delta_each", 0.0)
+                                         for e in releases))
         rho = _top_sum([p["rho"] for p in parts], group.max_overlap)
+        delta = _top_sum(part_deltas, group.max_overlap)
+        group_delta += delta
         group_entries.append({"name": name, "max_overlap": group.max_overlap,
                               "description": group.description, "rho": rho,
-                              "partitions": parts})
+                              "partitions": parts, **({"delta": delta} if delta else {})})
         group_rho[name] = {"max_overlap": group.max_overlap, "partitions": len(parts),
-                           "rho": rho}
+                           "rho": rho, **({"delta": delta} if delta else {})}
     rho_sequential = math.fsum(e["rho"] for e in sequential)
     recomputed = rho_sequential + math.fsum(g["rho"] for g in group_rho.values())
     rho_total = ledger.total_rho()
     if not math.isclose(recomputed, rho_total, rel_tol=REL_TOL, abs_tol=1e-15):
         raise RuntimeError("the certificate's composition disagrees with the ledger's total")
+    delta_total = math.fsum(e.get("delta", 0.0) for e in sequential) + group_delta
+    if not math.isclose(delta_total, ledger.total_delta(), rel_tol=REL_TOL, abs_tol=1e-300):
+        raise RuntimeError("the certificate's approximate delta disagrees with the ledger's")
     composition = {"rule": COMPOSITION_RULE, "rho_sequential": rho_sequential,
-                   "parallel_groups": group_rho, "rho_total": rho_total}
+                   "parallel_groups": group_rho, "rho_total": rho_total,
+                   "delta_approx_total": delta_total}
+    if delta_total:
+        composition["rule_delta"] = COMPOSITION_RULE_DELTA
     return sequential, group_entries, composition
 
 
-def _guarantee(rho: float, delta: float, conversion: Conversion) -> dict[str, Any]:
-    others = {c.value: epsilon_for(rho, delta, c) for c in Conversion if c is not conversion}
+def _guarantee(rho: float, delta: float, conversion: Conversion,
+               delta_approx: float = 0.0) -> dict[str, Any]:
+    """rho (and delta_approx) converted to (epsilon, delta): epsilon at delta - delta_approx."""
+    if not delta_approx < delta:
+        raise ValueError(f"the releases' approximate delta {delta_approx:.3g} is not below the "
+                         f"stated delta {delta:g}: no (epsilon, delta) guarantee")
+    at = delta - delta_approx
+    others = {c.value: epsilon_for(rho, at, c) for c in Conversion if c is not conversion}
+    definition = "rho-zCDP, converted to (epsilon, delta)-differential privacy"
+    if delta_approx:
+        definition = ("delta_approx-approximately rho-zCDP (Bun & Steinke 2016, Def. 8.1), "
+                      "converted to (epsilon, delta)-differential privacy with epsilon of rho "
+                      "at delta_conversion = delta - delta_approx")
     guarantee: dict[str, Any] = {
-        "definition": "rho-zCDP, converted to (epsilon, delta)-differential privacy",
+        "definition": definition,
         "rho": rho,
-        "epsilon": epsilon_for(rho, delta, conversion),
+        "epsilon": epsilon_for(rho, at, conversion),
         "delta": delta,
+        "delta_approx": delta_approx,
+        "delta_conversion": at,
         "conversion": conversion.value,
         "conversion_reference": CONVERSION_REFERENCES[conversion],
         "epsilon_other_conversions": others,
         "neighbouring": NEIGHBOURING,
     }
-    cross = dp_accounting_epsilon(rho, delta) if rho > 0 else 0.0
+    cross = dp_accounting_epsilon(rho, at) if rho > 0 else 0.0
     if cross is not None:
         guarantee["cross_check"] = {
             "tool": "dp-accounting RdpAccountant(ZCDpEvent(rho))",
@@ -219,7 +257,8 @@ def build_certificate(
     ``output_files`` maps file names in the output directory to their sha256 (include
     ``manifest.json``; ``emit.output_file_hashes`` computes them). ``config`` must hold
     public settings only (no seed, no paths: ``ValueError`` if it holds a ``seed``).
-    ``seeded`` is also set when the ledger saw a seeded random source.
+    ``seeded`` is also set when the ledger saw a seeded random source. ``ValueError`` if the
+    releases' approximate delta (``Ledger.total_delta``) is not below ``delta``.
     """
     conv = Conversion(conversion)
     if not (0 < delta < 1):
@@ -242,7 +281,8 @@ def build_certificate(
         "created_at": created_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "seeded": is_seeded,
         "for_release": not is_seeded,
-        "guarantee": _guarantee(composition["rho_total"], float(delta), conv),
+        "guarantee": _guarantee(composition["rho_total"], float(delta), conv,
+                                composition["delta_approx_total"]),
         "composition": composition,
         "mechanisms": {"sequential": sequential, "parallel_groups": group_entries},
         "not_charged": NOT_CHARGED,
@@ -345,6 +385,22 @@ def _check_entry(entry: Any, what: str, rho_field: str, problems: list[str]) -> 
     return rho
 
 
+def _check_entry_delta(entry: Any, what: str, delta_field: str, problems: list[str]) -> float:
+    """Re-derive one entry's approximate delta; return it (0.0 if it cannot be derived).
+
+    An entry without ``delta_field`` records 0 (older certificates, zCDP mechanisms).
+    """
+    try:
+        delta = mechanism_delta(entry["mechanism"], entry["params"])
+    except (KeyError, TypeError, ValueError):
+        return 0.0  # already reported by _check_entry
+    recorded = entry.get(delta_field, 0.0)
+    if not _close(recorded, delta):
+        problems.append(f"{what}: recorded {delta_field} {recorded!r} but {entry['mechanism']} "
+                        f"with these parameters has approximate delta {delta!r}")
+    return delta
+
+
 def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
     mechanisms = cert.get("mechanisms")
     composition = cert.get("composition")
@@ -359,10 +415,13 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
         problems.append("certificate: the mechanism lists are malformed")
         return
     seq_rhos = []
+    seq_deltas = []
     for i, entry in enumerate(sequential):
         key = entry.get("key", i) if isinstance(entry, dict) else i
         rho = _check_entry(entry, f"mechanism {key}", "rho", problems)
         seq_rhos.append(0.0 if rho is None else rho)
+        if rho is not None:
+            seq_deltas.append(_check_entry_delta(entry, f"mechanism {key}", "delta", problems))
     rho_sequential = math.fsum(seq_rhos)
     if not _close(composition.get("rho_sequential"), rho_sequential):
         problems.append(f"composition: rho_sequential {composition.get('rho_sequential')!r} "
@@ -372,6 +431,7 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
         recorded_groups = {}
         problems.append("composition: parallel_groups is missing or malformed")
     group_total = []
+    group_deltas = []
     seen = set()
     for group in groups:
         try:
@@ -385,6 +445,7 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
             continue
         seen.add(name)
         part_rhos = []
+        part_deltas = []
         for part in parts:
             try:
                 part_name, releases = part["partition"], part["releases"]
@@ -392,6 +453,7 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
                 problems.append(f"group {name}: malformed partition")
                 continue
             costs = []
+            deltas = []
             for entry in releases:
                 what = f"group {name} {part_name} {entry.get('stage', '?')}" \
                     if isinstance(entry, dict) else f"group {name} {part_name}"
@@ -402,7 +464,10 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
                     continue
                 if rho_each is not None:
                     costs.append(count * rho_each)
+                    deltas.append(count * _check_entry_delta(entry, what, "delta_each",
+                                                             problems))
             part_rho = math.fsum(costs)
+            part_deltas.append(math.fsum(deltas))
             if not _close(part.get("rho"), part_rho):
                 problems.append(f"group {name} {part_name}: rho {part.get('rho')!r} but its "
                                 f"releases add up to {part_rho!r}")
@@ -414,13 +479,24 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
                 or not _close(recorded.get("rho"), rho) or recorded.get("max_overlap") != overlap:
             problems.append(f"group {name}: recorded rho does not equal the sum of its "
                             f"{overlap} most expensive partitions ({rho!r})")
+        delta = _top_sum(part_deltas, overlap)
+        group_deltas.append(delta)
+        if not _close(group.get("delta", 0.0), delta) or (
+                isinstance(recorded, dict) and not _close(recorded.get("delta", 0.0), delta)):
+            problems.append(f"group {name}: recorded delta does not equal the sum of its "
+                            f"{overlap} largest partition deltas ({delta!r})")
     for name in set(recorded_groups) - seen:
         problems.append(f"composition: group {name} has no mechanism entries")
     rho_total = rho_sequential + math.fsum(group_total)
     if not _close(composition.get("rho_total"), rho_total):
         problems.append(f"composition: rho_total {composition.get('rho_total')!r} but the "
                         f"mechanisms compose to {rho_total!r}")
-    _check_guarantee(guarantee, rho_total, problems)
+    delta_approx = math.fsum(seq_deltas) + math.fsum(group_deltas)
+    if not _close(composition.get("delta_approx_total", 0.0), delta_approx):
+        problems.append(f"composition: delta_approx_total "
+                        f"{composition.get('delta_approx_total', 0.0)!r} but the mechanisms' "
+                        f"approximate deltas compose to {delta_approx!r}")
+    _check_guarantee(guarantee, rho_total, delta_approx, problems)
     plan = cert.get("plan")
     if isinstance(plan, dict):
         _check_plan(plan, rho_total, sequential, groups, problems)
@@ -448,6 +524,8 @@ def _check_plan(plan: dict[str, Any], rho_total: float, sequential: list[Any],
         if isinstance(entry, dict) and entry.get("key") == "histogram" and sigma_h is not None \
                 and not _close(entry.get("params", {}).get("sigma"), sigma_h):
             problems.append("plan: the histogram's sigma is not the planned sigma_h")
+    if plan.get("generate") == "facts":
+        _check_facts_plan(plan, sequential, groups, problems)
     clusters = [g for g in groups if isinstance(g, dict) and g.get("name") == "clusters"]
     for group in clusters:
         planned_l = plan.get("L")
@@ -484,20 +562,72 @@ def _check_plan(plan: dict[str, Any], rho_total: float, sequential: list[Any],
                                 f"{tokens_planned} (the worst case must be charged)")
 
 
-def _check_guarantee(guarantee: dict[str, Any], rho_total: float, problems: list[str]) -> None:
+def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[Any],
+                      problems: list[str]) -> None:
+    """A facts build: the phrase release and the clusters' histograms use the planned noise."""
+    expected = {"sigma": _plan_number(plan, "sigma_A"), "threshold": _plan_number(plan, "tau_A"),
+                "max_items": _plan_number(plan, "K_e")}
+    planned_delta = _plan_number(plan, "delta_phrases")
+    for entry in sequential:
+        if not isinstance(entry, dict) or entry.get("mechanism") != "partition_selection":
+            continue
+        params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+        for field, value in expected.items():
+            if value is not None and not _close(params.get(field), value):
+                problems.append(f"plan: the phrase release's {field} is not the planned one")
+        recorded = entry.get("delta")
+        if planned_delta is not None and isinstance(recorded, int | float) \
+                and recorded > planned_delta * (1 + REL_TOL):
+            problems.append("plan: the phrase release's delta is over the planned delta_phrases")
+    # The clusters' fact histograms: discrete Gaussian releases of sensitivity sqrt(K_e + K_s).
+    sigma_c = _plan_number(plan, "sigma_C")
+    k_e, k_s = _plan_number(plan, "K_e"), _plan_number(plan, "K_s")
+    if sigma_c is None or k_e is None or k_s is None:
+        return
+    for group in groups:
+        if not isinstance(group, dict) or group.get("name") != "clusters":
+            continue
+        for part in group.get("partitions", []):
+            for entry in part.get("releases", []) if isinstance(part, dict) else []:
+                params = entry.get("params") if isinstance(entry, dict) else None
+                if isinstance(params, dict) and entry.get("mechanism") == "discrete_gaussian" \
+                        and _close(params.get("l2_sensitivity"), math.sqrt(k_e + k_s)) \
+                        and not _close(params.get("sigma"), sigma_c):
+                    problems.append(f"plan: {part.get('partition')} fact histogram sigma is not "
+                                    "the planned sigma_C")
+
+
+def _check_guarantee(guarantee: dict[str, Any], rho_total: float, delta_approx: float,
+                     problems: list[str]) -> None:
+    """epsilon (and the others) recomputed from rho at delta - delta_approx (re-derived)."""
     if not _close(guarantee.get("rho"), rho_total):
         problems.append(f"guarantee: rho {guarantee.get('rho')!r} but the composition gives "
                         f"{rho_total!r}")
     try:
         delta = float(guarantee["delta"])
         conversion = Conversion(guarantee["conversion"])
-        epsilon = epsilon_for(rho_total, delta, conversion)
     except (KeyError, TypeError, ValueError) as error:
         problems.append(f"guarantee: malformed delta or conversion ({error})")
         return
+    if not delta_approx < delta:
+        problems.append(f"guarantee: the releases' approximate delta {delta_approx!r} is not "
+                        f"below the stated delta {delta!r}: no (epsilon, delta) guarantee")
+        return
+    at = delta - delta_approx
+    try:
+        epsilon = epsilon_for(rho_total, at, conversion)
+    except (TypeError, ValueError) as error:
+        problems.append(f"guarantee: malformed delta ({error})")
+        return
+    if not _close(guarantee.get("delta_approx", 0.0), delta_approx):
+        problems.append(f"guarantee: delta_approx {guarantee.get('delta_approx', 0.0)!r} but "
+                        f"the releases' approximate deltas compose to {delta_approx!r}")
+    if "delta_conversion" in guarantee and not _close(guarantee["delta_conversion"], at):
+        problems.append(f"guarantee: delta_conversion {guarantee['delta_conversion']!r} but "
+                        f"delta - delta_approx is {at!r}")
     if not _close(guarantee.get("epsilon"), epsilon):
         problems.append(f"guarantee: epsilon {guarantee.get('epsilon')!r} but rho {rho_total!r} "
-                        f"at delta {delta!r} gives {epsilon!r} ({conversion.value})")
+                        f"at delta {at!r} gives {epsilon!r} ({conversion.value})")
     if guarantee.get("conversion_reference") != CONVERSION_REFERENCES[conversion]:
         problems.append("guarantee: the conversion reference does not name the conversion")
     others = guarantee.get("epsilon_other_conversions")
@@ -506,7 +636,7 @@ def _check_guarantee(guarantee: dict[str, Any], rho_total: float, problems: list
     else:
         for name, value in others.items():
             try:
-                expected = epsilon_for(rho_total, delta, name)
+                expected = epsilon_for(rho_total, at, name)
             except ValueError:
                 problems.append(f"guarantee: unknown conversion {name!r}")
                 continue
@@ -515,7 +645,7 @@ def _check_guarantee(guarantee: dict[str, Any], rho_total: float, problems: list
                                 f"{expected!r}")
     cross = guarantee.get("cross_check")
     if isinstance(cross, dict):
-        expected = dp_accounting_epsilon(rho_total, delta) if rho_total > 0 else 0.0
+        expected = dp_accounting_epsilon(rho_total, at) if rho_total > 0 else 0.0
         if expected is not None and not _close(cross.get("epsilon"), expected):
             problems.append(f"guarantee: dp-accounting cross-check {cross.get('epsilon')!r}, "
                             f"recomputed {expected!r}")

@@ -88,6 +88,11 @@ MECHANISM_COSTS: Mapping[str, Callable[..., float]] = {
     # Koga et al.'s per-query composition, charged in (epsilon, delta) currency, not zCDP:
     # see MECHANISM_DP. Its rho is 0; the ledger adds its epsilon after converting the rest.
     "dp_composition": lambda p: _check_dp_composition(p) * 0.0,
+    # DP partition selection (open-vocabulary phrases): discrete Gaussian counts of l2
+    # sensitivity sqrt(max_items), rho = max_items/(2 sigma^2), delta-approximate (see
+    # MECHANISM_DELTAS and accounting.partition_selection).
+    "partition_selection": lambda p: _with_delta(partition_selection_rho(p),
+                                                 partition_selection_delta(p)),
 }
 
 
@@ -96,7 +101,42 @@ MECHANISM_DELTAS: Mapping[str, Callable[[Mapping[str, Any]], float]] = {
     "limited_domain": lambda p: approximate_delta(p["delta"]),
     # PTR: the probability delta that the test passes on an unstable input (specs 1.5, 2.5).
     "ptr_gaussian": lambda p: approximate_delta(p["delta"]),
+    # Partition selection: max_items * P(Z >= threshold - 1), re-derived from sigma, max_items
+    # and threshold (never the recorded delta, which must not be smaller).
+    "partition_selection": lambda p: partition_selection_delta(p),
 }
+
+
+def partition_selection_rho(p: Mapping[str, Any]) -> float:
+    """Partition selection: rho = max_items / (2 sigma^2) (discrete Gaussian, sqrt(max_items))."""
+    sigma, max_items = p["sigma"], p["max_items"]
+    _positive(sigma, "sigma")
+    if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
+        raise ValueError(f"max_items must be a positive integer, got {max_items!r}")
+    return max_items / (2.0 * float(sigma) ** 2)
+
+
+def partition_selection_delta(p: Mapping[str, Any]) -> float:
+    """Partition selection's approximate delta, max_items * P(Z >= threshold - 1), rounded up.
+
+    Re-derived from ``sigma``, ``max_items`` and ``threshold``; ``ValueError`` if the
+    threshold is not an integer >= 2 or the recorded ``delta`` is smaller than the re-derived
+    one (an understated delta).
+    """
+    from dpsynrag.accounting.partition_selection import (
+        partition_selection_delta as derive,
+    )
+
+    partition_selection_rho(p)  # validates sigma and max_items
+    threshold = p["threshold"]
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 2:
+        raise ValueError(f"threshold must be an integer >= 2, got {threshold!r}")
+    recorded = approximate_delta(p["delta"])
+    derived = derive(float(p["sigma"]), p["max_items"], threshold)
+    if recorded < derived:
+        raise ValueError(f"partition_selection: the recorded delta {recorded!r} is smaller than "
+                         f"max_items * P(Z >= threshold - 1) = {derived!r}")
+    return derived
 
 
 def _check_dp_composition(p: Mapping[str, Any]) -> float:
@@ -157,6 +197,8 @@ MECHANISM_SENSITIVITY: Mapping[str, tuple[str, Callable[[Mapping[str, Any]], flo
     "sparse_vector_epoch": ("count", lambda p: 1.0),  # each query has sensitivity 1
     "ptr_gaussian": ("l2", lambda p: 2.0),  # the tested gap statistic has sensitivity 2
     "dp_composition": ("count", lambda p: 1.0),  # one vote changes per neighbour
+    # each unit adds 1 to at most max_items phrase counts
+    "partition_selection": ("l2", lambda p: math.sqrt(p["max_items"])),
 }
 
 

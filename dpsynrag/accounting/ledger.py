@@ -16,6 +16,12 @@ Composition (DP-SynRAG Theorem 1 with the corrections of DESIGN.md):
   of its partitions, so the group costs the sum of its L most expensive partitions
   (<= L x the largest), where a partition's cost is the sum of its releases.
 
+Mechanisms that are only approximately zCDP (partition selection, LimitedDomain, PTR; Bun &
+Steinke 2016, Def. 8.1) also carry an approximate delta, re-derived from their parameters by
+``costs.mechanism_delta`` and composed like rho (``total_delta``): sequential releases add, a
+parallel group costs the sum of its L largest per-partition deltas. The rho budget checks rho
+only; the certificate converts rho at delta - total_delta.
+
 The ledger is durable (SQLite, committed per release or per batch) and can be in memory for
 tests and the budget planner.
 """
@@ -37,7 +43,12 @@ from typing import Any
 import numpy as np
 
 from dpsynrag.accounting.conversions import Conversion, epsilon_for
-from dpsynrag.accounting.costs import mechanism_rho, mechanism_sensitivity
+from dpsynrag.accounting.costs import (
+    MECHANISM_DELTAS,
+    mechanism_delta,
+    mechanism_rho,
+    mechanism_sensitivity,
+)
 from dpsynrag.accounting.rng import RandomSource, secure_rng
 
 SCHEMA_VERSION = 1
@@ -80,6 +91,11 @@ class Charge:
     def rho(self) -> float:
         return mechanism_rho(self.mechanism, self.params)
 
+    @property
+    def delta(self) -> float:
+        """The approximate delta of this release (0.0 for a pure or zCDP mechanism)."""
+        return mechanism_delta(self.mechanism, self.params)
+
     def canonical_params(self) -> str:
         return json.dumps(dict(self.params), sort_keys=True, separators=(",", ":"))
 
@@ -99,6 +115,11 @@ class Release:
     partition: str | None
     released: bool
 
+    @property
+    def delta(self) -> float:
+        """The approximate delta, re-derived from the recorded parameters (0.0 if none)."""
+        return _delta_of(self.mechanism, self.params)
+
 
 @dataclass(frozen=True)
 class ParallelGroup:
@@ -111,6 +132,15 @@ class ParallelGroup:
 class _Totals:
     sequential: float = 0.0
     partitions: dict[str, dict[str, float]] = field(default_factory=dict)
+    delta_sequential: float = 0.0
+    delta_partitions: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def _delta_of(mechanism: str, params: Mapping[str, Any] | str) -> float:
+    """Approximate delta of a recorded release; params as a mapping or canonical JSON."""
+    if mechanism not in MECHANISM_DELTAS:
+        return 0.0
+    return mechanism_delta(mechanism, json.loads(params) if isinstance(params, str) else params)
 
 
 _SCHEMA = """
@@ -193,17 +223,23 @@ class Ledger:
 
     def _load_totals(self) -> _Totals:
         totals = _Totals()
-        for rho, grp, part in self._db.execute("SELECT rho, grp, part FROM releases"):
-            self._add_to_totals(totals, rho, grp, part)
+        rows = self._db.execute("SELECT rho, grp, part, mechanism, params FROM releases")
+        for rho, grp, part, mechanism, params in rows:
+            self._add_to_totals(totals, rho, grp, part, _delta_of(mechanism, params))
         return totals
 
     @staticmethod
-    def _add_to_totals(totals: _Totals, rho: float, grp: str | None, part: str | None) -> None:
+    def _add_to_totals(totals: _Totals, rho: float, grp: str | None, part: str | None,
+                       delta: float = 0.0) -> None:
         if grp is None:
             totals.sequential += rho
+            totals.delta_sequential += delta
         else:
             parts = totals.partitions.setdefault(grp, {})
             parts[part or ""] = parts.get(part or "", 0.0) + rho
+            if delta:
+                deltas = totals.delta_partitions.setdefault(grp, {})
+                deltas[part or ""] = deltas.get(part or "", 0.0) + delta
 
     # ------------------------------------------------------------------ properties
     @property
@@ -250,8 +286,26 @@ class Ledger:
             total += sum(sorted(parts.values(), reverse=True)[:overlap])
         return total
 
+    def total_delta(self) -> float:
+        """Total approximate delta of everything charged so far, composed like rho.
+
+        Sequential releases add; a parallel group costs the sum of its ``max_overlap`` largest
+        per-partition deltas (a partition's delta is the sum of its releases'). 0.0 when every
+        release is a pure or zCDP mechanism.
+        """
+        groups = self.parallel_groups()
+        total = self._totals.delta_sequential
+        for name, parts in self._totals.delta_partitions.items():
+            total += sum(sorted(parts.values(), reverse=True)[:groups[name].max_overlap])
+        return total
+
     def epsilon(self, delta: float, conversion: Conversion | str) -> float:
-        return epsilon_for(self.total_rho(), delta, conversion)
+        """epsilon of the total at ``delta``: rho converted at delta - total_delta()."""
+        approx = self.total_delta()
+        if approx >= delta:
+            raise ValueError(f"the releases' approximate delta {approx:.3g} is not below "
+                             f"delta={delta:g}")
+        return epsilon_for(self.total_rho(), delta - approx, conversion)
 
     # ------------------------------------------------------------------ releases
     def release(self, key: str, charge: Charge, draw: Callable[[RandomSource], Any]) -> Any:
@@ -292,7 +346,8 @@ class Ledger:
                 self._totals = self._load_totals()
                 raise
             for _key, charge in fresh:
-                self._add_to_totals(self._totals, charge.rho, charge.group, charge.partition)
+                self._add_to_totals(self._totals, charge.rho, charge.group, charge.partition,
+                                    _delta_of(charge.mechanism, charge.params))
             return results
 
     def _check_groups(
@@ -330,7 +385,7 @@ class Ledger:
         if budget is None or not fresh:
             return
         trial = _Totals(self._totals.sequential,
-                        {g: dict(p) for g, p in self._totals.partitions.items()})
+                        {g: dict(p) for g, p in self._totals.partitions.items()})  # rho only
         for _, charge in fresh:
             self._add_to_totals(trial, charge.rho, charge.group, charge.partition)
         after = self._total_of(trial)

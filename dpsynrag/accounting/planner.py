@@ -9,6 +9,21 @@ DP-SynRAG's cost (Theorem 1, with DESIGN.md's corrections) is
 The planner fixes rho from (epsilon, delta) and the named conversion, takes rho_hist,
 rho_mean (= 1 / (2 sigma_mu^2), the Gaussian part of retrieval) and eps_theta as given shares,
 and solves for sigma_h, sigma_mu and c / tau. Everything here is a public parameter.
+
+The "facts" generation mode (``PlanRequest(generate="facts")``, ``plan_facts``) pays per
+released fact instead of per token:
+
+    rho = K_s / (2 sigma_h^2)                      keyword histogram (stage a), sqrt(K_s)
+        + K_e / (2 sigma_A^2)                      phrase partition selection, sqrt(K_e),
+                                                   delta_A-approximate (delta_A <= delta_phrases)
+        + L (K_e + K_s) / (2 sigma_C^2)            per-cluster fact histograms: each document
+                                                   adds <= K_e + K_s items to each of <= L
+                                                   clusters (overlapping parallel composition)
+
+rho comes from (epsilon, delta - delta_phrases): approximate zCDP with delta_A <= delta_phrases
+is (epsilon(rho, delta - delta_phrases), delta)-DP. What rho_hist leaves is split
+``share_phrases`` to the phrases and the rest to the clusters; the phrase threshold is
+``partition_selection.selection_threshold(sigma_A, K_e, delta_phrases)``.
 """
 
 from __future__ import annotations
@@ -31,24 +46,46 @@ class PlanError(ValueError):
     """The requested plan is impossible or ill-formed."""
 
 
+GENERATE_MODES = ("tokens", "facts")
+
+
 @dataclass(frozen=True)
 class PlanRequest:
+    """A planning request. ``generate="tokens"`` (the paper's) needs K, L, T, eps_theta,
+    rho_hist and rho_mean (0 means unset and is refused); ``generate="facts"`` needs L and
+    rho_hist and reads K_e, K_s, R_f, delta_phrases and share_phrases; there K, when set, must
+    equal K_s (the keyword histogram's width) and T, eps_theta, rho_mean, vocab_size and
+    retrieval are not used.
+    """
+
     epsilon: float
     delta: float
-    K: int
-    L: int
-    T: int
-    eps_theta: float
-    rho_hist: float
-    rho_mean: float
+    K: int = 0
+    L: int = 0
+    T: int = 0
+    eps_theta: float = 0.0
+    rho_hist: float = 0.0
+    rho_mean: float = 0.0
     conversion: Conversion = Conversion.BUN_STEINKE
     vocab_size: int = DEFAULT_VOCAB_SIZE
     retrieval: bool = True  # False: the "w/o retrieval" ablation, S_r = C_r, stage (c) free
+    generate: str = "tokens"
+    K_e: int = 4  # facts: phrases per document (partition selection's max_items)
+    K_s: int = 6  # facts: keywords per document in the histograms
+    R_f: int = 300  # facts: top keywords of the stage-(a) histogram added to the cluster domain
+    delta_phrases: float | None = None  # facts: delta of the phrase release (None: delta / 10)
+    share_phrases: float = 0.3  # facts: share of rho_total - rho_hist for the phrases
 
     def validate(self) -> None:
         _finite_positive(self.epsilon, "--epsilon")
         if not (0 < self.delta < 1):
             raise PlanError(f"--delta must lie strictly between 0 and 1, got {self.delta!r}")
+        if self.generate not in GENERATE_MODES:
+            raise PlanError(f"--generate must be one of {', '.join(GENERATE_MODES)}, got "
+                            f"{self.generate!r}")
+        if self.generate == "facts":
+            self._validate_facts()
+            return
         for name, value in (("--K", self.K), ("--L", self.L), ("--T", self.T),
                             ("--vocab-size", self.vocab_size)):
             if not (isinstance(value, int) and value >= 1):
@@ -58,6 +95,28 @@ class PlanRequest:
         _finite_positive(self.eps_theta, "--eps-theta")
         _finite_positive(self.rho_hist, "--rho-hist")
         _finite_positive(self.rho_mean, "--rho-mean")
+
+    def _validate_facts(self) -> None:
+        for name, value in (("--L", self.L), ("--K-e", self.K_e), ("--K-s", self.K_s),
+                            ("--R-f", self.R_f)):
+            if isinstance(value, bool) or not (isinstance(value, int) and value >= 1):
+                raise PlanError(f"{name} must be a positive integer, got {value!r}")
+        if self.K not in (0, self.K_s):
+            raise PlanError(f"in facts mode the keyword histogram takes K_s={self.K_s} keywords "
+                            f"per document; K={self.K!r} differs (leave K unset or equal)")
+        _finite_positive(self.rho_hist, "--rho-hist")
+        phrases = self.phrase_delta()
+        if not (isinstance(phrases, int | float) and math.isfinite(phrases)
+                and 0 < phrases < self.delta):
+            raise PlanError(f"--delta-phrases must lie strictly between 0 and --delta "
+                            f"({self.delta:g}), got {phrases!r}")
+        share = self.share_phrases
+        if not (isinstance(share, int | float) and math.isfinite(share) and 0 < share < 1):
+            raise PlanError(f"--share-phrases must lie strictly between 0 and 1, got {share!r}")
+
+    def phrase_delta(self) -> float:
+        """delta_phrases, defaulting to delta / 10."""
+        return self.delta / 10.0 if self.delta_phrases is None else self.delta_phrases
 
 
 @dataclass(frozen=True)
@@ -88,6 +147,7 @@ class BudgetPlan:
     epsilon_cks: float
     vocab_size: int
     consensus_rows: int
+    generate: str = "tokens"
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -111,8 +171,116 @@ def _finite_positive(value: float, name: str) -> None:
         raise PlanError(f"{name} must be a finite positive number, got {value!r}")
 
 
-def plan_budget(request: PlanRequest) -> BudgetPlan:
-    """Solve the DP-SynRAG budget; raise ``PlanError`` when nothing is left for prediction."""
+@dataclass(frozen=True)
+class FactsBudgetPlan:
+    """A solved facts plan (module docstring). ``rho_C`` is after x L; ``delta_A`` is the
+    phrase release's actual approximate delta (<= ``delta_phrases``), ``docs_to_release`` the
+    number of documents sharing a phrase for it to be released with probability about 1/2
+    (= ``tau_A``). Epsilons are of ``rho_total`` at ``delta_conversion`` = delta -
+    delta_phrases.
+    """
+
+    generate: str
+    epsilon: float
+    delta: float
+    conversion: str
+    conversion_reference: str
+    L: int
+    K_e: int
+    K_s: int
+    R_f: int
+    share_phrases: float
+    rho_total: float
+    delta_phrases: float
+    delta_conversion: float
+    rho_hist: float
+    sigma_h: float
+    rho_A: float
+    sigma_A: float
+    tau_A: int
+    delta_A: float
+    docs_to_release: int
+    rho_C: float
+    rho_C_per_cluster: float
+    sigma_C: float
+    epsilon_bun_steinke: float
+    epsilon_cks: float
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def stage_rows(self) -> list[tuple[str, str, float, float]]:
+        """(stage, mechanism and noise, rho per cluster or NaN, rho after composition)."""
+        return [
+            ("(a) keyword histogram", f"discrete Gauss. σ_h={self.sigma_h:.4f}, K_s={self.K_s}",
+             math.nan, self.rho_hist),
+            ("(f) phrases", f"partition sel. σ_A={self.sigma_A:.4f}, τ_A={self.tau_A}, "
+             f"K_e={self.K_e}", math.nan, self.rho_A),
+            ("(f) cluster facts", f"discrete Gauss. σ_C={self.sigma_C:.4f}, "
+             f"K_e+K_s={self.K_e + self.K_s}", self.rho_C_per_cluster, self.rho_C),
+        ]
+
+
+def plan_facts(request: PlanRequest) -> FactsBudgetPlan:
+    """Solve the facts-mode budget (module docstring); ``PlanError`` if it is impossible."""
+    from dpsynrag.accounting.partition_selection import (  # mpmath: loaded for facts only
+        partition_selection_delta,
+        selection_threshold,
+    )
+
+    if request.generate != "facts":
+        raise PlanError("plan_facts needs a request with generate='facts'")
+    request.validate()
+    conversion = Conversion(request.conversion)
+    delta_phrases = float(request.phrase_delta())
+    delta_conversion = request.delta - delta_phrases
+    rho_total = rho_for(request.epsilon, delta_conversion, conversion)
+    rest = rho_total - request.rho_hist
+    if rest <= 0:
+        raise PlanError(
+            f"impossible plan: epsilon={request.epsilon:g} at delta={request.delta:g} "
+            f"(delta_phrases={delta_phrases:g}, {conversion.value}) allows rho={rho_total:.4f}, "
+            f"but the keyword histogram alone takes rho={request.rho_hist:.4f}; nothing is left "
+            "for the phrases and the cluster facts. Lower --rho-hist or raise --epsilon")
+    rho_a = request.share_phrases * rest
+    rho_c = rest - rho_a
+    sigma_a = math.sqrt(request.K_e / (2.0 * rho_a))
+    tau_a = selection_threshold(sigma_a, request.K_e, delta_phrases)
+    return FactsBudgetPlan(
+        generate="facts",
+        epsilon=request.epsilon,
+        delta=request.delta,
+        conversion=conversion.value,
+        conversion_reference=CONVERSION_REFERENCES[conversion],
+        L=request.L,
+        K_e=request.K_e,
+        K_s=request.K_s,
+        R_f=request.R_f,
+        share_phrases=float(request.share_phrases),
+        rho_total=rho_total,
+        delta_phrases=delta_phrases,
+        delta_conversion=delta_conversion,
+        rho_hist=request.rho_hist,
+        sigma_h=math.sqrt(request.K_s / (2.0 * request.rho_hist)),
+        rho_A=rho_a,
+        sigma_A=sigma_a,
+        tau_A=tau_a,
+        delta_A=partition_selection_delta(sigma_a, request.K_e, tau_a),
+        docs_to_release=tau_a,
+        rho_C=rho_c,
+        rho_C_per_cluster=rho_c / request.L,
+        sigma_C=math.sqrt(request.L * (request.K_e + request.K_s) / (2.0 * rho_c)),
+        epsilon_bun_steinke=epsilon_for(rho_total, delta_conversion, Conversion.BUN_STEINKE),
+        epsilon_cks=epsilon_for(rho_total, delta_conversion, Conversion.CKS),
+    )
+
+
+def plan_budget(request: PlanRequest) -> BudgetPlan | FactsBudgetPlan:
+    """Solve the budget of ``request.generate``: a ``BudgetPlan`` for tokens (the paper's),
+    a ``FactsBudgetPlan`` for facts (``plan_facts``). Raises ``PlanError`` when impossible
+    (tokens: nothing left for prediction)."""
+    if request.generate == "facts":
+        return plan_facts(request)
     request.validate()
     conversion = Conversion(request.conversion)
     rho_total = rho_for(request.epsilon, request.delta, conversion)
