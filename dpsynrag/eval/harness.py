@@ -7,6 +7,8 @@ Methods (DP-SynRAG's Table 1 rows):
 * ``dp-synrag``: the full build (``pipeline.build.run_build``) at each epsilon;
 * ablations of DP-SynRAG (the paper's Table 3) as extra methods: ``dp-synrag-hard``
   (L = 1), ``dp-synrag-no-filter`` (self-filter off), ``dp-synrag-no-retrieval`` (S_r = C_r);
+* ``dp-synrag-facts``: the build with ``--generate facts`` (issue 14: released phrases and
+  one noisy fact histogram per cluster, no language model);
 * query-time mechanisms over the private notes (``eval.query_methods``): ``dp-rag``,
   ``dp-ksa``, ``sparse-vote``, where epsilon is PER QUERY and the run's total is reported.
 
@@ -35,7 +37,7 @@ from dpsynrag.eval.query_methods import QUERY_METHODS, run_query_method
 from dpsynrag.pipeline.config import BuildConfig, make_config
 
 METHODS = ("non-rag", "rag", "dp-synth", "dp-synrag", "dp-synrag-hard", "dp-synrag-no-filter",
-           "dp-synrag-no-retrieval", "dp-rag", "dp-ksa", "sparse-vote")
+           "dp-synrag-no-retrieval", "dp-rag", "dp-ksa", "sparse-vote", "dp-synrag-facts")
 PRIVATE_METHODS = METHODS[2:]
 ATTACK_TEMPLATE = "Who is the patient diagnosed with {disease}?"
 
@@ -194,6 +196,8 @@ def _build_config(settings: EvalSettings, method: str, epsilon: float, run: int)
         options["no_filter"] = True
     if method == "dp-synrag-no-retrieval":
         options["no_retrieval"] = True
+    if method == "dp-synrag-facts":
+        options["generate"] = "facts"
     return make_config(settings.build_config, options)
 
 
@@ -213,11 +217,13 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Any, work: Pa
     result = measure_corpus(texts, data, runner, k=settings.rag_k,
                             end_to_end=settings.end_to_end, synthetic=True)
     plan = make_plan(config)
+    stage_rho = {"histogram": plan.rho_hist, "phrases": plan.rho_A, "cluster_facts": plan.rho_C} \
+        if config.generate == "facts" else \
+        {"histogram": plan.rho_hist, "retrieval": config.L * plan.rho_retrieval,
+         "prediction": config.L * plan.rho_prediction}
     result.update({
         "rho": summary.rho_spent, "epsilon_spent": summary.epsilon,
-        "stage_rho": {"histogram": plan.rho_hist,
-                      "retrieval": config.L * plan.rho_retrieval,
-                      "prediction": config.L * plan.rho_prediction},
+        "stage_rho": stage_rho,
         "kept": summary.kept_texts, "build_seconds": summary.stage_seconds})
     return result
 

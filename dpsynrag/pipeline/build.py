@@ -85,7 +85,14 @@ class BuildSummary:
         return asdict(self)
 
 
-def make_plan(config: BuildConfig, vocab_size: int | None = None) -> BudgetPlan:
+def make_plan(config: BuildConfig, vocab_size: int | None = None) -> Any:
+    """The solved plan: a ``BudgetPlan`` (tokens) or a ``FactsBudgetPlan`` (facts)."""
+    if config.generate == "facts":
+        return plan_budget(PlanRequest(
+            epsilon=config.epsilon, delta=config.delta, L=config.L, rho_hist=config.rho_hist,
+            conversion=Conversion(config.conversion), generate="facts", K_e=config.K_e,
+            K_s=config.K_s, R_f=config.R_f, delta_phrases=config.delta_phrases,
+            share_phrases=config.share_phrases))
     request = PlanRequest(
         epsilon=config.epsilon, delta=config.delta, K=config.K, L=config.L, T=config.T,
         eps_theta=config.eps_theta, rho_hist=config.rho_hist, rho_mean=config.rho_mean,
@@ -153,8 +160,14 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
         own_runner = runner is None
         runner = runner or make_runner(config, state_dir=state.directory)
         try:
-            result = _stages(docs.texts, config, plan, state, ledger, runner, progress, seconds,
-                             log)
+            if config.generate == "facts":
+                from dpsynrag.pipeline.facts_stages import facts_stages
+
+                result = facts_stages(docs.texts, config, plan, state, ledger, progress,
+                                      seconds, log)
+            else:
+                result = _stages(docs.texts, config, plan, state, ledger, runner, progress,
+                                 seconds, log)
             t0 = time.monotonic()
             signer = _emit(out_dir, result, config, plan, state, ledger, runner, signing_key,
                            force)
@@ -163,14 +176,16 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
             if own_runner:
                 runner.close()
         rho = ledger.total_rho()
+        # approximate zCDP (the facts mode's phrase release): convert at delta - delta_A
+        delta_conversion = config.delta - ledger.total_delta()
         conversion = Conversion(config.conversion)
         summary = BuildSummary(
             out_dir=str(out_dir), state_dir=str(state.directory), documents_in=n_docs,
-            skipped=dict(docs.skipped), clusters=len(result["texts"]),
+            skipped=dict(docs.skipped), clusters=result.get("clusters", len(result["texts"])),
             synthetic_texts=len(result["texts"]), kept_texts=int(sum(result["kept"])),
-            rho_spent=rho, epsilon=epsilon_for(rho, config.delta, conversion),
+            rho_spent=rho, epsilon=epsilon_for(rho, delta_conversion, conversion),
             delta=config.delta, conversion=conversion.value,
-            epsilon_other={c.value: epsilon_for(rho, config.delta, c) for c in Conversion
+            epsilon_other={c.value: epsilon_for(rho, delta_conversion, c) for c in Conversion
                            if c != conversion},
             seeded=ledger.seeded, resumed=resumed, stage_seconds=seconds,
             signing_key_fingerprint=signer[0], signing_key_created=signer[1],
@@ -223,13 +238,25 @@ def read_input(input_path: str | Path, config: BuildConfig,
     return docs
 
 
-def corpus_ledger_mechanisms(config: BuildConfig, plan: BudgetPlan) -> list[dict[str, Any]]:
+def corpus_ledger_mechanisms(config: BuildConfig, plan: Any) -> list[dict[str, Any]]:
     """The build's planned releases as corpus-ledger mechanisms (costs recomputed there).
 
     The clusters compose by overlapping parallel composition: their cost is at most L times one
     cluster's (every cluster has the same parameters), so L copies of one cluster's releases
     are charged: exactly the build ledger's total.
     """
+    if config.generate == "facts":
+        return [
+            {"mechanism": "discrete_gaussian",
+             "params": {"sigma": plan.sigma_h, "l2_sensitivity": math.sqrt(config.K_s)},
+             "count": 1},
+            {"mechanism": "partition_selection",
+             "params": {"sigma": plan.sigma_A, "max_items": config.K_e,
+                        "threshold": plan.tau_A, "delta": plan.delta_phrases}, "count": 1},
+            {"mechanism": "discrete_gaussian",
+             "params": {"sigma": plan.sigma_C,
+                        "l2_sensitivity": math.sqrt(config.K_e + config.K_s)},
+             "count": config.L}]
     temperature = config.clip / plan.c_over_tau
     mechanisms: list[dict[str, Any]] = [
         {"mechanism": "discrete_gaussian",
@@ -440,7 +467,9 @@ def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: Budg
             kept=result["kept"], token_counts=result["tokens"], embedder=embedder)
         del manifest
         files = output_file_hashes(partial)
-        llm_identity = {k: v for k, v in runner.llm_identity().items() if k != "eos_token_ids"}
+        llm_identity = {"name": "none", "note": "--generate facts uses no language model"} \
+            if config.generate == "facts" else \
+            {k: v for k, v in runner.llm_identity().items() if k != "eos_token_ids"}
         certificate = build_certificate(
             ledger, delta=config.delta, conversion=config.conversion, plan=plan.as_dict(),
             model_identity=llm_identity, embedder_identity=runner.embedder_identity(),

@@ -95,6 +95,24 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                    "sum (default 0.009)")
     g.add_argument("--clip", type=pos_float, help="logit clip c, at most 0.5 (the transform's "
                    "rows never span more); the temperature is c/(c/tau) (default 0.5)")
+    g = parser.add_argument_group("generation mode (issue 14)")
+    g.add_argument("--generate", choices=["tokens", "facts"],
+                   help="tokens: the paper's private prediction, token by token (default); "
+                        "facts: release open-vocabulary phrases by DP partition selection, "
+                        "cluster on them and write each cluster's note from one noisy fact "
+                        "histogram (no LLM; pays per fact, not per token)")
+    g.add_argument("--K-e", dest="K_e", type=pos_int,
+                   help="facts: open-vocabulary phrases per document (default 4)")
+    g.add_argument("--K-s", dest="K_s", type=pos_int,
+                   help="facts: statistical keywords per document (default 6)")
+    g.add_argument("--R-f", dest="R_f", type=pos_int,
+                   help="facts: top noisy keywords added to the facts' domain (default 300)")
+    g.add_argument("--share-phrases", type=unit_float,
+                   help="facts: share of the rho left after the keyword histogram that goes "
+                        "to the phrase release (default 0.3)")
+    g.add_argument("--delta-phrases", type=unit_float,
+                   help="facts: probability bound of releasing any phrase only one unit "
+                        "holds; part of --delta (default delta/10)")
     g = parser.add_argument_group("stages")
     g.add_argument("--keywords", choices=["llm", "statistical"],
                    help="keyword extraction: the LLM (paper; default) or the document's rarest "
@@ -152,7 +170,8 @@ CONFIG_FLAGS = ("text_column", "id_column", "unit_column", "max_chars", "unit_bo
                 "beam_runner", "beam_options", "on_bad_row", "epsilon", "delta",
                 "conversion", "K", "R", "L", "k", "T", "eps_theta", "rho_hist", "rho_mean", "clip",
                 "keywords", "rephrase_prompt", "response_prefix", "keyword_prompt",
-                "filter_prompt", "no_filter", "no_retrieval",
+                "filter_prompt", "no_filter", "no_retrieval", "generate", "K_e", "K_s", "R_f",
+                "share_phrases", "delta_phrases",
                 "model", "embedder", "device", "dtype", "runner", "ray_address", "workers",
                 "batch_rows", "seed")
 

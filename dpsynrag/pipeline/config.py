@@ -65,6 +65,14 @@ class BuildConfig:
     filter_prompt: str | None = None
     no_filter: bool = False
     no_retrieval: bool = False  # ablation (paper Table 3): S_r = C_r, no stage (c) releases
+    # generation mode: "tokens" (the paper: private prediction token by token) or "facts"
+    # (issue 14: released phrases, anchored clusters, one noisy fact histogram per cluster)
+    generate: str = "tokens"
+    K_e: int = 4  # facts: open-vocabulary phrases per document
+    K_s: int = 6  # facts: statistical keywords per document (histogram and cluster facts)
+    R_f: int = 300  # facts: top noisy keywords added to the cluster histograms' domain
+    share_phrases: float = 0.3  # facts: share of the rho after the histogram for phrases
+    delta_phrases: float | None = None  # facts: delta of the phrase release (default delta/10)
     # models and execution (not part of the fingerprint unless they change the output)
     model: str | None = None
     embedder: str | None = None
@@ -78,6 +86,7 @@ class BuildConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     # options that only decide where or how fast the build runs, not what it releases
+    FACTS_ONLY = ("K_e", "K_s", "R_f", "share_phrases", "delta_phrases")
     EXECUTION_ONLY = ("ray_address", "runner", "workers", "batch_rows", "device", "extra",
                       "ingest", "beam_runner", "beam_options", "on_bad_row")
 
@@ -101,6 +110,21 @@ class BuildConfig:
         if self.conversion not in {c.value for c in Conversion}:
             raise ConfigError(f"--conversion must be one of bun-steinke, cks, got "
                               f"{self.conversion!r}")
+        if self.generate not in ("tokens", "facts"):
+            raise ConfigError(f"--generate must be 'tokens' or 'facts', got {self.generate!r}")
+        for name in ("K_e", "K_s", "R_f"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise ConfigError(f"{_flag(name)} must be a positive integer, got {value!r}")
+        if not (isinstance(self.share_phrases, int | float)
+                and 0 < self.share_phrases < 1):
+            raise ConfigError(f"--share-phrases must lie strictly between 0 and 1, got "
+                              f"{self.share_phrases!r}")
+        if self.delta_phrases is not None and not (
+                isinstance(self.delta_phrases, int | float)
+                and 0 < self.delta_phrases < self.delta):
+            raise ConfigError(f"--delta-phrases must lie strictly between 0 and --delta, got "
+                              f"{self.delta_phrases!r}")
         if self.keywords not in ("llm", "statistical"):
             raise ConfigError(f"--keywords must be 'llm' or 'statistical', got {self.keywords!r}")
         if self.unit_bound not in ("pick", "concat"):
@@ -126,7 +150,10 @@ class BuildConfig:
 
     def released_options(self) -> dict[str, Any]:
         """The options that decide what is released (public; go into the certificate)."""
-        return {k: v for k, v in asdict(self).items() if k not in self.EXECUTION_ONLY}
+        skip = set(self.EXECUTION_ONLY)
+        if self.generate == "tokens":  # token builds keep the options (and fingerprint) they had
+            skip |= {"generate", *self.FACTS_ONLY}
+        return {k: v for k, v in asdict(self).items() if k not in skip}
 
     def fingerprint(self) -> str:
         canonical = json.dumps(self.released_options(), sort_keys=True, separators=(",", ":"))
@@ -174,7 +201,8 @@ def make_config(toml_path: Path | None, overrides: dict[str, Any]) -> BuildConfi
     unknown = set(values) - _FIELD_NAMES
     if unknown:
         raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
-    floats = ("epsilon", "delta", "eps_theta", "rho_hist", "rho_mean", "clip")
+    floats = ("epsilon", "delta", "eps_theta", "rho_hist", "rho_mean", "clip",
+              "share_phrases", "delta_phrases")
     for name in floats:
         if name in values and isinstance(values[name], int) and not isinstance(values[name], bool):
             values[name] = float(values[name])

@@ -1,0 +1,119 @@
+"""The stages of ``build-corpus --generate facts`` (issue 14): pay per released fact, not per token.
+
+A pure function of the documents, the plan and the ledger (every release goes through it; a
+resumed build reads released values back and never redraws them):
+
+(a) K_s statistical keywords per document (a rule of that document and the public wordfreq
+    prior) -> the noisy keyword histogram (exact discrete Gaussian, rho = K_s / (2 sigma_h^2))
+    -> its top R_f keywords W (post-processing);
+(f1) up to K_e open-vocabulary phrases per document (``transforms.phrases``, a rule of that
+    document alone) -> DP partition selection (``accounting.partition_selection``):
+    delta_A-approximately rho_A-zCDP, rho_A = K_e / (2 sigma_A^2) -> released phrases A;
+(f2) clusters anchored on A, each document in at most L clusters, rarest anchor first (a rule
+    of the document and released values) -> one noisy histogram per cluster over the public
+    domain D = A u W: each document adds at most K_e + K_s items to each of at most L clusters
+    -> L (K_e + K_s) / (2 sigma_C^2) by overlapping parallel composition;
+(f3) fact selection and one note per cluster from released values only (post-processing,
+    free; the writer never sees a document).
+
+The total is (epsilon(rho, delta - delta_phrases), delta)-DP: ``accounting.planner.plan_facts``.
+No language model is used; the embedder only embeds the written notes for the index.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dpsynrag.accounting.ledger import Ledger
+from dpsynrag.accounting.planner import FactsBudgetPlan
+from dpsynrag.pipeline.config import BuildConfig
+from dpsynrag.pipeline.state import BuildState
+
+PHRASES_KEY = "phrases"
+
+__all__ = ["PHRASES_KEY", "facts_stages"]
+
+
+def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
+                 state: BuildState, ledger: Ledger, progress: Any,
+                 seconds: dict[str, float], log: Callable[[str], None]) -> dict[str, Any]:
+    """Run stages (a), (f1)-(f3); return the build's result (texts, kept, anchors, ...)."""
+    from dpsynrag.accounting.partition_selection import phrase_counts, release_partitions
+    from dpsynrag.transforms.fact_clusters import (
+        anchor_clusters,
+        fact_domain,
+        release_fact_histograms,
+    )
+    from dpsynrag.transforms.fact_writer import select_facts, write_notes
+    from dpsynrag.transforms.histogram import keyword_counts, release_histogram, top_keywords
+    from dpsynrag.transforms.keywords import statistical_keywords
+    from dpsynrag.transforms.phrases import document_phrases
+    from dpsynrag.transforms.vocabulary import public_vocabulary
+
+    vocab = public_vocabulary()
+
+    # (a) keywords per document and the noisy keyword histogram -> top R_f keywords W
+    t0 = time.monotonic()
+    doc_keywords = state.load("keywords")
+    if doc_keywords is None:
+        log("(a) extracting keywords")
+        with progress("(a) keywords", len(texts)) as advance:
+            doc_keywords = statistical_keywords(texts, vocab, config.K_s)
+            advance(len(texts))
+        state.save("keywords", doc_keywords)
+    counts = keyword_counts(doc_keywords, vocab, config.K_s)
+    noisy_hist = release_histogram(ledger, counts, K=config.K_s, sigma=plan.sigma_h)
+    top = top_keywords(noisy_hist, min(config.R_f, len(vocab)))
+    top_words = [vocab.words[int(i)] for i in top]
+    seconds["a_keywords_histogram"] = time.monotonic() - t0
+
+    # (f1) open-vocabulary phrases per document -> DP partition selection
+    t0 = time.monotonic()
+    doc_phrases = state.load("phrases")
+    if doc_phrases is None:
+        log("(f1) extracting phrases")
+        with progress("(f1) phrases", len(texts)) as advance:
+            doc_phrases = document_phrases(texts, vocab, config.K_e)
+            advance(len(texts))
+        state.save("phrases", doc_phrases)
+    counts_of_phrases = phrase_counts(doc_phrases, config.K_e)  # refuses > K_e per document
+    released = release_partitions(ledger, PHRASES_KEY, counts_of_phrases, max_items=config.K_e,
+                                  sigma=plan.sigma_A, delta=plan.delta_phrases)
+    seconds["f1_phrases"] = time.monotonic() - t0
+
+    # (f2) clusters anchored on the released phrases; one noisy fact histogram per cluster
+    t0 = time.monotonic()
+    domain = fact_domain(released, top_words)
+    in_domain = set(domain)
+    doc_items = [_items(phrases, keywords, in_domain)
+                 for phrases, keywords in zip(doc_phrases, doc_keywords, strict=True)]
+    anchors, clusters = anchor_clusters(doc_items, released, config.L)
+    noisy = None
+    if anchors:
+        with progress("(f2) fact histograms (clusters)", len(clusters)) as advance:
+            noisy = release_fact_histograms(
+                ledger, clusters, doc_items, domain, sigma=plan.sigma_C,
+                max_items=config.K_e + config.K_s, L=config.L, progress=advance)
+    seconds["f2_fact_histograms"] = time.monotonic() - t0
+
+    # (f3) selection and writing: post-processing of released values only
+    t0 = time.monotonic()
+    facts = select_facts(noisy, domain, anchors, set(released), plan.sigma_C) \
+        if noisy is not None else []
+    written = [item for item in facts if item is not None]  # dropped: by released values
+    notes = write_notes(written)
+    seconds["f3_write"] = time.monotonic() - t0
+    return {"texts": notes, "tokens": [len(note.split()) for note in notes],
+            "kept": [True] * len(notes), "cluster_keywords": [item.anchor for item in written],
+            "vocabulary_sha256": vocab.sha256, "clusters": len(anchors)}
+
+
+def _items(phrases: list[str], keywords: list[str], domain: set[str]) -> list[str]:
+    """A document's distinct items of the public domain: its phrases, then its keywords."""
+    seen: dict[str, None] = {}
+    for item in (*phrases, *keywords):
+        if item in domain:
+            seen.setdefault(item, None)
+    return list(seen)

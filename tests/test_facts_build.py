@@ -1,0 +1,104 @@
+"""``build-corpus --generate facts`` end to end (issue 14): plan, releases, certificate, verify,
+corpus ledger, resume, and what the corpus holds (released facts, never a patient's name)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from test_build import HashEmbedder
+
+from dpsynrag.accounting.certificate import verify_output
+from dpsynrag.accounting.corpus_ledger import CorpusLedger
+from dpsynrag.accounting.ledger import Ledger
+from dpsynrag.accounting.signing import generate_keypair
+from dpsynrag.eval.datasets import make_clinic_dataset, write_clinic_dataset
+from dpsynrag.pipeline.build import make_plan, run_build
+from dpsynrag.pipeline.config import make_config
+from dpsynrag.pipeline.runners import LocalRunner
+
+FACTS = {"generate": "facts", "L": 2, "runner": "local", "unit_column": "unit",
+         "epsilon": 10.0}
+N_NOTES, N_DISEASES, DATA_SEED = 600, 8, 5
+
+
+class NoLLM:
+    """Facts mode never calls the language model: any use fails the test."""
+
+    def __getattr__(self, name: str):
+        raise AssertionError(f"facts mode used the language model ({name})")
+
+
+@pytest.fixture(autouse=True)
+def _config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DPSYNRAG_CONFIG_DIR", str(tmp_path / "config"))
+
+
+@pytest.fixture(scope="module")
+def clinic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("clinic-facts")
+    return write_clinic_dataset(out, n_notes=N_NOTES, n_diseases=N_DISEASES,
+                                seed=DATA_SEED)["notes"]
+
+
+def _build(notes: Path, tmp: Path, name: str = "out", **options):
+    config = make_config(None, {**FACTS, **options})
+    key = tmp / "key.pem"
+    if not key.exists():
+        generate_keypair(key, tmp / "key.pem.pub")
+    summary = run_build(notes, tmp / name, config, state_dir=tmp / f"state-{name}",
+                        signing_key=key, runner=LocalRunner(NoLLM(), HashEmbedder()),
+                        corpus_ledger=tmp / "corpus.sqlite", force=True)
+    return config, summary
+
+
+def test_facts_build_spends_the_plan_and_verifies(clinic: Path, tmp_path: Path) -> None:
+    config, summary = _build(clinic, tmp_path)
+    plan = make_plan(config)
+    out = tmp_path / "out"
+    assert verify_output(out, tmp_path / "key.pem.pub") == []
+    cert = json.loads((out / "certificate.json").read_text())
+    assert cert["seeded"] is False
+    # rho: histogram + phrases + L x one cluster's fact histogram, to the last digit
+    assert math.isclose(summary.rho_spent, plan.rho_total, rel_tol=1e-12)
+    guarantee = cert["guarantee"]
+    assert 0 < guarantee["delta_approx"] <= plan.delta_phrases
+    assert guarantee["epsilon"] <= config.epsilon * (1 + 1e-12)
+    assert math.isclose(summary.epsilon, guarantee["epsilon"], rel_tol=1e-12)
+    ledger = Ledger(tmp_path / "state-out" / "ledger.sqlite")
+    stages = {r.stage for r in ledger.releases()}
+    ledger.close()
+    assert stages == {"a-histogram", "f-phrases", "f-facts"}
+    # the corpus ledger was charged the same rho and the phrase release's delta
+    with CorpusLedger(tmp_path / "corpus.sqlite") as corpus:
+        [entry] = corpus.entries()
+        assert math.isclose(entry.rho, summary.rho_spent, rel_tol=1e-12)
+        assert 0 < entry.delta <= plan.delta_phrases
+        assert corpus.privacy_unit is not None and "unit" in corpus.privacy_unit
+
+
+def test_facts_corpus_names_diseases_and_no_patient(clinic: Path, tmp_path: Path) -> None:
+    _build(clinic, tmp_path)
+    texts = [row["text"] for row in pq.read_table(tmp_path / "out" / "corpus.parquet")
+             .to_pylist() if row["kept"]]
+    assert texts
+    dataset = make_clinic_dataset(n_notes=N_NOTES, n_diseases=N_DISEASES, seed=DATA_SEED)
+    common = [d for d in dataset.diseases if d.n_notes >= 60]
+    assert common
+    joined = "\n".join(texts).lower()
+    found = [d.name for d in common if d.name.lower() in joined]
+    assert len(found) >= len(common) - 1, (found, [d.name for d in common])
+    patients = {note.patient.lower() for note in dataset.notes}
+    assert not [p for p in patients if p in joined]
+
+
+def test_a_resumed_facts_build_draws_nothing_new(clinic: Path, tmp_path: Path) -> None:
+    _, first = _build(clinic, tmp_path, "same")
+    texts = pq.read_table(tmp_path / "same" / "corpus.parquet").column("text").to_pylist()
+    _, again = _build(clinic, tmp_path, "same")
+    assert again.resumed and math.isclose(again.rho_spent, first.rho_spent, rel_tol=1e-15)
+    assert pq.read_table(tmp_path / "same" / "corpus.parquet").column(
+        "text").to_pylist() == texts
