@@ -23,6 +23,7 @@ from dpsynrag.transforms.fact_writer import (
     FactRule,
     absolute_threshold,
     display_phrase,
+    keyword_shares,
     missing_facts,
     select_facts,
     write_note,
@@ -67,11 +68,15 @@ def test_selection_follows_the_public_rule() -> None:
         # anchor e-4471, support 12: cut = max(c_abs, 3) = c_abs
         _row(e_4471=12, timeout=c_abs, fever=c_abs - 1),
     ], dtype=np.int64)
-    rule = FactRule(frac=0.25)
+    rule = FactRule(frac=0.25, frac_phrases=0.25)
     facts = select_facts(noisy, DOMAIN, ["familial feshukia", "e-4471"], PHRASES, sigma, rule)
     first, second = facts
     assert first == ClusterFacts(0, "familial feshukia", 40, ("grenaethix",), ("fever", "rash"))
     assert second == ClusterFacts(1, "e-4471", 12, (), ("timeout",))
+    # related phrases need frac_phrases x support (default 0.5: 20 here), keywords frac
+    default = select_facts(noisy, DOMAIN, ["familial feshukia", "e-4471"], PHRASES, sigma,
+                           FactRule(frac=0.25))
+    assert default[0] == ClusterFacts(0, "familial feshukia", 40, (), ("fever", "rash"))
     capped = select_facts(noisy, DOMAIN, ["familial feshukia", "e-4471"], PHRASES, sigma,
                           FactRule(frac=0.25, max_keywords=1))
     assert capped[0] is not None and capped[0].keywords == ("fever",)  # most frequent first
@@ -93,9 +98,28 @@ def test_clusters_below_support_or_without_facts_are_dropped() -> None:
     assert facts[3] is not None
     strict = select_facts(noisy, DOMAIN, anchors, PHRASES, sigma, FactRule(min_support=20))
     assert strict[3] is None and strict[2] is not None
-    lenient = select_facts(noisy, DOMAIN, anchors, PHRASES, sigma, FactRule(min_facts=0))
+    lenient = select_facts(noisy, DOMAIN, anchors, PHRASES, sigma,
+                           FactRule(min_facts=0, require_keywords=False))
     assert lenient[1] == ClusterFacts(1, "grenaethix", 30, (), ())
-    assert write_notes(facts) == ["Grenaethix. Also reported: fever."] * 2
+    assert write_notes(facts) == ["Reported: fever. Grenaethix."] * 2
+    # a cluster whose only facts are phrases (a name anchor, say) is dropped by default
+    names_only = np.array([_row(grenaethix=30, familial_feshukia=30)], dtype=np.int64)
+    assert select_facts(names_only, DOMAIN, ["grenaethix"], PHRASES, sigma) == [None]
+    assert select_facts(names_only, DOMAIN, ["grenaethix"], PHRASES, sigma,
+                        FactRule(require_keywords=False))[0] is not None
+
+
+def test_keywords_every_document_uses_are_not_facts_of_a_cluster() -> None:
+    sigma = 1.0
+    noisy = np.array([_row(grenaethix=40, fever=36, rash=12, cough=30)], dtype=np.int64)
+    # corpus shares from the released keyword histogram: cough is in 80 % of all documents
+    share = keyword_shares({"fever": 50, "rash": 40, "cough": 800, "timeout": 60}, 1)
+    facts = select_facts(noisy, DOMAIN, ["grenaethix"], PHRASES, sigma, FactRule(min_lift=3.0),
+                         keyword_share=share)
+    assert facts[0] is not None and facts[0].keywords == ("fever", "rash")
+    without = select_facts(noisy, DOMAIN, ["grenaethix"], PHRASES, sigma)
+    assert without[0] is not None and without[0].keywords == ("fever", "cough", "rash")
+    assert math.isclose(sum(share.values()), 1.0)  # one keyword per document: shares sum to 1
 
 
 def test_display_phrase_capitalises_words_nicely() -> None:
@@ -112,23 +136,24 @@ def test_every_kept_fact_appears_in_its_note() -> None:
     facts = ClusterFacts(3, "familial feshukia", 40, ("grenaethix", "e-4471"),
                          ("fever", "night sweats"))
     note = write_note(facts)
-    assert note == ("Familial Feshukia. Related: Grenaethix, E-4471. "
-                    "Also reported: fever, night sweats.")
+    assert note == "Reported: fever, night sweats. Familial Feshukia / Grenaethix / E-4471."
     assert missing_facts(facts, note) == []
-    assert missing_facts(facts, note.replace("Grenaethix, ", "")) == ["grenaethix"]
+    assert missing_facts(facts, note.replace(" / Grenaethix", "")) == ["grenaethix"]
     assert missing_facts(facts, note.replace("fever", "feverish")) == ["fever"]  # whole words
     assert write_note(ClusterFacts(0, "zorbex", 9, (), ())) == "Zorbex."
+    assert write_note(ClusterFacts(0, "zorbex", 9, (), ("itch",), "Symptoms")) == \
+        "Symptoms: itch. Zorbex."
 
 
 def test_the_writer_sees_released_values_only() -> None:
     assert list(inspect.signature(write_notes).parameters) == ["facts"]
     assert list(inspect.signature(write_note).parameters) == ["facts"]
     assert list(inspect.signature(select_facts).parameters) == [
-        "noisy", "domain", "anchors", "phrases", "sigma", "rule"]
+        "noisy", "domain", "anchors", "phrases", "sigma", "rule", "keyword_share"]
     noisy = np.array([_row(grenaethix=30, fever=20, rash=25)], dtype=np.int64)
     once = write_notes(select_facts(noisy, DOMAIN, ["grenaethix"], PHRASES, 2.0))
     twice = write_notes(select_facts(noisy.copy(), DOMAIN, ["grenaethix"], PHRASES, 2.0))
-    assert once == twice == ["Grenaethix. Also reported: rash, fever."]
+    assert once == twice == ["Reported: rash, fever. Grenaethix."]
 
 
 def test_selection_refuses_inconsistent_input() -> None:
@@ -156,14 +181,15 @@ def test_planted_facts_come_through_the_whole_pipeline() -> None:
     ledger = Ledger(rng=secure_rng(5))
     noisy = release_fact_histograms(ledger, clusters, docs, domain, sigma=2.0, max_items=3,
                                     L=1)
-    facts = select_facts(noisy, domain, order, set(anchors), 2.0)
+    facts = select_facts(noisy, domain, order, set(anchors), 2.0,
+                         FactRule(require_keywords=False))
     by_anchor = {f.anchor: f for f in facts if f is not None}
     assert "zorbex" not in by_anchor  # an empty cluster has no support
     assert by_anchor["grenaethix"].phrases == ("familial feshukia",)
     assert by_anchor["grenaethix"].keywords == ("fever",)
     assert by_anchor["e-4471"].keywords == ("timeout",)
     notes = write_notes(facts)
-    assert "Grenaethix. Related: Familial Feshukia. Also reported: fever." in notes
+    assert "Reported: fever. Grenaethix / Familial Feshukia." in notes
     for item in by_anchor.values():
         held = {x for d in clusters[order.index(item.anchor)] for x in docs[d]}
         assert set(item.facts) <= held

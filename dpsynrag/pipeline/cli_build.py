@@ -104,7 +104,7 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     g.add_argument("--K-e", dest="K_e", type=pos_int,
                    help="facts: open-vocabulary phrases per document (default 4)")
     g.add_argument("--K-s", dest="K_s", type=pos_int,
-                   help="facts: statistical keywords per document (default 6)")
+                   help="facts: statistical keywords per document (default 14)")
     g.add_argument("--R-f", dest="R_f", type=pos_int,
                    help="facts: top noisy keywords added to the facts' domain (default 300)")
     g.add_argument("--share-phrases", type=unit_float,
@@ -113,6 +113,8 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     g.add_argument("--delta-phrases", type=unit_float,
                    help="facts: probability bound of releasing any phrase only one unit "
                         "holds; part of --delta (default delta/10)")
+    g.add_argument("--facts-label", help="facts: public lead word of every note, e.g. "
+                   "'Symptoms' (default 'Reported')")
     g = parser.add_argument_group("stages")
     g.add_argument("--keywords", choices=["llm", "statistical"],
                    help="keyword extraction: the LLM (paper; default) or the document's rarest "
@@ -171,7 +173,7 @@ CONFIG_FLAGS = ("text_column", "id_column", "unit_column", "max_chars", "unit_bo
                 "conversion", "K", "R", "L", "k", "T", "eps_theta", "rho_hist", "rho_mean", "clip",
                 "keywords", "rephrase_prompt", "response_prefix", "keyword_prompt",
                 "filter_prompt", "no_filter", "no_retrieval", "generate", "K_e", "K_s", "R_f",
-                "share_phrases", "delta_phrases",
+                "share_phrases", "delta_phrases", "facts_label",
                 "model", "embedder", "device", "dtype", "runner", "ray_address", "workers",
                 "batch_rows", "seed")
 

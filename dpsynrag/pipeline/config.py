@@ -69,10 +69,11 @@ class BuildConfig:
     # (issue 14: released phrases, anchored clusters, one noisy fact histogram per cluster)
     generate: str = "tokens"
     K_e: int = 4  # facts: open-vocabulary phrases per document
-    K_s: int = 6  # facts: statistical keywords per document (histogram and cluster facts)
+    K_s: int = 14  # facts: statistical keywords per document (histogram and cluster facts)
     R_f: int = 300  # facts: top noisy keywords added to the cluster histograms' domain
     share_phrases: float = 0.3  # facts: share of the rho after the histogram for phrases
     delta_phrases: float | None = None  # facts: delta of the phrase release (default delta/10)
+    facts_label: str = "Reported"  # facts: lead word of each note ("Symptoms" for clinic notes)
     # models and execution (not part of the fingerprint unless they change the output)
     model: str | None = None
     embedder: str | None = None
@@ -86,7 +87,7 @@ class BuildConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     # options that only decide where or how fast the build runs, not what it releases
-    FACTS_ONLY = ("K_e", "K_s", "R_f", "share_phrases", "delta_phrases")
+    FACTS_ONLY = ("K_e", "K_s", "R_f", "share_phrases", "delta_phrases", "facts_label")
     EXECUTION_ONLY = ("ray_address", "runner", "workers", "batch_rows", "device", "extra",
                       "ingest", "beam_runner", "beam_options", "on_bad_row")
 

@@ -3,9 +3,9 @@
 A pure function of the documents, the plan and the ledger (every release goes through it; a
 resumed build reads released values back and never redraws them):
 
-(a) K_s statistical keywords per document (a rule of that document and the public wordfreq
-    prior) -> the noisy keyword histogram (exact discrete Gaussian, rho = K_s / (2 sigma_h^2))
-    -> its top R_f keywords W (post-processing);
+(a) K_s statistical keywords per document, from its words that are not capitalised (a rule
+    of that document and the public wordfreq prior) -> the noisy keyword histogram (exact
+    discrete Gaussian, rho = K_s / (2 sigma_h^2)) -> its top R_f keywords W (post-processing);
 (f1) up to K_e open-vocabulary phrases per document (``transforms.phrases``, a rule of that
     document alone) -> DP partition selection (``accounting.partition_selection``):
     delta_A-approximately rho_A-zCDP, rho_A = K_e / (2 sigma_A^2) -> released phrases A;
@@ -33,7 +33,7 @@ from dpsynrag.pipeline.state import BuildState
 
 PHRASES_KEY = "phrases"
 
-__all__ = ["PHRASES_KEY", "facts_stages"]
+__all__ = ["PHRASES_KEY", "facts_stages", "without_names"]
 
 
 def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
@@ -46,7 +46,12 @@ def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
         fact_domain,
         release_fact_histograms,
     )
-    from dpsynrag.transforms.fact_writer import select_facts, write_notes
+    from dpsynrag.transforms.fact_writer import (
+        FactRule,
+        keyword_shares,
+        select_facts,
+        write_notes,
+    )
     from dpsynrag.transforms.histogram import keyword_counts, release_histogram, top_keywords
     from dpsynrag.transforms.keywords import statistical_keywords
     from dpsynrag.transforms.phrases import document_phrases
@@ -60,7 +65,8 @@ def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
     if doc_keywords is None:
         log("(a) extracting keywords")
         with progress("(a) keywords", len(texts)) as advance:
-            doc_keywords = statistical_keywords(texts, vocab, config.K_s)
+            doc_keywords = statistical_keywords([without_names(t) for t in texts], vocab,
+                                                config.K_s)
             advance(len(texts))
         state.save("keywords", doc_keywords)
     counts = keyword_counts(doc_keywords, vocab, config.K_s)
@@ -100,14 +106,24 @@ def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
 
     # (f3) selection and writing: post-processing of released values only
     t0 = time.monotonic()
-    facts = select_facts(noisy, domain, anchors, set(released), plan.sigma_C) \
-        if noisy is not None else []
+    shares = keyword_shares({w: float(noisy_hist[int(i)]) for w, i in zip(top_words, top,
+                                                                           strict=True)},
+                            config.K_s)
+    rule = FactRule(label=config.facts_label)
+    facts = select_facts(noisy, domain, anchors, set(released), plan.sigma_C, rule,
+                         keyword_share=shares) if noisy is not None else []
     written = [item for item in facts if item is not None]  # dropped: by released values
     notes = write_notes(written)
     seconds["f3_write"] = time.monotonic() - t0
     return {"texts": notes, "tokens": [len(note.split()) for note in notes],
             "kept": [True] * len(notes), "cluster_keywords": [item.anchor for item in written],
             "vocabulary_sha256": vocab.sha256, "clusters": len(anchors)}
+
+
+def without_names(text: str) -> str:
+    """The document without its capitalised words (names of people, places, drugs; a rule of
+    the document alone): the keywords of a fact note describe, the phrases name."""
+    return " ".join(word for word in text.split() if not word[:1].isupper())
 
 
 def _items(phrases: list[str], keywords: list[str], domain: set[str]) -> list[str]:

@@ -11,16 +11,19 @@ Selection rule for cluster r with anchor a (all values noisy, all thresholds pub
 * support s_r = noisy h_r[a], the anchor's own count in its cluster (every member holds a, so
   it estimates the cluster's size). The cluster is dropped if s_r < ``min_support``
   (default: the absolute threshold below);
-* an item v != a is kept if noisy h_r[v] >= max(c_abs, frac * s_r). c_abs is the smallest
-  integer c with |D| * P(N_Z(0, sigma^2) >= c) <= ``false_facts``: an item no member holds
-  passes it with probability <= false_facts / |D|, so a cluster gets at most ``false_facts``
-  invented facts on average (computed from the exact discrete Gaussian pmf);
+* a keyword v is kept if noisy h_r[v] >= max(c_abs, frac * s_r) and, given the corpus
+  shares estimated from the released keyword histogram, its share in the cluster is at least
+  ``min_lift`` times its share in the corpus; a related phrase is kept if h_r[v] >=
+  max(c_abs, frac_phrases * s_r). c_abs is the smallest integer c with |D| * P(N_Z(0,
+  sigma^2) >= c) <= ``false_facts``: an item no member holds passes it with probability <=
+  false_facts / |D|, so a cluster gets at most ``false_facts`` invented facts on average
+  (computed from the exact discrete Gaussian pmf);
 * kept items are ordered by noisy count (descending, ties by string) and capped, phrases of A
   (``max_phrases``) and keywords of W (``max_keywords``) separately; a cluster with fewer than
-  ``min_facts`` kept items is dropped.
+  ``min_facts`` kept items, or (``require_keywords``) without a kept keyword, is dropped.
 
-The note is a fixed template: ``"{Anchor}. Related: {Phrase}, {Phrase}. Also reported:
-{keyword}, {keyword}."`` with phrases in title case (:func:`display_phrase`).
+The note is a fixed template: ``"{label}: {keyword}, {keyword}. {Anchor} / {Phrase}."`` with
+phrases in title case (:func:`display_phrase`).
 :func:`missing_facts` checks that every kept fact appears in the written text.
 """
 
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +41,7 @@ __all__ = [
     "FactRule",
     "absolute_threshold",
     "display_phrase",
+    "keyword_shares",
     "missing_facts",
     "select_facts",
     "write_note",
@@ -52,18 +56,28 @@ _SMALL_WORDS = frozenset({"a", "an", "and", "as", "at", "by", "for", "from", "in
 class FactRule:
     """Public selection parameters (see the module docstring)."""
 
-    frac: float = 0.2
+    frac: float = 0.2  # keywords: kept at >= frac x the anchor's noisy count
     false_facts: float = 0.05
     min_support: float | None = None  # None: the absolute threshold c_abs
     min_facts: int = 1
     max_phrases: int = 8
-    max_keywords: int = 12
+    max_keywords: int = 16
+    frac_phrases: float = 0.5  # related phrases: kept at >= frac_phrases x the anchor's count
+    min_lift: float = 3.0  # keywords: cluster share / corpus share (needs keyword_share)
+    require_keywords: bool = True  # drop a cluster with no kept keyword (e.g. a name anchor)
+    label: str = "Reported"  # the note's public lead word: "{label}: keywords. Names."
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.frac) and 0 <= self.frac <= 1):
             raise ValueError("frac must lie in [0, 1]")
         if not (math.isfinite(self.false_facts) and self.false_facts > 0):
             raise ValueError("false_facts must be a finite positive number")
+        if not (math.isfinite(self.frac_phrases) and self.frac_phrases >= 0):
+            raise ValueError("frac_phrases must be a finite non-negative number")
+        if not (math.isfinite(self.min_lift) and self.min_lift >= 0):
+            raise ValueError("min_lift must be a finite non-negative number")
+        if not self.label.strip() or "\n" in self.label:
+            raise ValueError("label must be one non-empty line")
         for name in ("min_facts", "max_phrases", "max_keywords"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -79,6 +93,7 @@ class ClusterFacts:
     support: int  # the anchor's noisy count in its own cluster
     phrases: tuple[str, ...]  # kept items of A (anchor excluded), most frequent first
     keywords: tuple[str, ...]  # kept items of W that are not in A, most frequent first
+    label: str = "Reported"  # the note's public lead word
 
     @property
     def facts(self) -> tuple[str, ...]:
@@ -112,12 +127,17 @@ def select_facts(
     phrases: Collection[str],
     sigma: float,
     rule: FactRule | None = None,
+    keyword_share: Mapping[str, float] | None = None,
 ) -> list[ClusterFacts | None]:
     """Kept facts of each cluster (``None``: dropped), by the public rule of the module.
 
     ``noisy``: the released histograms (clusters x |D|); ``anchors[r]``: cluster r's anchor;
     ``phrases``: the released phrase set A (an item of D in A is a phrase, else a keyword);
-    ``sigma``: the noise scale of the release. Post-processing only (no cost).
+    ``sigma``: the noise scale of the release. ``keyword_share[w]``: the share of documents
+    holding keyword w, estimated from a released value (the stage-(a) noisy histogram); with
+    it a keyword is kept only if its share in the cluster is at least ``min_lift`` times its
+    share in the corpus (words every document uses, such as a template's, are not facts of
+    any cluster). Post-processing only (no cost).
     """
     rule = rule or FactRule()
     values = np.asarray(noisy)
@@ -139,17 +159,40 @@ def select_facts(
             out.append(None)
             continue
         cut = max(float(c_abs), rule.frac * support)
-        kept = [j for j in np.flatnonzero(row >= cut) if domain[j] != anchor]
+        cut_phrases = max(float(c_abs), rule.frac_phrases * support)
+        kept = [j for j in np.flatnonzero(row >= min(cut, cut_phrases)) if domain[j] != anchor]
         kept.sort(key=lambda j: (-int(row[j]), domain[j]))
-        chosen_phrases = tuple(domain[j] for j in kept if domain[j] in phrase_set)
-        chosen_keywords = tuple(domain[j] for j in kept if domain[j] not in phrase_set)
+        chosen_phrases = tuple(domain[j] for j in kept
+                               if domain[j] in phrase_set and row[j] >= cut_phrases)
+        chosen_keywords = tuple(
+            domain[j] for j in kept if domain[j] not in phrase_set and row[j] >= cut
+            and _lift_ok(float(row[j]) / support, domain[j], keyword_share, rule.min_lift))
         facts = ClusterFacts(r, anchor, support, chosen_phrases[: rule.max_phrases],
-                             chosen_keywords[: rule.max_keywords])
-        if len(facts.phrases) + len(facts.keywords) < rule.min_facts:
+                             chosen_keywords[: rule.max_keywords], rule.label)
+        if len(facts.phrases) + len(facts.keywords) < rule.min_facts or (
+                rule.require_keywords and not facts.keywords):
             out.append(None)
             continue
         out.append(facts)
     return out
+
+
+def _lift_ok(cluster_share: float, word: str, keyword_share: Mapping[str, float] | None,
+             min_lift: float) -> bool:
+    if keyword_share is None:
+        return True
+    corpus_share = keyword_share.get(word)
+    return corpus_share is None or corpus_share <= 0 or cluster_share >= min_lift * corpus_share
+
+
+def keyword_shares(noisy_counts: Mapping[str, float], keywords_per_document: int
+                   ) -> dict[str, float]:
+    """Each keyword's share of documents, from the released noisy keyword histogram alone:
+    count / N_hat with N_hat = (sum of the released counts) / keywords_per_document (every
+    document adds at most that many keywords). Post-processing (no cost)."""
+    total = sum(max(float(v), 0.0) for v in noisy_counts.values())
+    n_hat = max(total / max(keywords_per_document, 1), 1.0)
+    return {word: max(float(v), 0.0) / n_hat for word, v in noisy_counts.items()}
 
 
 def _display_word(word: str) -> str:
@@ -168,13 +211,14 @@ def display_phrase(phrase: str) -> str:
 
 
 def write_note(facts: ClusterFacts) -> str:
-    """One note from one cluster's kept facts, by the public template (post-processing)."""
-    parts = [f"{display_phrase(facts.anchor)}."]
-    if facts.phrases:
-        parts.append("Related: " + ", ".join(display_phrase(p) for p in facts.phrases) + ".")
-    if facts.keywords:
-        parts.append("Also reported: " + ", ".join(facts.keywords) + ".")
-    return " ".join(parts)
+    """One note from one cluster's kept facts, by the public template (post-processing):
+    ``"{label}: keyword, keyword. Anchor / Phrase / Phrase."`` (keywords first: measured on
+    the clinic set, a sentence embedder then matches a paraphrased question better than when
+    the invented names lead; recall@10 0.75 against 0.40 with the same facts)."""
+    names = " / ".join(display_phrase(p) for p in (facts.anchor, *facts.phrases)) + "."
+    if not facts.keywords:
+        return names
+    return f"{facts.label}: " + ", ".join(facts.keywords) + ". " + names
 
 
 def _mentions(text: str, fact: str) -> bool:
