@@ -11,12 +11,14 @@ import pytest
 from dpsynrag.eval.metrics import (
     accuracy,
     answer_recall_at_k,
+    answer_weights,
     contains_answer,
     mean_std,
     name_leaks,
     names_in_corpus,
     normalise_for_match,
     verbatim_spans,
+    weighted_recall_at_k,
 )
 
 
@@ -184,3 +186,19 @@ def test_mean_std() -> None:
     assert mean_std(iter([2, 2])) == (2.0, 0.0)
     with pytest.raises(ValueError):
         mean_std([])
+
+
+def test_frequency_weighted_recall_weights_queries_by_the_notes_holding_their_answer() -> None:
+    notes = ["Diagnosis: Velmor Syndrome.", "velmor syndrome again", "Kraxi's Disease.",
+             "nothing here"]
+    answers = ["Velmor Syndrome", "Kraxi's Disease", "Absent Fever"]
+    weights = answer_weights(answers, notes)
+    assert weights == [2, 1, 0]
+    retrieved = [["... Velmor Syndrome ..."], ["no"], ["Absent Fever"]]
+    assert answer_recall_at_k(retrieved, answers) == pytest.approx(2 / 3)
+    assert weighted_recall_at_k(retrieved, answers, weights) == pytest.approx(2 / 3)
+    assert weighted_recall_at_k([["no"], ["Kraxi's Disease"], []], answers,
+                                weights) == pytest.approx(1 / 3)
+    assert weighted_recall_at_k(retrieved, answers, [0, 0, 0]) is None
+    with pytest.raises(ValueError):
+        weighted_recall_at_k(retrieved, answers, [1, 1])

@@ -58,6 +58,15 @@ class EvalData:
     attack_questions: list[str]
     description: dict[str, Any]
     notes_path: Path
+    _weights: list[int] | None = None
+
+    def answer_weights(self) -> list[int]:
+        """Per query, the number of private notes holding its answer (cached)."""
+        if self._weights is None:
+            from dpsynrag.eval.metrics import answer_weights
+
+            self._weights = answer_weights(self.answers, self.notes)
+        return self._weights
 
 
 @dataclass
@@ -139,6 +148,7 @@ def measure_corpus(texts: Sequence[str] | None, data: EvalData, runner: Any, *, 
         name_leaks,
         names_in_corpus,
         verbatim_spans,
+        weighted_recall_at_k,
     )
     from dpsynrag.eval.rag import CorpusIndex, answer_prompt, answer_questions, no_context_prompt
 
@@ -153,6 +163,8 @@ def measure_corpus(texts: Sequence[str] | None, data: EvalData, runner: Any, *, 
         retrieved = index.search_texts(data.questions, k)
         attack_ctx = index.search_texts(data.attack_questions, k)
         result["recall_at_k"] = answer_recall_at_k(retrieved, data.answers)
+        result["recall_at_k_weighted"] = weighted_recall_at_k(retrieved, data.answers,
+                                                              data.answer_weights())
     if end_to_end:
         def prompts(questions: Sequence[str], contexts: Sequence[Sequence[str]]) -> list[str]:
             return [answer_prompt(q, c) if c else no_context_prompt(q)

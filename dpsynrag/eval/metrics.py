@@ -88,6 +88,31 @@ def _check_lengths(what: str, items: Sequence[object], answers: Sequence[str]) -
         raise ValueError(f"no {what}: the metric is undefined")
 
 
+def answer_weights(answers: Sequence[str], notes: Sequence[str]) -> list[int]:
+    """For each answer, the number of private notes that contain it (the frequency weight of
+    its query: queries drawn in proportion to notes, as the paper's held-out patients are).
+    Computed from private data: the evaluation's report is the data owner's."""
+    padded = [_padded(n) for n in notes]
+    return [sum(_contains_normalised(n, normalise_for_match(a)) for n in padded)
+            for a in answers]
+
+
+def weighted_recall_at_k(retrieved: Sequence[Sequence[str]], answers: Sequence[str],
+                         weights: Sequence[float]) -> float | None:
+    """Recall@k with query i weighted by ``weights[i]`` (None when every weight is 0)."""
+    _check_lengths("weights", weights, answers)
+    total = float(sum(weights))
+    if total <= 0:
+        return None
+    _check_lengths("retrieved lists", retrieved, answers)
+    hit = 0.0
+    for texts, answer, weight in zip(retrieved, answers, weights, strict=True):
+        target = normalise_for_match(answer)
+        if any(_contains_normalised(_padded(t), target) for t in texts):
+            hit += float(weight)
+    return hit / total
+
+
 def answer_recall_at_k(retrieved: Sequence[Sequence[str]], answers: Sequence[str]) -> float:
     """Share of queries whose retrieved texts contain the gold answer.
 

@@ -39,12 +39,13 @@ __all__ = [
     "write_plots",
 ]
 
-UTILITY_METRICS = ("accuracy", "recall_at_k")
+UTILITY_METRICS = ("accuracy", "recall_at_k", "recall_at_k_weighted")
 LEAKAGE_METRICS = ("leaks_benign", "leaks_attack", "names_in_corpus", "verbatim_spans")
-STAGES = ("histogram", "retrieval", "prediction")
+STAGES = ("histogram", "retrieval", "prediction", "phrases", "cluster_facts")
 _LABELS = {
     "accuracy": "Accuracy",
     "recall_at_k": "Recall@k",
+    "recall_at_k_weighted": "Recall@k, frequency-weighted",
     "leaks_benign": "Leaks (benign)",
     "leaks_attack": "Leaks (attack)",
     "names_in_corpus": "Names in corpus",
@@ -211,7 +212,12 @@ def write_markdown(results: Mapping[str, Any], path: str | Path, *,
     lines += ["## Table 1: utility", "",
               "Mean ± sample standard deviation over runs (a single value: one run). "
               "Columns are the privacy budgets ε; `no DP` holds the non-private baselines.", ""]
-    for metric, label in (("accuracy", "Accuracy"), ("recall_at_k", _k_label(settings))):
+    for metric, label in (("accuracy", "Accuracy"), ("recall_at_k", _k_label(settings)),
+                          ("recall_at_k_weighted",
+                           _k_label(settings) + ", frequency-weighted (queries weighted by "
+                           "the notes that hold their answer)")):
+        if not any(metric in row["metrics"] for row in ordered):
+            continue
         lines += [f"### {label}{unit}", "", *_utility_table(summary, metric, scale), ""]
 
     lines += ["## Table 2: leakage", ""]
@@ -224,12 +230,14 @@ def write_markdown(results: Mapping[str, Any], path: str | Path, *,
     if budget_rows:
         lines += ["## Privacy budget (ρ-zCDP, after composition)", "",
                   "Mean over runs; ± only where the runs differ.", ""]
+        stages = [s for s in STAGES
+                  if any(f"stage_rho.{s}" in row["metrics"] for row in budget_rows)]
         rows = [[row["method"], _eps_cell(row["epsilon"]),
                  _cell(row["metrics"].get("rho"), digits=4, hide_zero_std=True),
                  *(_cell(row["metrics"].get(f"stage_rho.{s}"), digits=4, hide_zero_std=True)
-                   for s in STAGES)]
+                   for s in stages)]
                 for row in budget_rows]
-        lines += [*_table(["Method", "ε", "ρ total", *STAGES], rows), ""]
+        lines += [*_table(["Method", "ε", "ρ total", *stages], rows), ""]
 
     query_rows = [row for row in ordered if "epsilon_total" in row["metrics"]]
     if query_rows:

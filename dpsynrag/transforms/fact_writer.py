@@ -57,7 +57,7 @@ class FactRule:
     """Public selection parameters (see the module docstring)."""
 
     frac: float = 0.2  # keywords: kept at >= frac x the anchor's noisy count
-    false_facts: float = 0.05
+    false_facts: float = 1.0
     min_support: float | None = None  # None: the absolute threshold c_abs
     min_facts: int = 1
     max_phrases: int = 8
