@@ -90,3 +90,23 @@ def test_query_time_methods_report_accuracy_and_their_composed_total(tmp_path: P
     assert 0.0 <= runs["dp-ksa"]["ptr_pass_rate"] <= 100.0
     text = (tmp_path / "report" / "results.md").read_text()
     assert "what the queries cost in total" in text
+
+
+def test_facts_method_and_its_ceiling_run_and_report_weighted_recall(tmp_path: Path) -> None:
+    runner = LocalRunner(tiny_llm(), HashEmbedder())
+    settings = _settings(n_notes=300, n_diseases=4, methods=["rag", "dp-synrag-facts",
+                                                             "facts-ceiling"],
+                         end_to_end=False, build_options={"L": 2, "unit_column": "unit"})
+    results = run_eval(settings, tmp_path / "report", runner=runner)
+    by_method = {m["method"]: m for m in results["methods"]}
+    assert by_method["dp-synrag-facts"]["epsilon"] == 10.0
+    assert by_method["facts-ceiling"]["epsilon"] is None  # not private: no epsilon
+    facts = by_method["dp-synrag-facts"]["runs"][0]
+    assert set(facts["stage_rho"]) == {"histogram", "phrases", "cluster_facts"}
+    assert math.isclose(sum(facts["stage_rho"].values()), facts["rho"], rel_tol=1e-9)
+    for method in ("rag", "dp-synrag-facts", "facts-ceiling"):
+        run = by_method[method]["runs"][0]
+        assert 0.0 <= run["recall_at_k_weighted"] <= 1.0
+    assert by_method["facts-ceiling"]["runs"][0]["names_in_corpus"] == 0
+    text = (tmp_path / "report" / "results.md").read_text()
+    assert "frequency-weighted" in text and "cluster_facts" in text

@@ -8,7 +8,9 @@ Methods (DP-SynRAG's Table 1 rows):
 * ablations of DP-SynRAG (the paper's Table 3) as extra methods: ``dp-synrag-hard``
   (L = 1), ``dp-synrag-no-filter`` (self-filter off), ``dp-synrag-no-retrieval`` (S_r = C_r);
 * ``dp-synrag-facts``: the build with ``--generate facts`` (issue 14: released phrases and
-  one noisy fact histogram per cluster, no language model);
+  one noisy fact histogram per cluster, no language model); ``facts-ceiling`` is its
+  epsilon = infinity ceiling (the same rules and writer on exact counts, NOT private), so the
+  loss due to the noise and the loss due to the representation can be told apart;
 * query-time mechanisms over the private notes (``eval.query_methods``): ``dp-rag``,
   ``dp-ksa``, ``sparse-vote``, where epsilon is PER QUERY and the run's total is reported.
 
@@ -39,6 +41,9 @@ from dpsynrag.pipeline.config import BuildConfig, make_config
 METHODS = ("non-rag", "rag", "dp-synth", "dp-synrag", "dp-synrag-hard", "dp-synrag-no-filter",
            "dp-synrag-no-retrieval", "dp-rag", "dp-ksa", "sparse-vote", "dp-synrag-facts")
 PRIVATE_METHODS = METHODS[2:]
+# epsilon = infinity ceilings of a generator: the same pipeline and writer on exact counts
+CEILING_METHODS = ("facts-ceiling",)
+ALL_METHODS = (*METHODS, *CEILING_METHODS)
 ATTACK_TEMPLATE = "Who is the patient diagnosed with {disease}?"
 
 
@@ -89,9 +94,10 @@ class EvalSettings:
     query_attack: bool = True
 
     def validate(self) -> None:
-        unknown = [m for m in self.methods if m not in METHODS]
+        unknown = [m for m in self.methods if m not in ALL_METHODS]
         if unknown:
-            raise EvalError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
+            raise EvalError(f"unknown method(s) {', '.join(unknown)}; known: "
+                            f"{', '.join(ALL_METHODS)}")
         if not self.epsilons or any(not (math.isfinite(e) and e > 0) for e in self.epsilons):
             raise EvalError("--epsilons must be finite positive numbers")
         if self.runs < 1 or self.rag_k < 1:
@@ -240,6 +246,41 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Any, work: Pa
     return result
 
 
+def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
+    """The facts generator at epsilon = infinity: exact counts, the phrases held by at least
+    tau_A units of the reference plan (epsilon 10) as anchors, the same clustering, selection
+    (at a negligible sigma) and writer. NOT private."""
+    from collections import Counter
+
+    from dpsynrag.pipeline.build import make_plan
+    from dpsynrag.pipeline.facts_stages import without_names
+    from dpsynrag.transforms.fact_clusters import anchor_clusters, fact_counts, fact_domain
+    from dpsynrag.transforms.fact_writer import FactRule, select_facts, write_notes
+    from dpsynrag.transforms.keywords import statistical_keywords
+    from dpsynrag.transforms.phrases import document_phrases
+    from dpsynrag.transforms.vocabulary import public_vocabulary
+
+    config = _build_config(settings, "dp-synrag-facts", 10.0, 0)
+    vocab = public_vocabulary()
+    keywords = statistical_keywords([without_names(t) for t in data.notes], vocab, config.K_s)
+    phrases = document_phrases(data.notes, vocab, config.K_e)
+    phrase_count = Counter(p for items in phrases for p in set(items))
+    tau = make_plan(config).tau_A
+    anchors = {p: c for p, c in phrase_count.items() if c >= tau}
+    keyword_count = Counter(w for items in keywords for w in set(items))
+    top = [w for w, _ in keyword_count.most_common(config.R_f)]
+    domain = fact_domain(anchors, top)
+    in_domain = set(domain)
+    items = [[x for x in dict.fromkeys([*p, *k]) if x in in_domain]
+             for p, k in zip(phrases, keywords, strict=True)]
+    order, clusters = anchor_clusters(items, anchors, config.L)
+    exact = fact_counts(clusters, items, domain, config.K_e + config.K_s)
+    shares = {w: keyword_count[w] / max(len(data.notes), 1) for w in top}
+    facts = select_facts(exact, domain, order, set(anchors), 1e-3,
+                         FactRule(label=config.facts_label), keyword_share=shares)
+    return write_notes(facts)
+
+
 def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Any, work: Path,
                   epsilon: float, run: int) -> dict[str, Any]:
     from dpsynrag.accounting.ledger import Ledger
@@ -305,6 +346,10 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, runner: Any = None,
                 if method == "non-rag":
                     result = measure_corpus(None, data, runner, k=settings.rag_k,
                                             end_to_end=settings.end_to_end, synthetic=False)
+                elif method == "facts-ceiling":
+                    result = measure_corpus(_facts_ceiling_texts(settings, data), data, runner,
+                                            k=settings.rag_k, end_to_end=settings.end_to_end,
+                                            synthetic=True)
                 elif method == "rag":
                     if note_vectors is None:
                         note_vectors = runner.worker.embed(data.notes)

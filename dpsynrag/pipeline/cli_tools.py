@@ -384,7 +384,7 @@ def run_dataset(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- eval
 def add_eval_parser(subparsers: Any, positive_int: Any) -> None:
-    from dpsynrag.eval.harness import METHODS
+    from dpsynrag.eval.harness import ALL_METHODS as METHODS
 
     parser = subparsers.add_parser(
         "eval", help="compare non-RAG, private RAG, DP-Synth and DP-SynRAG on one dataset",
