@@ -128,6 +128,10 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--share-phrases", type=_open_unit_float, default=None,
                         help="facts: share of the rho left after the histogram that goes to "
                              "the phrases (default 0.3; the rest to the cluster facts)")
+    parser.add_argument("--units", type=_positive_int, default=None, metavar="N",
+                        help="a public upper bound on the number of privacy units (people) "
+                             "in the corpus: warns when delta > 1/N (a delta that large lets "
+                             "a mechanism publish one unit's record outright)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=_run_budget)
 
@@ -170,15 +174,31 @@ def _run_budget(args: argparse.Namespace) -> int:
         plan = plan_budget(request)
     except PlanError as error:
         raise CliError(str(error), EXIT_FAILURE) from error
+    warning = delta_warning(args.delta, args.units)
     if args.json:
-        print(json.dumps(plan.as_dict(), indent=2, sort_keys=True))
-    elif isinstance(plan, FactsBudgetPlan):
+        document = plan.as_dict()
+        if args.units is not None:
+            document["delta_warning"] = warning
+        print(json.dumps(document, indent=2, sort_keys=True))
+        return EXIT_OK
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    if isinstance(plan, FactsBudgetPlan):
         _print_facts_plan(plan)
     else:
         from dpsynrag.reporting import print_budget_plan
 
         print_budget_plan(plan)
     return EXIT_OK
+
+
+def delta_warning(delta: float, units: int | None) -> str | None:
+    """A one-line warning when delta exceeds 1/units (None when it does not, or no bound)."""
+    if units is None or delta <= 1.0 / units:
+        return None
+    return (f"delta={delta:g} exceeds 1/N = {1.0 / units:.3g} for the stated bound of {units} "
+            "units: a mechanism with this delta may publish one unit's data outright; choose "
+            f"delta <= {1.0 / units:.3g} (a common choice is well below 1/N)")
 
 
 def _print_facts_plan(p: FactsBudgetPlan) -> None:

@@ -87,3 +87,14 @@ def test_help_lists_the_budget_command(capsys: pytest.CaptureFixture[str]) -> No
         main(["--help"])
     assert exit_info.value.code == 0
     assert "budget" in capsys.readouterr().out
+
+
+def test_budget_warns_when_delta_exceeds_one_over_the_stated_units(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["budget", "--generate", "facts", "--epsilon", "10", "--L", "2", "--rho-hist", "0.1"]
+    assert main([*base, "--delta", "1e-3", "--units", "5000"]) == 0
+    assert "exceeds 1/N" in capsys.readouterr().err
+    assert main([*base, "--delta", "1e-4", "--units", "5000"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main([*base, "--delta", "1e-3", "--units", "5000", "--json"]) == 0
+    assert "exceeds 1/N" in json.loads(capsys.readouterr().out)["delta_warning"]
