@@ -118,7 +118,7 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--K-e", dest="K_e", type=_positive_int, default=None,
                         help="facts: phrases per document (default 4)")
     parser.add_argument("--K-s", dest="K_s", type=_positive_int, default=None,
-                        help="facts: keywords per document in the histograms (default 6)")
+                        help="facts: keywords per document in the histograms (default 14)")
     parser.add_argument("--R-f", dest="R_f", type=_positive_int, default=None,
                         help="facts: top keywords of the histogram added to the cluster domain "
                              "(default 300)")

@@ -68,23 +68,23 @@ def test_selection_follows_the_public_rule() -> None:
         # anchor e-4471, support 12: cut = max(c_abs, 3) = c_abs
         _row(e_4471=12, timeout=c_abs, fever=c_abs - 1),
     ], dtype=np.int64)
-    rule = FactRule(frac=0.25, frac_phrases=0.25)
+    rule = FactRule(frac=0.25, frac_phrases=0.25, false_facts=0.05)
     facts = select_facts(noisy, DOMAIN, ["familial feshukia", "e-4471"], PHRASES, sigma, rule)
     first, second = facts
     assert first == ClusterFacts(0, "familial feshukia", 40, ("grenaethix",), ("fever", "rash"))
     assert second == ClusterFacts(1, "e-4471", 12, (), ("timeout",))
     # related phrases need frac_phrases x support (default 0.5: 20 here), keywords frac
     default = select_facts(noisy, DOMAIN, ["familial feshukia", "e-4471"], PHRASES, sigma,
-                           FactRule(frac=0.25))
+                           FactRule(frac=0.25, false_facts=0.05))
     assert default[0] == ClusterFacts(0, "familial feshukia", 40, (), ("fever", "rash"))
     capped = select_facts(noisy, DOMAIN, ["familial feshukia", "e-4471"], PHRASES, sigma,
-                          FactRule(frac=0.25, max_keywords=1))
+                          FactRule(frac=0.25, max_keywords=1, false_facts=0.05))
     assert capped[0] is not None and capped[0].keywords == ("fever",)  # most frequent first
 
 
 def test_clusters_below_support_or_without_facts_are_dropped() -> None:
     sigma = 2.0
-    c_abs = absolute_threshold(sigma, len(DOMAIN), 0.05)
+    c_abs = absolute_threshold(sigma, len(DOMAIN), FactRule().false_facts)
     noisy = np.array([
         _row(grenaethix=c_abs - 1, fever=50),     # support below c_abs: dropped
         _row(grenaethix=30, fever=2),             # supported, but no fact passes: dropped

@@ -32,11 +32,6 @@ class NoLLM:
         raise AssertionError(f"facts mode used the language model ({name})")
 
 
-@pytest.fixture(autouse=True)
-def _config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DPSYNRAG_CONFIG_DIR", str(tmp_path / "config"))
-
-
 @pytest.fixture(scope="module")
 def clinic(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("clinic-facts")
@@ -102,3 +97,14 @@ def test_a_resumed_facts_build_draws_nothing_new(clinic: Path, tmp_path: Path) -
     assert again.resumed and math.isclose(again.rho_spent, first.rho_spent, rel_tol=1e-15)
     assert pq.read_table(tmp_path / "same" / "corpus.parquet").column(
         "text").to_pylist() == texts
+
+
+def test_facts_mode_defaults_to_two_clusters_per_document_and_keeps_token_defaults() -> None:
+    assert make_config(None, {"generate": "facts"}).L == 2
+    assert make_config(None, {"generate": "facts", "L": 3}).L == 3
+    assert make_config(None, {}).L == 5  # the paper's Table 6 for the token mode
+    # token builds keep their fingerprint: facts options are not part of it
+    tokens = make_config(None, {})
+    assert "K_e" not in tokens.released_options() and "generate" not in tokens.released_options()
+    assert make_config(None, {"K_e": 7}).fingerprint() == tokens.fingerprint()
+    assert make_config(None, {"generate": "facts"}).fingerprint() != tokens.fingerprint()

@@ -71,7 +71,7 @@ class PlanRequest:
     retrieval: bool = True  # False: the "w/o retrieval" ablation, S_r = C_r, stage (c) free
     generate: str = "tokens"
     K_e: int = 4  # facts: phrases per document (partition selection's max_items)
-    K_s: int = 6  # facts: keywords per document in the histograms
+    K_s: int = 14  # facts: keywords per document in the histograms
     R_f: int = 300  # facts: top keywords of the stage-(a) histogram added to the cluster domain
     delta_phrases: float | None = None  # facts: delta of the phrase release (None: delta / 10)
     share_phrases: float = 0.3  # facts: share of rho_total - rho_hist for the phrases

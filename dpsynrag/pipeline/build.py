@@ -308,7 +308,7 @@ def _stages(texts: list[str], config: BuildConfig, plan: BudgetPlan, state: Buil
             ledger: Ledger, runner: Runner, progress: ProgressFactory,
             seconds: dict[str, float], log: Callable[[str], None]) -> dict[str, Any]:
     from dpsynrag.transforms.clustering import soft_clusters
-    from dpsynrag.transforms.histogram import keyword_counts, release_histogram, top_keywords
+    from dpsynrag.transforms.histogram import released_top_keywords
     from dpsynrag.transforms.keywords import statistical_keywords
     from dpsynrag.transforms.vocabulary import public_vocabulary
 
@@ -328,10 +328,8 @@ def _stages(texts: list[str], config: BuildConfig, plan: BudgetPlan, state: Buil
                 doc_keywords = runner.llm_keywords(texts, config.K, config.keyword_prompt,
                                                    advance)
         state.save("keywords", doc_keywords)
-    counts = keyword_counts(doc_keywords, vocab, config.K)
-    noisy = release_histogram(ledger, counts, K=config.K, sigma=plan.sigma_h)
-    top = top_keywords(noisy, min(config.R, len(vocab)))
-    top_words = [vocab.words[int(i)] for i in top]
+    _, _, top_words = released_top_keywords(ledger, doc_keywords, vocab, K=config.K,
+                                            sigma=plan.sigma_h, R=config.R)
     seconds["a_keywords_histogram"] = time.monotonic() - t0
 
     # (b) soft clusters, rarest keyword first, each document in at most L clusters

@@ -83,7 +83,8 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                    help="zCDP to (epsilon, delta) conversion (default bun-steinke)")
     g.add_argument("--K", type=pos_int, help="keywords per document (default 10)")
     g.add_argument("--R", type=pos_int, help="clusters = top-R noisy keywords (default 500)")
-    g.add_argument("--L", type=pos_int, help="maximum clusters per document (default 5)")
+    g.add_argument("--L", type=pos_int, help="maximum clusters per document (default 5; 2 with "
+                   "--generate facts)")
     g.add_argument("--k", type=pos_int, help="retrieval target: documents per cluster "
                    "(default 80)")
     g.add_argument("--T", type=pos_int, help="tokens generated per cluster (default 70)")

@@ -52,7 +52,7 @@ def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
         select_facts,
         write_notes,
     )
-    from dpsynrag.transforms.histogram import keyword_counts, release_histogram, top_keywords
+    from dpsynrag.transforms.histogram import released_top_keywords
     from dpsynrag.transforms.keywords import statistical_keywords
     from dpsynrag.transforms.phrases import document_phrases
     from dpsynrag.transforms.vocabulary import public_vocabulary
@@ -69,10 +69,9 @@ def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
                                                 config.K_s)
             advance(len(texts))
         state.save("keywords", doc_keywords)
-    counts = keyword_counts(doc_keywords, vocab, config.K_s)
-    noisy_hist = release_histogram(ledger, counts, K=config.K_s, sigma=plan.sigma_h)
-    top = top_keywords(noisy_hist, min(config.R_f, len(vocab)))
-    top_words = [vocab.words[int(i)] for i in top]
+    noisy_hist, top, top_words = released_top_keywords(ledger, doc_keywords, vocab,
+                                                       K=config.K_s, sigma=plan.sigma_h,
+                                                       R=config.R_f)
     seconds["a_keywords_histogram"] = time.monotonic() - t0
 
     # (f1) open-vocabulary phrases per document -> DP partition selection

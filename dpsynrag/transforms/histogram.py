@@ -100,3 +100,15 @@ def top_keywords(noisy: np.ndarray, R: int) -> np.ndarray:
         raise ValueError(f"R must be a non-negative integer, got {R!r}")
     order = np.lexsort((np.arange(values.size), -values))
     return order[: int(R)].astype(np.int64)
+
+
+def released_top_keywords(ledger: Ledger, doc_keywords: Sequence[Sequence[str]],
+                          vocab: PublicVocabulary, *, K: int, sigma: float, R: int
+                          ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Stage (a) in one call: exact counts, the released noisy histogram (the one charge,
+    K / (2 sigma^2) zCDP, see ``release_histogram``) and its top-R words (post-processing).
+    Returns ``(noisy histogram, top indices, top words)``."""
+    counts = keyword_counts(doc_keywords, vocab, K)
+    noisy = release_histogram(ledger, counts, K=K, sigma=sigma)
+    top = top_keywords(noisy, min(R, len(vocab)))
+    return noisy, top, [vocab.words[int(i)] for i in top]
