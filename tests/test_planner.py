@@ -166,7 +166,7 @@ def test_bad_facts_parameters_are_refused(overrides: dict[str, object]) -> None:
 
 
 def test_facts_k_may_be_given_when_it_equals_k_s() -> None:
-    assert plan_budget(facts(K=6)).sigma_h == plan_budget(facts()).sigma_h
+    assert plan_budget(facts(K=14)).sigma_h == plan_budget(facts()).sigma_h
 
 
 # ---------------------------------------------------------------------- dpsynrag budget --generate
