@@ -109,9 +109,9 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rho-mean", type=_positive_float, default=None,
                         help="tokens: zCDP share of each cluster's noisy embedding sum "
                              "(Gaussian part of retrieval, before x L); required")
-    parser.add_argument("--conversion", choices=["bun-steinke", "cks"], default="bun-steinke",
-                        help="zCDP to (epsilon, delta) conversion (default: bun-steinke, the "
-                             "paper's; cks is tighter)")
+    parser.add_argument("--conversion", choices=["bun-steinke", "cks"], default="cks",
+                        help="zCDP to (epsilon, delta) conversion (default: cks, Canonne-"
+                             "Kamath-Steinke, the tighter; bun-steinke is the paper's)")
     parser.add_argument("--vocab-size", type=_positive_int, default=None,
                         help="tokens: LLM vocabulary size for the consensus estimate (default "
                              "49152, the packaged SmolLM2)")

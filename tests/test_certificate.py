@@ -499,7 +499,7 @@ def facts_plan() -> dict:
     from dpsynrag.accounting.planner import PlanRequest, plan_budget
 
     return plan_budget(PlanRequest(epsilon=10.0, delta=DELTA, L=L, rho_hist=0.1,
-                                   generate="facts")).as_dict()
+                                   conversion="bun-steinke", generate="facts")).as_dict()
 
 
 def facts_ledger(plan: dict, seed: int | None = None) -> Ledger:

@@ -177,7 +177,7 @@ FACTS = ["budget", "--generate", "facts", "--epsilon", "10", "--delta", "1e-3", 
 def test_budget_facts_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*FACTS, "--K-e", "3", "--share-phrases", "0.4", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    expected = plan_budget(facts(K_e=3, share_phrases=0.4)).as_dict()
+    expected = plan_budget(facts("cks", K_e=3, share_phrases=0.4)).as_dict()  # the default
     assert shown.keys() == expected.keys()
     for name in ("rho_A", "sigma_A", "tau_A", "rho_C", "sigma_C", "delta_phrases"):
         assert shown[name] == expected[name]

@@ -66,7 +66,7 @@ class PlanRequest:
     eps_theta: float = 0.0
     rho_hist: float = 0.0
     rho_mean: float = 0.0
-    conversion: Conversion = Conversion.BUN_STEINKE
+    conversion: Conversion = Conversion.CKS
     vocab_size: int = DEFAULT_VOCAB_SIZE
     retrieval: bool = True  # False: the "w/o retrieval" ablation, S_r = C_r, stage (c) free
     generate: str = "tokens"

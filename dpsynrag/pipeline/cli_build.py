@@ -80,7 +80,8 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     g.add_argument("--epsilon", type=pos_float, help="target epsilon of the build (default 10)")
     g.add_argument("--delta", type=unit_float, help="target delta (default 1e-3)")
     g.add_argument("--conversion", choices=["bun-steinke", "cks"],
-                   help="zCDP to (epsilon, delta) conversion (default bun-steinke)")
+                   help="zCDP to (epsilon, delta) conversion (default cks, the tighter; "
+                        "bun-steinke is the paper's)")
     g.add_argument("--K", type=pos_int, help="keywords per document (default 10)")
     g.add_argument("--R", type=pos_int, help="clusters = top-R noisy keywords (default 500)")
     g.add_argument("--L", type=pos_int, help="maximum clusters per document (default 5; 2 with "

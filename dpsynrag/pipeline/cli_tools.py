@@ -141,8 +141,9 @@ def add_ledger_parser(subparsers: Any) -> None:
                      help="the cap's delta, in (0, 1); the approximate delta of (epsilon, "
                           "delta)-DP mechanisms is spent out of it")
     cap.add_argument("--conversion", choices=["bun-steinke", "cks"], default="bun-steinke",
-                     help="zCDP to (epsilon, delta) conversion (default: bun-steinke; cks is "
-                          "tighter)")
+                     help="zCDP to (epsilon, delta) conversion of the corpus's lifetime spend "
+                          "(default: bun-steinke, the paper's; cks is tighter). Builds and "
+                          "plans default to cks; each charge is converted by the cap's rule")
     cap.add_argument("--json", action="store_true", help="print the ledger summary as JSON")
     cap.set_defaults(handler=run_ledger_cap)
     unit = sub.add_parser(

@@ -51,7 +51,7 @@ class BuildConfig:
     # privacy target and hyperparameters
     epsilon: float = 10.0
     delta: float = 1e-3
-    conversion: str = Conversion.BUN_STEINKE.value
+    conversion: str = Conversion.CKS.value
     K: int = 10
     R: int = 500
     L: int = 5
