@@ -54,7 +54,7 @@ def cluster_charges(cluster: int, plan: BudgetPlan) -> list[tuple[str, Charge]]:
 def test_ledger_composes_table6_to_the_planned_total() -> None:
     """A whole DP-SynRAG run on Table 6: rho_hist + L x (per-cluster), whatever R is."""
     plan = plan_budget(PlanRequest(epsilon=10, delta=1e-3, K=10, L=5, T=70, eps_theta=0.4,
-                                   rho_hist=0.1, rho_mean=0.009))
+                                   rho_hist=0.1, rho_mean=0.009, conversion="bun-steinke"))
     ledger = Ledger(rho_budget=plan.rho_total, rng=secure_rng(1))
     ledger.declare_parallel_group("clusters", 5, "each document in at most L=5 clusters")
     ledger.release("histogram", hist_charge(plan.sigma_h),
