@@ -83,7 +83,7 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
             "sigma_A and threshold tau_A, and the cluster fact histograms' sigma_C."),
         epilog=("Example (the paper's Table 6): dpsynrag budget --epsilon 10 --delta 1e-3 --K 10 "
                 "--L 5 --T 70 --eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009. Facts: dpsynrag "
-                "budget --generate facts --epsilon 10 --delta 1e-3 --L 2 --rho-hist 0.1"),
+                "budget --generate facts --epsilon 10 --delta 1e-3 --L 1 --rho-hist 0.1"),
     )
     parser.add_argument("--generate", choices=["tokens", "facts"], default="tokens",
                         help="what the build generates: tokens (the paper's private "
@@ -116,7 +116,7 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="tokens: LLM vocabulary size for the consensus estimate (default "
                              "49152, the packaged SmolLM2)")
     parser.add_argument("--K-e", dest="K_e", type=_positive_int, default=None,
-                        help="facts: phrases per document (default 4)")
+                        help="facts: phrases per document (default 2)")
     parser.add_argument("--K-s", dest="K_s", type=_positive_int, default=None,
                         help="facts: keywords per document in the histograms (default 14)")
     parser.add_argument("--R-f", dest="R_f", type=_positive_int, default=None,

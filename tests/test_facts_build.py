@@ -99,8 +99,9 @@ def test_a_resumed_facts_build_draws_nothing_new(clinic: Path, tmp_path: Path) -
         "text").to_pylist() == texts
 
 
-def test_facts_mode_defaults_to_two_clusters_per_document_and_keeps_token_defaults() -> None:
-    assert make_config(None, {"generate": "facts"}).L == 2
+def test_facts_mode_defaults_to_one_cluster_per_document_and_keeps_token_defaults() -> None:
+    assert make_config(None, {"generate": "facts"}).L == 1
+    assert make_config(None, {"generate": "facts"}).K_e == 2
     assert make_config(None, {"generate": "facts", "L": 3}).L == 3
     assert make_config(None, {}).L == 5  # the paper's Table 6 for the token mode
     # token builds keep their fingerprint: facts options are not part of it

@@ -13,6 +13,7 @@ from tiny_models import make_tiny_llm
 from dpsynrag.models.llm import LoadedLLM
 from dpsynrag.transforms.keywords import (
     generate_greedy,
+    inflected_form,
     keyword_prompt,
     llm_keywords,
     load_prompt,
@@ -177,3 +178,26 @@ def test_a_documents_answer_does_not_depend_on_its_batch(llm: LoadedLLM) -> None
     assert together == alone == reordered
     assert without_one == together[1:]
     assert any(together)
+
+
+def test_inflected_form_folds_ing_ed_and_irregular_plurals_onto_the_vocabulary() -> None:
+    index = public_vocabulary().index
+    assert "twitching" not in index and "concentrating" not in index  # the gap it closes
+    assert inflected_form("twitching", index) == "twitch"
+    assert inflected_form("concentrating", index) == "concentrate"  # stem + "e"
+    assert inflected_form("slurred", index) == "slur"  # doubled consonant
+    assert inflected_form("feet", index) == "foot"
+    assert inflected_form("patients", index) == "patient"  # plain plural, as before
+    assert inflected_form("fever", index) == "fever"
+    assert inflected_form("xqzzing", index) is None  # no stem in V
+    assert inflected_form("bing", index) == "bing"  # a word of V is never cut
+
+
+def test_statistical_keywords_fold_inflections_only_when_asked() -> None:
+    vocab = public_vocabulary()
+    doc = ["Twitching of the eyelids and difficulty concentrating; swollen feet."]
+    plain = statistical_keywords(doc, vocab, 10)[0]
+    folded = statistical_keywords(doc, vocab, 10, fold_inflections=True)[0]
+    assert "twitch" not in plain and "concentrate" not in plain and "foot" not in plain
+    assert {"twitch", "concentrate", "foot", "eyelid"} <= set(folded)
+    assert set(plain) <= set(folded)  # folding only adds words the document spells

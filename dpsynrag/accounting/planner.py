@@ -70,7 +70,7 @@ class PlanRequest:
     vocab_size: int = DEFAULT_VOCAB_SIZE
     retrieval: bool = True  # False: the "w/o retrieval" ablation, S_r = C_r, stage (c) free
     generate: str = "tokens"
-    K_e: int = 4  # facts: phrases per document (partition selection's max_items)
+    K_e: int = 2  # facts: phrases per document (partition selection's max_items)
     K_s: int = 14  # facts: keywords per document in the histograms
     R_f: int = 300  # facts: top keywords of the stage-(a) histogram added to the cluster domain
     delta_phrases: float | None = None  # facts: delta of the phrase release (None: delta / 10)

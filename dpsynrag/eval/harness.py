@@ -262,7 +262,8 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
 
     config = _build_config(settings, "dp-synrag-facts", 10.0, 0)
     vocab = public_vocabulary()
-    keywords = statistical_keywords([without_names(t) for t in data.notes], vocab, config.K_s)
+    keywords = statistical_keywords([without_names(t) for t in data.notes], vocab, config.K_s,
+                                    fold_inflections=True)
     phrases = document_phrases(data.notes, vocab, config.K_e)
     phrase_count = Counter(p for items in phrases for p in set(items))
     tau = make_plan(config).tau_A

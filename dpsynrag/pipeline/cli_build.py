@@ -84,7 +84,7 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                         "bun-steinke is the paper's)")
     g.add_argument("--K", type=pos_int, help="keywords per document (default 10)")
     g.add_argument("--R", type=pos_int, help="clusters = top-R noisy keywords (default 500)")
-    g.add_argument("--L", type=pos_int, help="maximum clusters per document (default 5; 2 with "
+    g.add_argument("--L", type=pos_int, help="maximum clusters per document (default 5; 1 with "
                    "--generate facts)")
     g.add_argument("--k", type=pos_int, help="retrieval target: documents per cluster "
                    "(default 80)")
@@ -104,7 +104,7 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                         "cluster on them and write each cluster's note from one noisy fact "
                         "histogram (no LLM; pays per fact, not per token)")
     g.add_argument("--K-e", dest="K_e", type=pos_int,
-                   help="facts: open-vocabulary phrases per document (default 4)")
+                   help="facts: open-vocabulary phrases per document (default 2)")
     g.add_argument("--K-s", dest="K_s", type=pos_int,
                    help="facts: statistical keywords per document (default 14)")
     g.add_argument("--R-f", dest="R_f", type=pos_int,

@@ -66,7 +66,7 @@ def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
         log("(a) extracting keywords")
         with progress("(a) keywords", len(texts)) as advance:
             doc_keywords = statistical_keywords([without_names(t) for t in texts], vocab,
-                                                config.K_s)
+                                                config.K_s, fold_inflections=True)
             advance(len(texts))
         state.save("keywords", doc_keywords)
     noisy_hist, top, top_words = released_top_keywords(ledger, doc_keywords, vocab,

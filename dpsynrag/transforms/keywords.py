@@ -82,6 +82,37 @@ def _vocab_form(word: str, index: dict[str, int]) -> str | None:
     return None
 
 
+#: Irregular plurals folded onto their singular (public, fixed): "feet" -> "foot".
+IRREGULAR_PLURALS = {"feet": "foot", "teeth": "tooth", "geese": "goose", "mice": "mouse",
+                     "children": "child", "women": "woman", "men": "man", "lice": "louse"}
+
+
+def inflected_form(word: str, index: dict[str, int]) -> str | None:
+    """``word`` folded onto V as by ``_vocab_form``, else an irregular plural's singular, else
+    an ``-ing`` / ``-ed`` form folded onto its stem in V ("twitching" -> "twitch",
+    "flaking" -> "flake", "slurred" -> "slur"); None if none of these is in V.
+
+    A fixed public rule of the word alone (the order of the tries is part of the rule).
+    """
+    form = _vocab_form(word, index)
+    if form is not None:
+        return form
+    singular = IRREGULAR_PLURALS.get(word)
+    if singular is not None and singular in index:
+        return singular
+    for suffix in ("ing", "ed"):
+        stem = word.removesuffix(suffix)
+        if stem == word or len(stem) < 3:
+            continue
+        candidates = [stem, stem + "e"]
+        if len(stem) > 3 and stem[-1] == stem[-2]:
+            candidates.append(stem[:-1])
+        for candidate in candidates:
+            if candidate in index:
+                return candidate
+    return None
+
+
 def normalise_keywords(candidates: Iterable[str], vocab: PublicVocabulary, K: int) -> list[str]:
     """At most ``K`` distinct words of ``vocab``, in the order the candidates give them.
 
@@ -168,7 +199,7 @@ def _zipf_table(vocab: PublicVocabulary) -> np.ndarray:
 
 
 def statistical_keywords(texts: Sequence[str], vocab: PublicVocabulary,
-                         K: int) -> list[list[str]]:
+                         K: int, *, fold_inflections: bool = False) -> list[list[str]]:
     """For each document, its ``K`` most distinctive words of V, by a public rarity prior.
 
     Score of a word w of V occurring tf times in the document (plurals folded as in
@@ -177,7 +208,12 @@ def statistical_keywords(texts: Sequence[str], vocab: PublicVocabulary,
     rarest words win, and repetition within the document counts as a tenfold rarity per
     decade of repeats. Ties go to the word seen first in the document. Deterministic, and a
     function of the document and public data only (no corpus statistics).
+
+    ``fold_inflections`` (the facts mode) also folds irregular plurals and ``-ing`` / ``-ed``
+    forms onto V (``inflected_form``), so "twitching" counts as "twitch" instead of being
+    lost to a vocabulary that lists few inflected forms.
     """
+    fold = inflected_form if fold_inflections else _vocab_form
     K = _check_k(K)
     zipf = _zipf_table(vocab)
     index = vocab.index
@@ -189,7 +225,7 @@ def statistical_keywords(texts: Sequence[str], vocab: PublicVocabulary,
         for position, token in enumerate(_WORD.findall(text.lower())):
             idx = forms.get(token)
             if idx is None:
-                form = _vocab_form(token, index)
+                form = fold(token, index)
                 idx = -1 if form is None else index[form]
                 forms[token] = idx
             if idx < 0:

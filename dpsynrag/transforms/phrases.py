@@ -52,7 +52,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dpsynrag.transforms.keywords import _check_k, _vocab_form
+from dpsynrag.transforms.keywords import _check_k, inflected_form
 from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
 
 __all__ = ["MAX_WORDS", "OPEN_ZIPF", "canonical_token", "document_phrases"]
@@ -116,21 +116,9 @@ def _name_shaped(token: str) -> bool:
 
 def _known(part: str, vocab: PublicVocabulary) -> bool:
     """Whether a lowercase word is in V, plurals folded (as for keywords) and, failing that,
-    ``-ing`` / ``-ed`` folded onto a stem in V ("flaking" -> "flake", "slurred" -> "slur",
-    "syncing" -> "sync")."""
-    index = vocab.index
-    if _vocab_form(part, index) is not None:
-        return True
-    for suffix in ("ing", "ed"):
-        stem = part.removesuffix(suffix)
-        if stem == part or len(stem) < 3:
-            continue
-        candidates = [stem, stem + "e"]
-        if len(stem) > 3 and stem[-1] == stem[-2]:
-            candidates.append(stem[:-1])
-        if any(c in index for c in candidates):
-            return True
-    return False
+    an irregular plural or ``-ing`` / ``-ed`` folded onto a stem in V ("flaking" -> "flake",
+    "slurred" -> "slur", "syncing" -> "sync"): ``keywords.inflected_form``."""
+    return inflected_form(part, vocab.index) is not None
 
 
 def _classify(token: str, vocab: PublicVocabulary, stop: frozenset[str]) -> _Info:
