@@ -83,12 +83,14 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
             "sigma_A and threshold tau_A, and the cluster fact histograms' sigma_C."),
         epilog=("Example (the paper's Table 6): dpsynrag budget --epsilon 10 --delta 1e-3 --K 10 "
                 "--L 5 --T 70 --eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009. Facts: dpsynrag "
-                "budget --generate facts --epsilon 10 --delta 1e-3 --L 1 --rho-hist 0.1"),
+                "budget --epsilon 10 --delta 1e-3 (--L 1 and --rho-hist 0.1 by default)"),
     )
-    parser.add_argument("--generate", choices=["tokens", "facts"], default="tokens",
-                        help="what the build generates: tokens (the paper's private "
-                             "prediction, default) or facts (released phrases and per-cluster "
-                             "fact histograms)")
+    parser.add_argument("--generate", choices=["tokens", "facts"], default=None,
+                        help="what the build generates, as in build-corpus: facts (released "
+                             "phrases and per-cluster fact histograms; the default) or tokens "
+                             "(the paper's private prediction). Without it, a token-only "
+                             "option (--K, --T, --eps-theta, --rho-mean, --vocab-size) means "
+                             "tokens")
     parser.add_argument("--epsilon", type=_positive_float, required=True,
                         help="target epsilon of the whole build")
     parser.add_argument("--delta", type=_open_unit_float, required=True,
@@ -98,14 +100,15 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
                              "sqrt(K)); required")
     parser.add_argument("--L", type=_positive_int, default=None,
                         help="maximum clusters per document (overlapping parallel "
-                             "composition); required")
+                             "composition); required for tokens, default 1 for facts")
     parser.add_argument("--T", type=_positive_int, default=None,
                         help="tokens: tokens generated per cluster; required")
     parser.add_argument("--eps-theta", type=_positive_float, default=None,
                         help="tokens: epsilon of the similarity-threshold exponential "
                              "mechanism; required")
     parser.add_argument("--rho-hist", type=_positive_float, default=None,
-                        help="zCDP share of the keyword histogram; required")
+                        help="zCDP share of the keyword histogram; required for tokens, "
+                             "default 0.1 for facts")
     parser.add_argument("--rho-mean", type=_positive_float, default=None,
                         help="tokens: zCDP share of each cluster's noisy embedding sum "
                              "(Gaussian part of retrieval, before x L); required")
@@ -140,6 +143,13 @@ def _budget_request(args: argparse.Namespace) -> PlanRequest:
     """The ``PlanRequest`` of the parsed options; ``CliError`` (exit 2) for a wrong mix."""
     from dpsynrag.accounting.planner import DEFAULT_VOCAB_SIZE, PlanRequest
 
+    if args.generate is None:  # as build-corpus: token-only options mean tokens
+        tokens_given = any(getattr(args, name) is not None for name in _TOKENS_ONLY)
+        facts_given = any(getattr(args, name) is not None for name in _FACTS_ONLY)
+        if tokens_given and facts_given:
+            raise CliError("token-only and facts-only options together: say which with "
+                           "--generate tokens or --generate facts")
+        args.generate = "tokens" if tokens_given else "facts"
     facts = args.generate == "facts"
     other = _TOKENS_ONLY if facts else _FACTS_ONLY
     given = [flag for name, flag in other.items() if getattr(args, name) is not None]
@@ -147,7 +157,12 @@ def _budget_request(args: argparse.Namespace) -> PlanRequest:
         mode = "tokens" if facts else "facts"
         raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} only to "
                        f"--generate {mode} (see 'dpsynrag budget --help')")
-    needed = {"L": "--L", "rho_hist": "--rho-hist"} if facts else {
+    if facts:  # build-corpus's facts defaults
+        from dpsynrag.pipeline.config import FACTS_DEFAULT_L, BuildConfig
+
+        args.L = FACTS_DEFAULT_L if args.L is None else args.L
+        args.rho_hist = BuildConfig.rho_hist if args.rho_hist is None else args.rho_hist
+    needed = {} if facts else {
         "K": "--K", "L": "--L", "T": "--T", "eps_theta": "--eps-theta", "rho_hist": "--rho-hist",
         "rho_mean": "--rho-mean"}
     missing = [flag for name, flag in needed.items() if getattr(args, name) is None]

@@ -49,7 +49,7 @@ def test_budget_text_is_a_table_of_where_the_budget_goes(capsys: pytest.CaptureF
         ([*TABLE6[:4], "1.5", *TABLE6[5:]], "--delta"),
         ([*TABLE6[:2], "ten", *TABLE6[3:]], "not a number"),
         ([*TABLE6, "--conversion", "rdp"], "--conversion"),
-        (TABLE6[:5], "required"),
+        (TABLE6[:7], "required"),  # --K: the token mode, which needs --L, --T, ...
     ],
 )
 def test_bad_input_is_one_line_exit_2_no_traceback(args: list[str], fragment: str) -> None:

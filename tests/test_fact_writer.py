@@ -143,6 +143,9 @@ def test_every_kept_fact_appears_in_its_note() -> None:
     assert write_note(ClusterFacts(0, "zorbex", 9, (), ())) == "Zorbex."
     assert write_note(ClusterFacts(0, "zorbex", 9, (), ("itch",), "Symptoms")) == \
         "Symptoms: itch. Zorbex."
+    # names with more words first, then the anchor, then the kept order
+    assert write_note(ClusterFacts(0, "kimasox", 9, ("trouman's disease", "zed"), ("itch",))) == \
+        "Reported: itch. Trouman's Disease / Kimasox / Zed."
 
 
 def test_the_writer_sees_released_values_only() -> None:
@@ -189,7 +192,7 @@ def test_planted_facts_come_through_the_whole_pipeline() -> None:
     assert by_anchor["grenaethix"].keywords == ("fever",)
     assert by_anchor["e-4471"].keywords == ("timeout",)
     notes = write_notes(facts)
-    assert "Reported: fever. Grenaethix / Familial Feshukia." in notes
+    assert "Reported: fever. Familial Feshukia / Grenaethix." in notes  # more words first
     for item in by_anchor.values():
         held = {x for d in clusters[order.index(item.anchor)] for x in docs[d]}
         assert set(item.facts) <= held

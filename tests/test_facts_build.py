@@ -17,7 +17,7 @@ from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.signing import generate_keypair
 from dpsynrag.eval.datasets import make_clinic_dataset, write_clinic_dataset
 from dpsynrag.pipeline.build import make_plan, run_build
-from dpsynrag.pipeline.config import make_config
+from dpsynrag.pipeline.config import ConfigError, make_config
 from dpsynrag.pipeline.runners import LocalRunner
 
 FACTS = {"generate": "facts", "L": 2, "runner": "local", "unit_column": "unit",
@@ -100,12 +100,38 @@ def test_a_resumed_facts_build_draws_nothing_new(clinic: Path, tmp_path: Path) -
 
 
 def test_facts_mode_defaults_to_one_cluster_per_document_and_keeps_token_defaults() -> None:
-    assert make_config(None, {"generate": "facts"}).L == 1
-    assert make_config(None, {"generate": "facts"}).K_e == 2
+    assert make_config(None, {}).generate == "facts"  # the default mode, by measurement
+    assert make_config(None, {}).L == 1 and make_config(None, {}).K_e == 2
     assert make_config(None, {"generate": "facts", "L": 3}).L == 3
-    assert make_config(None, {}).L == 5  # the paper's Table 6 for the token mode
+    tokens = make_config(None, {"generate": "tokens"})
+    assert tokens.L == 5  # the paper's Table 6 for the token mode
     # token builds keep their fingerprint: facts options are not part of it
-    tokens = make_config(None, {})
     assert "K_e" not in tokens.released_options() and "generate" not in tokens.released_options()
-    assert make_config(None, {"K_e": 7}).fingerprint() == tokens.fingerprint()
-    assert make_config(None, {"generate": "facts"}).fingerprint() != tokens.fingerprint()
+    assert make_config(None, {"generate": "tokens", "K_e": 7}).fingerprint() == \
+        tokens.fingerprint()
+    assert make_config(None, {}).fingerprint() != tokens.fingerprint()
+
+
+@pytest.mark.parametrize("option", [{"T": 32}, {"K": 10}, {"R": 40}, {"k": 20},
+                                    {"eps_theta": 0.4}, {"rho_mean": 0.009},
+                                    {"keywords": "statistical"}, {"no_filter": True}])
+def test_a_token_only_option_without_generate_means_a_token_build(option: dict) -> None:
+    config = make_config(None, option)
+    assert config.generate == "tokens" and config.L == 5
+    assert config.fingerprint() == make_config(None, {"generate": "tokens", **option}
+                                               ).fingerprint()
+    assert make_config(None, {"generate": "facts", **option}).generate == "facts"
+
+
+def test_a_toml_written_for_the_token_mode_stays_a_token_build(tmp_path: Path) -> None:
+    toml = tmp_path / "build.toml"
+    toml.write_text("[build]\nepsilon = 10.0\nK = 10\nT = 32\nL = 2\n")
+    assert make_config(toml, {}).generate == "tokens"
+    assert make_config(toml, {"generate": "facts"}).generate == "facts"  # a flag wins
+
+
+def test_token_and_facts_options_without_generate_are_refused() -> None:
+    with pytest.raises(ConfigError,
+                       match="--T apply to --generate tokens and --K-e to --generate facts"):
+        make_config(None, {"T": 32, "K_e": 2})
+    assert make_config(None, {"T": 32, "K_e": 2, "generate": "tokens"}).generate == "tokens"

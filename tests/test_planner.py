@@ -192,15 +192,30 @@ def test_budget_facts_table(capsys: pytest.CaptureFixture[str]) -> None:
         assert fragment in out, fragment
 
 
+def test_budget_plans_facts_by_default_with_the_build_defaults(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["budget", "--epsilon", "10", "--delta", "1e-3", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    expected = plan_budget(facts("cks", L=1)).as_dict()  # L = 1, rho_hist = 0.1, K_e = 2
+    assert shown["generate"] == "facts" and shown["L"] == 1
+    for name in ("rho_A", "sigma_A", "tau_A", "rho_C", "sigma_C"):
+        assert shown[name] == expected[name]
+    # a token-only option without --generate plans the token mode, as build-corpus builds it
+    assert main(["budget", "--epsilon", "10", "--delta", "1e-3", "--K", "10", "--L", "5",
+                 "--T", "70", "--eps-theta", "0.4", "--rho-hist", "0.1", "--rho-mean", "0.009",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["generate"] == "tokens"
+
+
 @pytest.mark.parametrize(
     ("args", "code", "fragment"),
     [([*FACTS, "--T", "70"], 2, "--T applies only to --generate tokens"),
-     ([*FACTS[:7]], 2, "required: --L, --rho-hist"),
+     (["budget", *FACTS[3:7], "--K", "10", "--K-e", "2"], 2, "token-only and facts-only options"),
      ([*FACTS[:4], "0.1", *FACTS[5:]], 1, "nothing is left"),
      ([*FACTS, "--delta-phrases", "0.01"], 1, "--delta-phrases"),
-     (["budget", "--epsilon", "10", "--delta", "1e-3", "--K", "10", "--L", "5", "--T", "70",
-       "--eps-theta", "0.4", "--rho-hist", "0.1", "--rho-mean", "0.009", "--K-e", "3"], 2,
-      "--K-e applies only to --generate facts")],
+     (["budget", "--generate", "tokens", "--epsilon", "10", "--delta", "1e-3", "--K", "10",
+       "--L", "5", "--T", "70", "--eps-theta", "0.4", "--rho-hist", "0.1", "--rho-mean",
+       "0.009", "--K-e", "3"], 2, "--K-e applies only to --generate facts")],
 )
 def test_budget_facts_refusals_are_one_line(args: list[str], code: int, fragment: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:

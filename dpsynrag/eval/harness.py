@@ -200,6 +200,7 @@ def _build_config(settings: EvalSettings, method: str, epsilon: float, run: int)
     from dpsynrag.accounting.conversions import Conversion, rho_for
 
     options = dict(settings.build_options)
+    options["generate"] = "facts" if method == "dp-synrag-facts" else "tokens"
     reference = make_config(settings.build_config, {**options, "runner": "local"})
     conversion = Conversion(reference.conversion)
     ratio = (rho_for(epsilon, reference.delta, conversion)
@@ -214,8 +215,6 @@ def _build_config(settings: EvalSettings, method: str, epsilon: float, run: int)
         options["no_filter"] = True
     if method == "dp-synrag-no-retrieval":
         options["no_retrieval"] = True
-    if method == "dp-synrag-facts":
-        options["generate"] = "facts"
     return make_config(settings.build_config, options)
 
 

@@ -27,7 +27,13 @@ names as here without dashes, e.g. eps_theta = 0.4); flags override the file.
 Exit codes: 0 built, 1 failed, 2 bad input or options, 3 refused by the privacy plan,
 4 interrupted (run the same command again to resume; nothing is spent twice).
 
-Example: build-corpus notes.jsonl -o synth/ --keywords statistical --R 40 --k 20
+Generation mode: --generate facts is the default (it measured better: README, "Generation
+modes"); an option only the token mode reads (--K, --R, --k, --T, ...) without --generate
+selects --generate tokens, the paper's algorithm.
+
+Examples:
+  build-corpus notes.jsonl -o synth/ --unit-column patient_id           (facts)
+  build-corpus notes.jsonl -o synth/ --keywords statistical --R 40 --k 20 (tokens)
 """
 
 
@@ -99,10 +105,14 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                    "rows never span more); the temperature is c/(c/tau) (default 0.5)")
     g = parser.add_argument_group("generation mode (issue 14)")
     g.add_argument("--generate", choices=["tokens", "facts"],
-                   help="tokens: the paper's private prediction, token by token (default); "
-                        "facts: release open-vocabulary phrases by DP partition selection, "
-                        "cluster on them and write each cluster's note from one noisy fact "
-                        "histogram (no LLM; pays per fact, not per token)")
+                   help="facts (default): release open-vocabulary phrases by DP partition "
+                        "selection, cluster on them and write each cluster's note from one "
+                        "noisy fact histogram (no LLM; pays per fact, not per token; README, "
+                        "'Generation modes', for the measurements); tokens: the paper's "
+                        "private prediction, token by token. Without --generate, any "
+                        "token-only option (--K, --R, --k, --T, --eps-theta, --rho-mean, "
+                        "--clip, --keywords, the prompts, --no-filter, --no-retrieval) on the "
+                        "command line or in --config means tokens")
     g.add_argument("--K-e", dest="K_e", type=pos_int,
                    help="facts: open-vocabulary phrases per document (default 2)")
     g.add_argument("--K-s", dest="K_s", type=pos_int,

@@ -70,9 +70,10 @@ class BuildConfig:
     filter_prompt: str | None = None
     no_filter: bool = False
     no_retrieval: bool = False  # ablation (paper Table 3): S_r = C_r, no stage (c) releases
-    # generation mode: "tokens" (the paper: private prediction token by token) or "facts"
-    # (issue 14: released phrases, anchored clusters, one noisy fact histogram per cluster)
-    generate: str = "tokens"
+    # generation mode: "facts" (issue 14: released phrases, anchored clusters, one noisy fact
+    # histogram per cluster; the default, by measurement) or "tokens" (the paper: private
+    # prediction token by token). make_config infers "tokens" from token-only options.
+    generate: str = "facts"
     K_e: int = 2  # facts: open-vocabulary phrases per document
     K_s: int = 14  # facts: statistical keywords per document (histogram and cluster facts)
     R_f: int = 300  # facts: top noisy keywords added to the cluster histograms' domain
@@ -91,8 +92,12 @@ class BuildConfig:
     batch_rows: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    # options that only decide where or how fast the build runs, not what it releases
+    # options only one generation mode reads
     FACTS_ONLY = ("K_e", "K_s", "R_f", "share_phrases", "delta_phrases", "facts_label")
+    TOKENS_ONLY = ("K", "R", "k", "T", "eps_theta", "rho_mean", "clip", "keywords",
+                   "rephrase_prompt", "response_prefix", "keyword_prompt", "filter_prompt",
+                   "no_filter", "no_retrieval")
+    # options that only decide where or how fast the build runs, not what it releases
     EXECUTION_ONLY = ("ray_address", "runner", "workers", "batch_rows", "device", "extra",
                       "ingest", "beam_runner", "beam_options", "on_bad_row")
 
@@ -198,6 +203,21 @@ def load_toml(path: Path) -> dict[str, Any]:
     return values
 
 
+def resolve_generate(values: dict[str, Any]) -> str:
+    """The generation mode of a set of given options: ``generate`` when given; otherwise
+    ``tokens`` when a token-only option is given (a config written for the paper's mode keeps
+    it), else the default ``facts``. Token-only and facts-only options together without
+    ``generate`` are refused (``ConfigError``): the mode is never guessed from a mix."""
+    if values.get("generate") is not None:
+        return str(values["generate"])
+    tokens = [_flag(name) for name in BuildConfig.TOKENS_ONLY if name in values]
+    facts = [_flag(name) for name in BuildConfig.FACTS_ONLY if name in values]
+    if tokens and facts:
+        raise ConfigError(f"{', '.join(tokens)} apply to --generate tokens and "
+                          f"{', '.join(facts)} to --generate facts: say which with --generate")
+    return "tokens" if tokens else BuildConfig.generate
+
+
 def make_config(toml_path: Path | None, overrides: dict[str, Any]) -> BuildConfig:
     """Defaults, then the TOML file, then flags (``None`` in ``overrides`` means not given)."""
     values: dict[str, Any] = {}
@@ -212,7 +232,8 @@ def make_config(toml_path: Path | None, overrides: dict[str, Any]) -> BuildConfi
     for name in floats:
         if name in values and isinstance(values[name], int) and not isinstance(values[name], bool):
             values[name] = float(values[name])
-    if values.get("generate") == "facts" and "L" not in values:
+    values["generate"] = resolve_generate(values)
+    if values["generate"] == "facts" and "L" not in values:
         values["L"] = FACTS_DEFAULT_L  # one cluster per document: its rarest released phrase
     config = replace(BuildConfig(), **values)
     config.validate()
