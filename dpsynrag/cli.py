@@ -142,14 +142,15 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
 def _budget_request(args: argparse.Namespace) -> PlanRequest:
     """The ``PlanRequest`` of the parsed options; ``CliError`` (exit 2) for a wrong mix."""
     from dpsynrag.accounting.planner import DEFAULT_VOCAB_SIZE, PlanRequest
+    from dpsynrag.pipeline.config import FACTS_DEFAULT_L, BuildConfig, ConfigError, resolve_generate
 
-    if args.generate is None:  # as build-corpus: token-only options mean tokens
-        tokens_given = any(getattr(args, name) is not None for name in _TOKENS_ONLY)
-        facts_given = any(getattr(args, name) is not None for name in _FACTS_ONLY)
-        if tokens_given and facts_given:
-            raise CliError("token-only and facts-only options together: say which with "
-                           "--generate tokens or --generate facts")
-        args.generate = "tokens" if tokens_given else "facts"
+    given_options = {name: getattr(args, name) for name in ("generate", *_TOKENS_ONLY,
+                                                            *_FACTS_ONLY)
+                     if getattr(args, name) is not None}
+    try:  # the build's rule: token-only options mean tokens, a mix is refused
+        args.generate = resolve_generate(given_options, _TOKENS_ONLY, _FACTS_ONLY)
+    except ConfigError as error:
+        raise CliError(str(error)) from None
     facts = args.generate == "facts"
     other = _TOKENS_ONLY if facts else _FACTS_ONLY
     given = [flag for name, flag in other.items() if getattr(args, name) is not None]
@@ -158,8 +159,6 @@ def _budget_request(args: argparse.Namespace) -> PlanRequest:
         raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} only to "
                        f"--generate {mode} (see 'dpsynrag budget --help')")
     if facts:  # build-corpus's facts defaults
-        from dpsynrag.pipeline.config import FACTS_DEFAULT_L, BuildConfig
-
         args.L = FACTS_DEFAULT_L if args.L is None else args.L
         args.rho_hist = BuildConfig.rho_hist if args.rho_hist is None else args.rho_hist
     needed = {} if facts else {

@@ -252,17 +252,15 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     from collections import Counter
 
     from dpsynrag.pipeline.build import make_plan
-    from dpsynrag.pipeline.facts_stages import without_names
+    from dpsynrag.pipeline.facts_stages import fact_keywords
     from dpsynrag.transforms.fact_clusters import anchor_clusters, fact_counts, fact_domain
     from dpsynrag.transforms.fact_writer import FactRule, select_facts, write_notes
-    from dpsynrag.transforms.keywords import statistical_keywords
     from dpsynrag.transforms.phrases import document_phrases
     from dpsynrag.transforms.vocabulary import public_vocabulary
 
     config = _build_config(settings, "dp-synrag-facts", 10.0, 0)
     vocab = public_vocabulary()
-    keywords = statistical_keywords([without_names(t) for t in data.notes], vocab, config.K_s,
-                                    fold_inflections=True)
+    keywords = fact_keywords(data.notes, vocab, config.K_s)
     phrases = document_phrases(data.notes, vocab, config.K_e)
     phrase_count = Counter(p for items in phrases for p in set(items))
     tau = make_plan(config).tau_A

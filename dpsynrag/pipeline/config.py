@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import tomllib
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -203,18 +204,25 @@ def load_toml(path: Path) -> dict[str, Any]:
     return values
 
 
-def resolve_generate(values: dict[str, Any]) -> str:
+def resolve_generate(values: dict[str, Any], tokens_only: Iterable[str] | None = None,
+                     facts_only: Iterable[str] | None = None) -> str:
     """The generation mode of a set of given options: ``generate`` when given; otherwise
     ``tokens`` when a token-only option is given (a config written for the paper's mode keeps
     it), else the default ``facts``. Token-only and facts-only options together without
-    ``generate`` are refused (``ConfigError``): the mode is never guessed from a mix."""
+    ``generate`` are refused (``ConfigError``): the mode is never guessed from a mix.
+
+    ``tokens_only`` / ``facts_only`` name the options of each mode (default: the build's,
+    ``BuildConfig.TOKENS_ONLY`` / ``FACTS_ONLY``; ``dpsynrag budget`` passes its own)."""
     if values.get("generate") is not None:
         return str(values["generate"])
-    tokens = [_flag(name) for name in BuildConfig.TOKENS_ONLY if name in values]
-    facts = [_flag(name) for name in BuildConfig.FACTS_ONLY if name in values]
+    tokens_only = BuildConfig.TOKENS_ONLY if tokens_only is None else tokens_only
+    facts_only = BuildConfig.FACTS_ONLY if facts_only is None else facts_only
+    tokens = [_flag(name) for name in tokens_only if name in values]
+    facts = [_flag(name) for name in facts_only if name in values]
     if tokens and facts:
-        raise ConfigError(f"{', '.join(tokens)} apply to --generate tokens and "
-                          f"{', '.join(facts)} to --generate facts: say which with --generate")
+        raise ConfigError(f"token-only and facts-only options together: {', '.join(tokens)} "
+                          f"apply to --generate tokens and {', '.join(facts)} to --generate "
+                          "facts; say which with --generate")
     return "tokens" if tokens else BuildConfig.generate
 
 

@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.planner import FactsBudgetPlan
 from dpsynrag.pipeline.config import BuildConfig
 from dpsynrag.pipeline.state import BuildState
 
+if TYPE_CHECKING:
+    from dpsynrag.transforms.vocabulary import PublicVocabulary
+
 PHRASES_KEY = "phrases"
 
-__all__ = ["PHRASES_KEY", "facts_stages", "without_names"]
+__all__ = ["PHRASES_KEY", "fact_keywords", "facts_stages", "without_names"]
 
 
 def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
@@ -53,7 +56,6 @@ def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
         write_notes,
     )
     from dpsynrag.transforms.histogram import released_top_keywords
-    from dpsynrag.transforms.keywords import statistical_keywords
     from dpsynrag.transforms.phrases import document_phrases
     from dpsynrag.transforms.vocabulary import public_vocabulary
 
@@ -65,8 +67,7 @@ def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
     if doc_keywords is None:
         log("(a) extracting keywords")
         with progress("(a) keywords", len(texts)) as advance:
-            doc_keywords = statistical_keywords([without_names(t) for t in texts], vocab,
-                                                config.K_s, fold_inflections=True)
+            doc_keywords = fact_keywords(texts, vocab, config.K_s)
             advance(len(texts))
         state.save("keywords", doc_keywords)
     noisy_hist, top, top_words = released_top_keywords(ledger, doc_keywords, vocab,
@@ -117,6 +118,15 @@ def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
     return {"texts": notes, "tokens": [len(note.split()) for note in notes],
             "kept": [True] * len(notes), "cluster_keywords": [item.anchor for item in written],
             "vocabulary_sha256": vocab.sha256, "clusters": len(anchors)}
+
+
+def fact_keywords(texts: list[str], vocab: PublicVocabulary, K_s: int) -> list[list[str]]:
+    """Each document's K_s keywords of the facts mode: the statistical keywords of its
+    uncapitalised words, inflections folded onto V (a rule of the document alone)."""
+    from dpsynrag.transforms.keywords import statistical_keywords
+
+    return statistical_keywords([without_names(t) for t in texts], vocab, K_s,
+                                fold_inflections=True)
 
 
 def without_names(text: str) -> str:
