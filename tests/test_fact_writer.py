@@ -136,7 +136,7 @@ def test_every_kept_fact_appears_in_its_note() -> None:
     facts = ClusterFacts(3, "familial feshukia", 40, ("grenaethix", "e-4471"),
                          ("fever", "night sweats"))
     note = write_note(facts)
-    assert note == "Reported: fever, night sweats. Familial Feshukia / Grenaethix / E-4471."
+    assert note == "Reported: fever night sweats. Familial Feshukia / Grenaethix / E-4471."
     assert missing_facts(facts, note) == []
     assert missing_facts(facts, note.replace(" / Grenaethix", "")) == ["grenaethix"]
     assert missing_facts(facts, note.replace("fever", "feverish")) == ["fever"]  # whole words
@@ -156,7 +156,7 @@ def test_the_writer_sees_released_values_only() -> None:
     noisy = np.array([_row(grenaethix=30, fever=20, rash=25)], dtype=np.int64)
     once = write_notes(select_facts(noisy, DOMAIN, ["grenaethix"], PHRASES, 2.0))
     twice = write_notes(select_facts(noisy.copy(), DOMAIN, ["grenaethix"], PHRASES, 2.0))
-    assert once == twice == ["Reported: rash, fever. Grenaethix."]
+    assert once == twice == ["Reported: rash fever. Grenaethix."]
 
 
 def test_selection_refuses_inconsistent_input() -> None:

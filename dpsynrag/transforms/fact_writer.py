@@ -22,7 +22,7 @@ Selection rule for cluster r with anchor a (all values noisy, all thresholds pub
   (``max_phrases``) and keywords of W (``max_keywords``) separately; a cluster with fewer than
   ``min_facts`` kept items, or (``require_keywords``) without a kept keyword, is dropped.
 
-The note is a fixed template: ``"{label}: {keyword}, {keyword}. {Name} / {Name}."`` with
+The note is a fixed template: ``"{label}: {keyword} {keyword}. {Name} / {Name}."`` with
 phrases in title case (:func:`display_phrase`), names with more words first (:func:`write_note`).
 :func:`missing_facts` checks that every kept fact appears in the written text.
 """
@@ -212,9 +212,14 @@ def display_phrase(phrase: str) -> str:
 
 def write_note(facts: ClusterFacts) -> str:
     """One note from one cluster's kept facts, by the public template (post-processing):
-    ``"{label}: keyword, keyword. Anchor / Phrase / Phrase."`` (keywords first: measured on
+    ``"{label}: keyword keyword. Anchor / Phrase / Phrase."`` (keywords first: measured on
     the clinic set, a sentence embedder then matches a paraphrased question better than when
-    the invented names lead; recall@10 0.75 against 0.40 with the same facts). Names with more
+    the invented names lead; recall@10 0.75 against 0.40 with the same facts). The keywords
+    are joined by spaces, not commas, in the kept order (by noisy count): with the packaged
+    MiniLM embedder, simulated over 6 noise draws at the eval defaults, recall@10 rose from
+    0.79 to 0.81 (clinic, ε = 10), 0.72 to 0.75 (clinic, ε = 3) and 0.88 to 0.95 (support
+    tickets, ε = 10) with the same facts: words that co-occur in the notes then read as
+    phrases ("crack corner mouth"). Names with more
     words come first, then the anchor, then by count ("Kimasox / Trouman's Disease" is written
     "Trouman's Disease / Kimasox"): a multi-word name (a disease, a product's full name) is
     more often the answer a reader looks for than a one-word one (a drug, a code), and the
@@ -224,7 +229,7 @@ def write_note(facts: ClusterFacts) -> str:
     names = " / ".join(display_phrase(p) for p in ordered) + "."
     if not facts.keywords:
         return names
-    return f"{facts.label}: " + ", ".join(facts.keywords) + ". " + names
+    return f"{facts.label}: " + " ".join(facts.keywords) + ". " + names
 
 
 def _mentions(text: str, fact: str) -> bool:
