@@ -32,6 +32,13 @@ class CliError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and no abbreviated options: ``dpsynrag budget --R 48``
+    would otherwise be read as ``--R-f 48`` (budget has no ``--R``)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
     def error(self, message: str) -> None:  # one line, exit 2, as argparse does, but no usage
         raise CliError(f"{message} (see '{self.prog} --help')")
 

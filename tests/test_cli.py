@@ -98,3 +98,13 @@ def test_budget_warns_when_delta_exceeds_one_over_the_stated_units(
     assert "warning" not in capsys.readouterr().err
     assert main([*base, "--delta", "1e-3", "--units", "5000", "--json"]) == 0
     assert "exceeds 1/N" in json.loads(capsys.readouterr().out)["delta_warning"]
+
+
+def test_abbreviated_options_are_refused_not_guessed(capsys: pytest.CaptureFixture[str]) -> None:
+    # budget has --R-f but no --R: argparse would read "--R 48" as "--R-f 48"
+    base = ["budget", "--generate", "facts", "--epsilon", "10", "--delta", "1e-3"]
+    assert main([*base, "--R", "48"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --R 48" in err and "Traceback" not in err
+    assert main([*base, "--R-f", "48", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["R_f"] == 48

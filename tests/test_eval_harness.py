@@ -110,3 +110,20 @@ def test_facts_method_and_its_ceiling_run_and_report_weighted_recall(tmp_path: P
     assert by_method["facts-ceiling"]["runs"][0]["names_in_corpus"] == 0
     text = (tmp_path / "report" / "results.md").read_text()
     assert "frequency-weighted" in text and "cluster_facts" in text
+
+
+def test_tokens_ceiling_is_the_token_build_at_a_budget_where_noise_vanishes(
+        tmp_path: Path) -> None:
+    from dpsynrag.eval.harness import TOKENS_CEILING_EPSILON
+
+    runner = LocalRunner(tiny_llm(), HashEmbedder())
+    results = run_eval(_settings(methods=["tokens-ceiling"], end_to_end=False),
+                       tmp_path / "report", runner=runner)
+    (entry,) = results["methods"]
+    assert entry["method"] == "tokens-ceiling" and entry["epsilon"] is None  # not private
+    (run,) = entry["runs"]
+    assert run["ceiling_epsilon"] == TOKENS_CEILING_EPSILON
+    assert math.isclose(run["epsilon_spent"], TOKENS_CEILING_EPSILON, rel_tol=1e-3)
+    assert set(run["stage_rho"]) == {"histogram", "retrieval", "prediction"}
+    assert 0.0 <= run["recall_at_k"] <= 1.0
+    assert "tokens-ceiling" in (tmp_path / "report" / "results.md").read_text()

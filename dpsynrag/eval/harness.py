@@ -11,6 +11,10 @@ Methods (DP-SynRAG's Table 1 rows):
   one noisy fact histogram per cluster, no language model); ``facts-ceiling`` is its
   epsilon = infinity ceiling (the same rules and writer on exact counts, NOT private), so the
   loss due to the noise and the loss due to the representation can be told apart;
+  ``tokens-ceiling`` is the token mode's: the ``dp-synrag`` build at epsilon = 10^6
+  (``TOKENS_CEILING_EPSILON``), where every count is exact after rounding and one agreeing
+  row carries a token (c/tau ~ 170: greedy decoding of the clipped, aggregated logits), NOT
+  private;
 * query-time mechanisms over the private notes (``eval.query_methods``): ``dp-rag``,
   ``dp-ksa``, ``sparse-vote``, where epsilon is PER QUERY and the run's total is reported.
 
@@ -42,7 +46,9 @@ METHODS = ("non-rag", "rag", "dp-synth", "dp-synrag", "dp-synrag-hard", "dp-synr
            "dp-synrag-no-retrieval", "dp-rag", "dp-ksa", "sparse-vote", "dp-synrag-facts")
 PRIVATE_METHODS = METHODS[2:]
 # epsilon = infinity ceilings of a generator: the same pipeline and writer on exact counts
-CEILING_METHODS = ("facts-ceiling",)
+CEILING_METHODS = ("facts-ceiling", "tokens-ceiling")
+# the token mode's ceiling: the same build at a budget where the noise no longer matters
+TOKENS_CEILING_EPSILON = 1e6
 ALL_METHODS = (*METHODS, *CEILING_METHODS)
 ATTACK_TEMPLATE = "Who is the patient diagnosed with {disease}?"
 
@@ -348,6 +354,10 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, runner: Any = None,
                     result = measure_corpus(_facts_ceiling_texts(settings, data), data, runner,
                                             k=settings.rag_k, end_to_end=settings.end_to_end,
                                             synthetic=True)
+                elif method == "tokens-ceiling":
+                    result = _run_dp_synrag(settings, data, runner, work, "dp-synrag",
+                                            TOKENS_CEILING_EPSILON, 0)
+                    result["ceiling_epsilon"] = TOKENS_CEILING_EPSILON
                 elif method == "rag":
                     if note_vectors is None:
                         note_vectors = runner.worker.embed(data.notes)
