@@ -103,22 +103,23 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--delta", type=_open_unit_float, required=True,
                         help="target delta, in (0, 1)")
     parser.add_argument("--K", type=_positive_int, default=None,
+                        metavar="N_KEYWORDS",
                         help="tokens: keywords per document in the histogram (l2 sensitivity "
-                             "sqrt(K)); required")
+                             "sqrt(K); default 10, as build-corpus)")
     parser.add_argument("--L", type=_positive_int, default=None,
                         help="maximum clusters per document (overlapping parallel "
-                             "composition); required for tokens, default 1 for facts")
+                             "composition); default 5 for tokens, 1 for facts, as build-corpus")
     parser.add_argument("--T", type=_positive_int, default=None,
-                        help="tokens: tokens generated per cluster; required")
+                        metavar="N_TOKENS",
+                        help="tokens: tokens generated per cluster (default 70)")
     parser.add_argument("--eps-theta", type=_positive_float, default=None,
                         help="tokens: epsilon of the similarity-threshold exponential "
-                             "mechanism; required")
+                             "mechanism (default 0.4)")
     parser.add_argument("--rho-hist", type=_positive_float, default=None,
-                        help="zCDP share of the keyword histogram; required for tokens, "
-                             "default 0.1 for facts")
+                        help="zCDP share of the keyword histogram (default 0.1)")
     parser.add_argument("--rho-mean", type=_positive_float, default=None,
                         help="tokens: zCDP share of each cluster's noisy embedding sum "
-                             "(Gaussian part of retrieval, before x L); required")
+                             "(Gaussian part of retrieval, before x L; default 0.009)")
     parser.add_argument("--conversion", choices=["bun-steinke", "cks"], default="cks",
                         help="zCDP to (epsilon, delta) conversion (default: cks, Canonne-"
                              "Kamath-Steinke, the tighter; bun-steinke is the paper's)")
@@ -168,13 +169,10 @@ def _budget_request(args: argparse.Namespace) -> PlanRequest:
     if facts:  # build-corpus's facts defaults
         args.L = FACTS_DEFAULT_L if args.L is None else args.L
         args.rho_hist = BuildConfig.rho_hist if args.rho_hist is None else args.rho_hist
-    needed = {} if facts else {
-        "K": "--K", "L": "--L", "T": "--T", "eps_theta": "--eps-theta", "rho_hist": "--rho-hist",
-        "rho_mean": "--rho-mean"}
-    missing = [flag for name, flag in needed.items() if getattr(args, name) is None]
-    if missing:
-        raise CliError(f"the following arguments are required: {', '.join(missing)} (see "
-                       "'dpsynrag budget --help')")
+    else:  # build-corpus's token defaults (the paper's Table 6)
+        for name in ("K", "L", "T", "eps_theta", "rho_hist", "rho_mean"):
+            if getattr(args, name) is None:
+                setattr(args, name, getattr(BuildConfig, name))
     if facts:
         extra = {name: getattr(args, name) for name in _FACTS_ONLY
                  if getattr(args, name) is not None}
@@ -264,6 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show full tracebacks on errors (they may contain local paths)")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND",
                                        parser_class=_Parser)
+    subparsers.add_parser(
+        "build", add_help=False,
+        help="build a synthetic corpus: the same command as build-corpus (see 'dpsynrag "
+             "build --help')")
     _add_budget_parser(subparsers)
     from dpsynrag.pipeline import cli_tools
 
@@ -302,6 +304,9 @@ def _run(handler: Callable[[], int], prog: str, debug: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((i for i, arg in enumerate(argv) if arg != "--debug"), None)
+    if command is not None and argv[command] == "build":  # dpsynrag build == build-corpus
+        return build_corpus_main(argv[:command] + argv[command + 1:], prog="dpsynrag build")
     debug = "--debug" in argv
     parser = build_parser()
 
@@ -343,21 +348,23 @@ def _build_error_code(error: BaseException) -> int | None:
     return None
 
 
-def build_corpus_main(argv: Sequence[str] | None = None) -> int:
-    """``build-corpus``: the DP-SynRAG build (see ``dpsynrag.pipeline``)."""
+def build_corpus_main(argv: Sequence[str] | None = None, prog: str = "build-corpus") -> int:
+    """``build-corpus`` (also ``dpsynrag build``): the DP-SynRAG build (see
+    ``dpsynrag.pipeline``)."""
     import signal
 
     from dpsynrag.pipeline import cli_build
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _Parser(
-        prog="build-corpus",
+        prog=prog,
         description=("Build a differentially private synthetic RAG corpus (DP-SynRAG) from "
                      "private documents: keywords -> noisy histogram -> soft clusters -> noisy "
                      "retrieval -> private prediction -> self-filter -> corpus.parquet, "
                      "index.faiss, manifest.json and a signed certificate.json. Resumable: "
                      "after a crash, run the same command again."),
         epilog=cli_build._EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"dpsynrag {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     cli_build.add_build_arguments(parser, _types())
 
@@ -380,7 +387,7 @@ def build_corpus_main(argv: Sequence[str] | None = None) -> int:
         finally:
             signal.signal(signal.SIGTERM, previous)
 
-    return _run(handler, "build-corpus", "--debug" in argv)
+    return _run(handler, prog, "--debug" in argv)
 
 
 if __name__ == "__main__":

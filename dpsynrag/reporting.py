@@ -37,3 +37,4 @@ def print_budget_plan(plan: BudgetPlan, console: Console | None = None) -> None:
     console.print(
         f"consensus: a token wins only when about {plan.consensus_rows} rows of a cluster agree "
         f"(ln(|V|-1) / (2 c/tau), |V|={plan.vocab_size}); choose k so retrieved clusters reach it")
+

@@ -49,7 +49,7 @@ def test_budget_text_is_a_table_of_where_the_budget_goes(capsys: pytest.CaptureF
         ([*TABLE6[:4], "1.5", *TABLE6[5:]], "--delta"),
         ([*TABLE6[:2], "ten", *TABLE6[3:]], "not a number"),
         ([*TABLE6, "--conversion", "rdp"], "--conversion"),
-        (TABLE6[:7], "required"),  # --K: the token mode, which needs --L, --T, ...
+        ([*TABLE6[:7], "--K-e", "2"], "--generate"),  # a token and a facts option: say which
     ],
 )
 def test_bad_input_is_one_line_exit_2_no_traceback(args: list[str], fragment: str) -> None:
@@ -108,3 +108,33 @@ def test_abbreviated_options_are_refused_not_guessed(capsys: pytest.CaptureFixtu
     assert "unrecognized arguments: --R 48" in err and "Traceback" not in err
     assert main([*base, "--R-f", "48", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["R_f"] == 48
+
+
+def test_budget_defaults_are_build_corpus_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    from dpsynrag.pipeline.config import BuildConfig
+
+    assert main(["budget", "--generate", "tokens", "--epsilon", "10", "--delta", "1e-3",
+                 "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    for name in ("K", "L", "T", "eps_theta", "rho_hist", "rho_mean"):
+        assert plan[name] == getattr(BuildConfig, name), name
+    explicit = ["budget", "--epsilon", "10", "--delta", "1e-3", "--K", "10", "--L", "5", "--T",
+                "70", "--eps-theta", "0.4", "--rho-hist", "0.1", "--rho-mean", "0.009", "--json"]
+    assert main(explicit) == 0
+    assert json.loads(capsys.readouterr().out) == plan
+
+
+def test_dpsynrag_build_is_build_corpus(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build"]) == 2
+    assert "dpsynrag build: error: the following arguments are required: INPUT" in \
+        capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    assert "build-corpus" in capsys.readouterr().out
+    for script in ("dpsynrag", "build-corpus"):
+        path = Path(sys.executable).with_name(script)
+        if path.exists():
+            shown = subprocess.run([str(path), "--version"], capture_output=True, text=True,
+                                   timeout=120)
+            assert shown.returncode == 0 and shown.stdout.startswith("dpsynrag "), script

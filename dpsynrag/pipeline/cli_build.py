@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dpsynrag.display import format_epsilon
+
 EXIT_BUILT = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -88,13 +90,16 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     g.add_argument("--conversion", choices=["bun-steinke", "cks"],
                    help="zCDP to (epsilon, delta) conversion (default cks, the tighter; "
                         "bun-steinke is the paper's)")
-    g.add_argument("--K", type=pos_int, help="keywords per document (default 10)")
-    g.add_argument("--R", type=pos_int, help="clusters = top-R noisy keywords (default 500)")
+    g.add_argument("--K", type=pos_int, metavar="N_KEYWORDS",
+                   help="keywords per document (default 10)")
+    g.add_argument("--R", type=pos_int, metavar="N_CLUSTERS",
+                   help="clusters = top-R noisy keywords (default 500)")
     g.add_argument("--L", type=pos_int, help="maximum clusters per document (default 5; 1 with "
                    "--generate facts)")
-    g.add_argument("--k", type=pos_int, help="retrieval target: documents per cluster "
-                   "(default 80)")
-    g.add_argument("--T", type=pos_int, help="tokens generated per cluster (default 70)")
+    g.add_argument("--k", type=pos_int, metavar="N_DOCS",
+                   help="retrieval target: documents per cluster (default 80)")
+    g.add_argument("--T", type=pos_int, metavar="N_TOKENS",
+                   help="tokens generated per cluster (default 70)")
     g.add_argument("--eps-theta", type=pos_float, help="epsilon of the similarity threshold "
                    "(default 0.4)")
     g.add_argument("--rho-hist", type=pos_float, help="rho of the keyword histogram "
@@ -250,9 +255,9 @@ def print_summary(summary: dict[str, Any]) -> None:
     table.add_row("kept by the self-filter", str(summary["kept_texts"]))
     table.add_row("rho spent (zCDP)", f"{summary['rho_spent']:.4f}")
     table.add_row(f"epsilon at delta={summary['delta']:g} ({summary['conversion']})",
-                  f"{summary['epsilon']:.4f}")
+                  format_epsilon(summary["epsilon"]))
     for name, value in summary["epsilon_other"].items():
-        table.add_row(f"epsilon ({name})", f"{value:.4f}")
+        table.add_row(f"epsilon ({name})", format_epsilon(value))
     for stage, secs in summary["stage_seconds"].items():
         table.add_row(f"wall time {stage}", f"{secs:.1f} s")
     table.add_row("resumed", "yes" if summary["resumed"] else "no")

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dpsynrag.display import format_epsilon
+
 
 class ToolError(Exception):
     """One line for the user and an exit code."""
@@ -88,7 +90,7 @@ def run_verify(args: argparse.Namespace) -> int:
         trust = "trusted key" if args.public_key else "embedded key (integrity only)"
         note = " SEEDED, NOT FOR RELEASE (--allow-seeded)" if seeded else ""
         print(f"OK: signature ({trust}), file hashes and epsilon re-derived: "
-              f"epsilon={guarantee.get('epsilon')} delta={guarantee.get('delta')} "
+              f"epsilon={_epsilon_text(guarantee.get('epsilon'))} delta={guarantee.get('delta')} "
               f"({guarantee.get('conversion')}){note}")
     return 0 if not problems else 1
 
@@ -237,7 +239,7 @@ def run_ledger_show(args: argparse.Namespace) -> int:
     console.print(table)
     console.print(f"composed rho: {report['rho_total']:.6f}")
     for name, eps in report.get("epsilon", {}).items():
-        console.print(f"epsilon at delta={report['delta']:g} ({name}): {eps:.4f}")
+        console.print(f"epsilon at delta={report['delta']:g} ({name}): {format_epsilon(eps)}")
     return 0
 
 
@@ -304,6 +306,13 @@ def run_ledger_declare_unit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _epsilon_text(value: object) -> str:
+    """A certificate's epsilon for display (rounded up), or as found when not a number."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return format_epsilon(float(value))
+    return str(value)
+
+
 def _fmt(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -328,7 +337,7 @@ def _show_corpus_ledger(args: argparse.Namespace) -> int:
     spent, cap = summary["spent"], summary["cap"]
     console.print(f"spent: rho={spent['rho']:.6f}, approximate delta={spent['delta_approx']:.3g}")
     if spent["delta"] is not None:
-        epsilon = "inf" if spent["epsilon"] is None else f"{spent['epsilon']:.4f}"
+        epsilon = format_epsilon(spent["epsilon"])
         console.print(f"epsilon at delta={spent['delta']:g} ({summary['conversion']}): {epsilon}")
     if cap is None:
         console.print("cap: none (every charge is accepted and recorded)")

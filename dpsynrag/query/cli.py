@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dpsynrag.display import format_epsilon
+
 EXIT_REFUSED = 3
 
 
@@ -154,7 +156,7 @@ def run_query(args: argparse.Namespace) -> int:
             print(f"Q: {question}\nA: {reply}\n")
     summary = (f"{result.charged} quer{'y' if result.charged == 1 else 'ies'} charged at "
                f"epsilon {args.epsilon:g} each; corpus ledger total epsilon "
-               f"{spent.epsilon:.4f} at delta {spent.delta:.3g} ({spent.conversion})")
+               f"{format_epsilon(spent.epsilon)} at delta {spent.delta:.3g} ({spent.conversion})")
     print(summary, file=sys.stderr)
     if result.refused:
         print(f"dpsynrag: refused {result.refused} question(s): {result.refusal_message}",
