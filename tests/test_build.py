@@ -243,6 +243,14 @@ def test_ray_build_with_the_packaged_models_then_verify_and_ledger_show(tmp_path
                           env=env, check=True)
     report = json.loads(show.stdout)
     assert math.isclose(report["rho_total"], summary["rho_spent"], rel_tol=1e-12)
+    # epsilon by default, at the build's own delta and conversion: the summary's figure
+    assert report["delta"] == summary["delta"] and report["delta_source"] == "the build's target"
+    assert math.isclose(report["epsilon"][summary["conversion"]], summary["epsilon"],
+                        rel_tol=1e-12)
+    text = subprocess.run([str(dpsynrag), "ledger", "show", "--state-dir",
+                           str(tmp_path / "state")], capture_output=True, text=True, env=env,
+                          check=True).stdout
+    assert "(the build's conversion)" in " ".join(text.split())  # rich wraps lines
     assert {r["stage"] for r in report["releases"]} == {
         "a-histogram", "c-noisy-sum", "c-threshold", "d-prediction"}
     assert all("value" not in r for r in report["releases"])

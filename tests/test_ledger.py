@@ -194,3 +194,19 @@ def test_a_charge_must_state_the_sensitivity_its_mechanism_is_calibrated_to() ->
         Charge("histogram", "discrete_gaussian", {"sigma": 7.0, "l2_sensitivity": 3.0}, 1.0, "l2")
     with pytest.raises(ValueError, match="linf"):
         Charge("prediction", "token_softmax", {"clip": 0.1, "temperature": 1.0}, 0.1, "l2")
+
+
+def test_the_build_target_is_recorded_once(tmp_path) -> None:
+    from dpsynrag.accounting.ledger import LedgerError
+
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        assert ledger.target is None
+        ledger.record_target(1e-3, "cks")
+        ledger.record_target(1e-3, "cks")  # a resumed build: the same target
+        with pytest.raises(LedgerError, match="started for delta"):
+            ledger.record_target(1e-4, "cks")
+        with pytest.raises(LedgerError):
+            ledger.record_target(1.5, "cks")
+    with Ledger(path) as reopened:
+        assert reopened.target == (1e-3, "cks")

@@ -252,6 +252,29 @@ class Ledger:
         stored = self._meta().get("rho_budget")
         return None if stored is None else float(stored)
 
+    def record_target(self, delta: float, conversion: Conversion | str) -> None:
+        """Store the build's target delta and conversion (public: the operator's plan), so
+        that ``dpsynrag ledger show --state-dir`` converts to epsilon the way the build did.
+        Raises ``LedgerError`` if a different target was stored before."""
+        conversion = Conversion(conversion).value
+        if isinstance(delta, bool) or not (isinstance(delta, int | float) and 0 < delta < 1):
+            raise LedgerError(f"delta must lie strictly between 0 and 1, got {delta!r}")
+        meta = self._meta()
+        stored = (meta.get("target_delta"), meta.get("target_conversion"))
+        if stored != (None, None) and stored != (repr(float(delta)), conversion):
+            raise LedgerError(f"{self.path}: this ledger was started for delta={stored[0]} "
+                              f"({stored[1]}), not delta={float(delta)!r} ({conversion})")
+        self._set_meta("target_delta", repr(float(delta)))
+        self._set_meta("target_conversion", conversion)
+
+    @property
+    def target(self) -> tuple[float, str] | None:
+        """(delta, conversion) of ``record_target``, or None."""
+        meta = self._meta()
+        if "target_delta" not in meta:
+            return None
+        return float(meta["target_delta"]), meta["target_conversion"]
+
     # ------------------------------------------------------------------ groups
     def declare_parallel_group(self, name: str, max_overlap: int, description: str) -> None:
         """Declare a parallel-composition group whose records touch <= ``max_overlap`` parts."""

@@ -155,6 +155,7 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
                                  out_dir)
         rng = secure_rng(config.seed) if config.seed is not None else None
         ledger = Ledger(state.ledger_path, rng=rng)
+        ledger.record_target(config.delta, config.conversion)
         ledger.declare_parallel_group(
             GROUP, config.L, "DP-SynRAG soft clusters: each document in at most L clusters")
         own_runner = runner is None

@@ -205,13 +205,26 @@ def ledger_report(state_dir: Path, delta: float | None = None) -> dict[str, Any]
     ledger = Ledger(path)
     try:
         rho_total = ledger.total_rho()
+        approx = ledger.total_delta()
+        target = ledger.target
     finally:
         ledger.close()
     report: dict[str, Any] = {"releases": releases, "rho_total": rho_total,
-                              "release_count": len(releases)}
+                              "release_count": len(releases), "delta_approx": approx,
+                              "target": None if target is None else
+                              {"delta": target[0], "conversion": target[1]}}
+    source = "--delta"
+    if delta is None and target is not None:
+        delta, source = target[0], "the build's target"
     if delta is not None:
-        report["epsilon"] = {c.value: epsilon_for(rho_total, delta, c) for c in Conversion}
+        if approx >= delta:
+            raise ToolError(f"the releases' approximate delta {approx:.3g} is not below "
+                            f"delta={delta:g}; give a larger --delta", 2)
+        # converted at delta - delta_approx, as the build and its certificate do
+        report["epsilon"] = {c.value: epsilon_for(rho_total, delta - approx, c)
+                             for c in Conversion}
         report["delta"] = delta
+        report["delta_source"] = source
     return report
 
 
@@ -238,8 +251,13 @@ def run_ledger_show(args: argparse.Namespace) -> int:
     console = Console()
     console.print(table)
     console.print(f"composed rho: {report['rho_total']:.6f}")
+    target = (report["target"] or {}).get("conversion")
     for name, eps in report.get("epsilon", {}).items():
-        console.print(f"epsilon at delta={report['delta']:g} ({name}): {format_epsilon(eps)}")
+        mark = " (the build's conversion)" if name == target else ""
+        console.print(f"epsilon at delta={report['delta']:g} ({name}, delta from "
+                      f"{report['delta_source']}): {format_epsilon(eps)}{mark}")
+    if "epsilon" not in report:
+        console.print("epsilon: give --delta (this ledger does not record its build's target)")
     return 0
 
 
