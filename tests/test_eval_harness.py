@@ -127,3 +127,11 @@ def test_tokens_ceiling_is_the_token_build_at_a_budget_where_noise_vanishes(
     assert set(run["stage_rho"]) == {"histogram", "retrieval", "prediction"}
     assert 0.0 <= run["recall_at_k"] <= 1.0
     assert "tokens-ceiling" in (tmp_path / "report" / "results.md").read_text()
+
+
+def test_bad_build_options_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    for options, message in (({"bogus": 1}, "unknown option"), ({"K": "abc"}, "--K")):
+        with pytest.raises(EvalError, match=message):
+            run_eval(_settings(build_options=options), tmp_path / "report",
+                     runner=LocalRunner(tiny_llm(), HashEmbedder()))
+        assert not (tmp_path / "report").exists()

@@ -287,7 +287,7 @@ def test_cli_query_answers_and_charges_the_corpus_ledger(tmp_path, tiny_models, 
     from dpsynrag.cli import main
 
     notes, ledger = _notes(tmp_path), tmp_path / "ledger.sqlite"
-    code = main(["query", "--corpus", str(notes), "--ledger", str(ledger), "--method",
+    code = main(["query", "--corpus", str(notes), "--corpus-ledger", str(ledger), "--method",
                  "dp-rag", "--epsilon", "2", "--max-new-tokens", "2", "--json", "--no-cap",
                  "first question", "second question"])
     assert code == 0
@@ -304,7 +304,7 @@ def test_cli_query_refused_by_the_cap_exits_3_and_computes_nothing(
     notes, ledger = _notes(tmp_path), tmp_path / "ledger.sqlite"
     assert main(["ledger", "cap", "--corpus-ledger", str(ledger), "--epsilon", "1",
                  "--delta", "1e-3"]) == 0
-    code = main(["query", "--corpus", str(notes), "--ledger", str(ledger), "--method",
+    code = main(["query", "--corpus", str(notes), "--corpus-ledger", str(ledger), "--method",
                  "dp-ksa", "--epsilon", "5", "a question"])
     assert code == 3
     err = capsys.readouterr().err
@@ -323,7 +323,7 @@ def test_cli_query_bad_options_are_one_line_exit_2(tmp_path, tiny_models, capsys
                                                    message) -> None:
     from dpsynrag.cli import main
 
-    code = main(["query", "--corpus", str(_notes(tmp_path)), "--ledger",
+    code = main(["query", "--corpus", str(_notes(tmp_path)), "--corpus-ledger",
                  str(tmp_path / "l.sqlite"), *argv])
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and "\n" not in err

@@ -235,7 +235,7 @@ def test_item6_cli_query_without_a_cap_exits_2_and_reads_nothing(tmp_path: Path,
     from dpsynrag.cli import main
 
     ledger = tmp_path / "l.sqlite"
-    code = main(["query", "--corpus", str(_notes(tmp_path)), "--ledger", str(ledger),
+    code = main(["query", "--corpus", str(_notes(tmp_path)), "--corpus-ledger", str(ledger),
                  "--method", "dp-rag", "--epsilon", "2", "--max-new-tokens", "1", "q"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "dpsynrag ledger cap" in err
@@ -277,7 +277,7 @@ def test_item4_a_record_level_query_on_a_person_level_ledger_is_refused(
         ledger.charge("build/1", kind="build", method="dp-synrag",
                       mechanisms=[{"mechanism": "exponential", "params": {"epsilon": 1.0}}],
                       privacy_unit=person)
-    base = ["query", "--corpus", str(notes), "--ledger", str(path), "--method", "dp-rag",
+    base = ["query", "--corpus", str(notes), "--corpus-ledger", str(path), "--method", "dp-rag",
             "--epsilon", "2", "--max-new-tokens", "1", "--json"]
     for extra in ([], ["--unit-column", "person", "--unit-bound", "concat"]):
         assert main([*base, *extra, "q"]) == 2

@@ -108,6 +108,12 @@ class EvalSettings:
             raise EvalError("--epsilons must be finite positive numbers")
         if self.runs < 1 or self.rag_k < 1:
             raise EvalError("--runs and --k must be positive")
+        from dpsynrag.pipeline.config import ConfigError
+
+        try:  # the build options (--config, --set) are checked before anything runs
+            make_config(self.build_config, {**self.build_options, "runner": "local"})
+        except ConfigError as error:
+            raise EvalError(f"build options (--config/--set): {error}") from None
 
 
 # ---------------------------------------------------------------------- data

@@ -55,9 +55,10 @@ def add_query_parser(subparsers: Any, positive_float: Any, positive_int: Any) ->
                         help="delta of each query (default: 1e-3 dp-rag, 1e-4 others)")
     parser.add_argument("--questions-file", type=Path, default=None,
                         help="a text file with one question per line (added to QUESTION)")
-    parser.add_argument("--ledger", type=Path, default=None,
-                        help="the corpus ledger (default: derived from --corpus in the config "
-                             "dir, as 'dpsynrag ledger show --corpus' finds it)")
+    parser.add_argument("--corpus-ledger", "--ledger", dest="ledger", type=Path, default=None,
+                        help="the corpus ledger, as in build-corpus and 'dpsynrag ledger' "
+                             "(default: derived from --corpus in the config dir, as 'dpsynrag "
+                             "ledger show --corpus' finds it; --ledger is the old name)")
     parser.add_argument("--max-new-tokens", type=positive_int, default=None,
                         help="answer length cap (dp-rag: tokens charged; vote: public cap)")
     parser.add_argument("--instruction", default=None,
