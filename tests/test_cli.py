@@ -138,3 +138,18 @@ def test_dpsynrag_build_is_build_corpus(capsys: pytest.CaptureFixture[str]) -> N
             shown = subprocess.run([str(path), "--version"], capture_output=True, text=True,
                                    timeout=120)
             assert shown.returncode == 0 and shown.stdout.startswith("dpsynrag "), script
+
+
+def test_build_summary_tells_records_from_documents(capsys: pytest.CaptureFixture[str]) -> None:
+    from dpsynrag.pipeline.cli_build import print_summary
+
+    print_summary({
+        "documents_in": 177, "skipped": {"unit_bound": 120, "too_long": 3, "empty": 0},
+        "synthetic_texts": 12, "kept_texts": 12, "rho_spent": 2.6, "delta": 1e-3,
+        "conversion": "cks", "epsilon": 9.999999999999998, "epsilon_other": {"bun-steinke": 11.1},
+        "stage_seconds": {}, "resumed": False, "seeded": False, "signing_key_created": False,
+        "signing_key_fingerprint": "ab12", "out_dir": "out"})
+    shown = " ".join(capsys.readouterr().err.split())
+    assert "records read │ 300" in shown
+    assert "documents used (one per privacy unit) │ 177" in shown
+    assert "(cks) │ 10 │" in shown and "9.9999" not in shown

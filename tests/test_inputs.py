@@ -383,3 +383,12 @@ def test_input_fingerprint() -> None:
     assert input_fingerprint(changed, key) != fingerprint
     with pytest.raises(ValueError):
         input_fingerprint(docs, b"")
+
+
+def test_an_input_of_only_over_long_documents_names_max_chars(tmp_path: Path) -> None:
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(json.dumps({"id": str(i), "text": "word " * 40}) + "\n"
+                            for i in range(3)))
+    with pytest.raises(InputError, match=r"all 3 records were skipped \(too_long: 3\); raise "
+                                         r"--max-chars \(now 50\)"):
+        read_documents(path, max_chars=50)

@@ -248,7 +248,9 @@ def print_summary(summary: dict[str, Any]) -> None:
     table = Table(title="build-corpus summary", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
-    table.add_row("documents in", str(summary["documents_in"]))
+    records = summary["documents_in"] + sum(summary["skipped"].values())
+    table.add_row("records read", str(records))
+    table.add_row("documents used (one per privacy unit)", str(summary["documents_in"]))
     for reason, count in sorted(summary["skipped"].items()):
         table.add_row(f"skipped ({reason})", str(count))
     table.add_row("clusters / synthetic texts", str(summary["synthetic_texts"]))
