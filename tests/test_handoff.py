@@ -8,6 +8,7 @@ import json
 import shutil
 import socket
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -300,3 +301,21 @@ def test_llamaindex_retriever(corpus_dir: Path, embedder: Any,
 
 def test_no_network_was_attempted(network_attempts: list[Any]) -> None:
     assert network_attempts == []
+
+
+def test_a_corpus_without_kept_rows_loads_with_a_warning(tmp_path: Path, embedder: Any) -> None:
+    from dpsynrag.handoff import EmptyCorpusWarning
+
+    out = tmp_path / "empty"
+    out.mkdir()
+    write_output(out, texts=TEXTS, cluster_keywords=KEYWORDS, kept=[False] * len(TEXTS),
+                 token_counts=TOKENS, embedder=embedder)
+    with pytest.warns(EmptyCorpusWarning, match=f"0 kept rows \\(of {len(TEXTS)}\\)"):
+        loaded = load_corpus(out)
+    assert search(loaded, embedder.encode([TEXTS[0]]), 3) == [[]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EmptyCorpusWarning)
+        (tmp_path / "fine").mkdir()
+        write_output(tmp_path / "fine", texts=TEXTS, cluster_keywords=KEYWORDS, kept=KEPT,
+                     token_counts=TOKENS, embedder=embedder)
+        load_corpus(tmp_path / "fine")  # kept rows: no warning

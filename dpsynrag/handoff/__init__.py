@@ -7,7 +7,13 @@ when their adapter is called. Runbook: ``runbooks/handoff.md``.
 
 from dpsynrag.handoff._extras import HANDOFF_INSTALL_HINT
 from dpsynrag.handoff.embeddings import load_query_embedder
-from dpsynrag.handoff.files import CorpusIntegrityError, LoadedCorpus, ensure_loaded, load_corpus
+from dpsynrag.handoff.files import (
+    CorpusIntegrityError,
+    EmptyCorpusWarning,
+    LoadedCorpus,
+    ensure_loaded,
+    load_corpus,
+)
 from dpsynrag.handoff.langchain_store import langchain_embeddings, to_langchain_faiss
 from dpsynrag.handoff.llamaindex_store import llamaindex_embedding, to_llamaindex
 from dpsynrag.handoff.search import Hit, search, search_texts
@@ -15,6 +21,7 @@ from dpsynrag.handoff.search import Hit, search, search_texts
 __all__ = [
     "HANDOFF_INSTALL_HINT",
     "CorpusIntegrityError",
+    "EmptyCorpusWarning",
     "Hit",
     "LoadedCorpus",
     "ensure_loaded",

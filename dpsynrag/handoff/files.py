@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
@@ -34,6 +35,10 @@ REQUIRED_COLUMNS = ("id", "text", "cluster_keyword", "kept")
 
 class CorpusIntegrityError(ValueError):
     """A corpus directory that is incomplete, changed since it was built, or inconsistent."""
+
+
+class EmptyCorpusWarning(UserWarning):
+    """The corpus has no row the self-filter kept: kept-only searches return nothing."""
 
 
 class LoadedCorpus(NamedTuple):
@@ -121,7 +126,13 @@ def load_corpus(directory: str | os.PathLike[str], *,
         raise CorpusIntegrityError(f"{index_path}: unreadable FAISS index "
                                    f"({type(error).__name__}: {_first_line(error)})") from error
     _check_shapes(out, table, index, manifest)
-    return LoadedCorpus(table=table, index=index, manifest=manifest)
+    loaded = LoadedCorpus(table=table, index=index, manifest=manifest)
+    kept = int(loaded.kept_mask().sum())
+    if kept == 0:
+        warnings.warn(f"{out}: the corpus has 0 kept rows (of {table.num_rows}): searches "
+                      "and stores with kept_only=True (the default) return nothing; see the "
+                      "build summary and its exit status", EmptyCorpusWarning, stacklevel=2)
+    return loaded
 
 
 def _refuse_seeded(out: Path) -> None:
