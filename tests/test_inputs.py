@@ -392,3 +392,20 @@ def test_an_input_of_only_over_long_documents_names_max_chars(tmp_path: Path) ->
     with pytest.raises(InputError, match=r"all 3 records were skipped \(too_long: 3\); raise "
                                          r"--max-chars \(now 50\)"):
         read_documents(path, max_chars=50)
+
+
+def test_a_directory_with_records_files_beside_its_txt_files_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("A note about a rash and a fever.")
+    (tmp_path / "b.txt").write_text("A note about a cough.")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "tickets.jsonl").write_text(json.dumps({"text": SECRET}) + "\n")
+    with pytest.raises(InputError, match=r"directory holds sub/tickets.jsonl, which a "
+                                         r"directory input would not read") as caught:
+        read_documents(tmp_path)
+    assert SECRET not in str(caught.value)
+    (tmp_path / "sub" / "more.csv").write_text("text\nx\n")
+    with pytest.raises(InputError, match=r"sub/more.csv and 1 more"):
+        read_documents(tmp_path)
+    for name in ("sub/more.csv", "sub/tickets.jsonl"):
+        (tmp_path / name).unlink()
+    assert len(read_documents(tmp_path)) == 2  # .txt files only: read as before

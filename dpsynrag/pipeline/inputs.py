@@ -636,6 +636,15 @@ def _open(path: Path, cols: Columns) -> tuple[str, Iterator[RawRecord]]:
                       if p.is_file() and not _hidden(p.relative_to(path), ".")),
                      key=lambda p: p.relative_to(path).as_posix())
         parquet = _parquet_files(path)
+        records = sorted(p.relative_to(path).as_posix() for p in path.rglob("*")
+                         if p.suffix.lower() in (*JSONL_SUFFIXES, *CSV_SUFFIXES)
+                         and p.is_file() and not _hidden(p.relative_to(path), "."))
+        if records:
+            more = f" and {len(records) - 1} more" if len(records) > 1 else ""
+            raise InputError(path, None, f"directory holds {records[0]}{more}, which a "
+                                         "directory input would not read (it reads .txt or "
+                                         ".parquet files); give that file as INPUT, or a "
+                                         "directory of one kind")
         if txt and parquet:
             raise InputError(path, None, "directory holds both .txt and .parquet files; "
                                          "give one kind")
