@@ -334,16 +334,18 @@ def _build_error_code(error: BaseException) -> int | None:
     """Exit code of a known build failure (see ``pipeline.cli_build``), else None."""
     from dpsynrag.accounting.ledger import BudgetExceededError, ReleaseMismatchError
     from dpsynrag.accounting.planner import PlanError
+    from dpsynrag.accounting.signing import SigningKeyError
     from dpsynrag.pipeline import cli_build
     from dpsynrag.pipeline.build import BuildError
     from dpsynrag.pipeline.config import ConfigError
     from dpsynrag.pipeline.inputs import InputError
+    from dpsynrag.pipeline.preflight import PreflightError
     from dpsynrag.pipeline.state import StateError
 
     if isinstance(error, PlanError | BudgetExceededError):
         return cli_build.EXIT_BUDGET
     if isinstance(error, InputError | ConfigError | BuildError | StateError |
-                  ReleaseMismatchError):
+                  ReleaseMismatchError | PreflightError | SigningKeyError):
         return cli_build.EXIT_BAD_INPUT
     return None
 

@@ -28,6 +28,12 @@ from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.planner import BudgetPlan, PlanRequest, plan_budget
 from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.pipeline.config import BuildConfig
+from dpsynrag.pipeline.preflight import (
+    check_writable_directory,
+    load_signer,
+    preload_models,
+    required_free_bytes,
+)
 from dpsynrag.pipeline.runners import LocalRunner, RayRunner, Runner
 from dpsynrag.pipeline.state import BuildState, default_state_dir
 from dpsynrag.transforms.prediction_release import (
@@ -138,9 +144,14 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     plan = make_plan(config)
     docs = read_input(input_path, config, log)
     n_docs = len(docs.texts)
+    # fail before spending (pipeline.preflight): key, output location, disk, then the models
+    signer = load_signer(signing_key)
+    needed = required_free_bytes(input_path)
+    check_writable_directory(out_dir.expanduser().absolute().parent, needed, "output directory")
     state_path = state_dir or default_state_dir(out_dir)
     seconds: dict[str, float] = {}
     with BuildState(state_path, config.fingerprint(), out_dir) as state:
+        check_writable_directory(state.directory, needed, "state directory")
         resumed = state.resumed
         fingerprint = input_fingerprint(docs, state.fingerprint_key())
         recorded = state.load("input")
@@ -149,18 +160,19 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
                              "a changed corpus needs a fresh build (new --state-dir) and a "
                              "fresh budget")
         state.save("input", {"fingerprint": fingerprint})
-        if corpus_ledger is not False:
-            charge_corpus_ledger(input_path, config, plan, state,
-                                 None if corpus_ledger in (None, True) else Path(corpus_ledger),
-                                 out_dir)
-        rng = secure_rng(config.seed) if config.seed is not None else None
-        ledger = Ledger(state.ledger_path, rng=rng)
-        ledger.record_target(config.delta, config.conversion)
-        ledger.declare_parallel_group(
-            GROUP, config.L, "DP-SynRAG soft clusters: each document in at most L clusters")
         own_runner = runner is None
         runner = runner or make_runner(config, state_dir=state.directory)
         try:
+            preload_models(runner, config.generate)
+            if corpus_ledger is not False:
+                charge_corpus_ledger(
+                    input_path, config, plan, state,
+                    None if corpus_ledger in (None, True) else Path(corpus_ledger), out_dir)
+            rng = secure_rng(config.seed) if config.seed is not None else None
+            ledger = Ledger(state.ledger_path, rng=rng)
+            ledger.record_target(config.delta, config.conversion)
+            ledger.declare_parallel_group(
+                GROUP, config.L, "DP-SynRAG soft clusters: each document in at most L clusters")
             if config.generate == "facts":
                 from dpsynrag.pipeline.facts_stages import facts_stages
 
@@ -170,8 +182,7 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
                 result = _stages(docs.texts, config, plan, state, ledger, runner, progress,
                                  seconds, log)
             t0 = time.monotonic()
-            signer = _emit(out_dir, result, config, plan, state, ledger, runner, signing_key,
-                           force)
+            _emit(out_dir, result, config, plan, state, ledger, runner, signer[0], force)
             seconds["emit"] = time.monotonic() - t0
         finally:
             if own_runner:
@@ -189,7 +200,7 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
             epsilon_other={c.value: epsilon_for(rho, delta_conversion, c) for c in Conversion
                            if c != conversion},
             seeded=ledger.seeded, resumed=resumed, stage_seconds=seconds,
-            signing_key_fingerprint=signer[0], signing_key_created=signer[1],
+            signing_key_fingerprint=signer[1], signing_key_created=signer[2],
             input_hmac_sha256=fingerprint)
         ledger.close()
         if purge_state:
@@ -435,24 +446,11 @@ def _save_private_npy(path: Path, array: np.ndarray) -> None:
 
 # ---------------------------------------------------------------------- emit
 def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: BudgetPlan,
-          state: BuildState, ledger: Ledger, runner: Runner, signing_key: Path | None,
-          force: bool) -> tuple[str, bool]:
+          state: BuildState, ledger: Ledger, runner: Runner, private_key: Any,
+          force: bool) -> None:
     from dpsynrag.accounting.certificate import build_certificate, write_certificate
-    from dpsynrag.accounting.signing import (
-        ensure_default_key,
-        load_private_key,
-        sign_document,
-    )
-    from dpsynrag.accounting.signing import (
-        fingerprint as key_fingerprint,
-    )
+    from dpsynrag.accounting.signing import sign_document
     from dpsynrag.transforms.emit import output_file_hashes, write_output
-
-    if signing_key is not None:
-        private_key = load_private_key(signing_key)
-        key_print, created = key_fingerprint(private_key.public_key()), False
-    else:
-        private_key, key_print, created = ensure_default_key()
 
     out_dir = out_dir.expanduser().absolute()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -483,7 +481,6 @@ def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: Budg
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    return key_print, created
 
 
 def _public_config(config: BuildConfig) -> dict[str, Any]:

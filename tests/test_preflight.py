@@ -1,0 +1,116 @@
+"""Fail before spending (issue 16): every setup problem stops the build before the corpus
+ledger is charged and before the build's ledger holds a release, with one line and exit 2
+(1 for a model that does not load, as documented)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+import torch
+
+from dpsynrag.cli import build_corpus_main
+from dpsynrag.eval.datasets import write_clinic_dataset
+from dpsynrag.pipeline import preflight
+
+
+@pytest.fixture(scope="module")
+def notes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("clinic")
+    return write_clinic_dataset(out, n_notes=60, n_diseases=4, seed=2)["notes"]
+
+
+@pytest.fixture(autouse=True)
+def _config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DPSYNRAG_CONFIG_DIR", str(tmp_path / "config"))
+
+
+def _build(notes: Path, tmp_path: Path, *extra: str) -> int:
+    return build_corpus_main([str(notes), "-o", str(tmp_path / "out"), "--runner", "local",
+                              "--state-dir", str(tmp_path / "state"), "--corpus-ledger",
+                              str(tmp_path / "corpus.sqlite"), "--quiet", "--unit-column",
+                              "unit", *extra])
+
+
+def _nothing_spent(tmp_path: Path) -> bool:
+    corpus = tmp_path / "corpus.sqlite"
+    if corpus.exists():
+        with sqlite3.connect(corpus) as db:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+            if "charges" in tables and db.execute("SELECT COUNT(*) FROM charges").fetchone()[0]:
+                return False
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    if ledger.exists():
+        with sqlite3.connect(ledger) as db:
+            if db.execute("SELECT COUNT(*) FROM releases").fetchone()[0]:
+                return False
+    return not (tmp_path / "out").exists()
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_a_world_readable_signing_key_fails_before_spending(
+        notes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dpsynrag.accounting.signing import generate_keypair
+
+    key = tmp_path / "key.pem"
+    generate_keypair(key)
+    os.chmod(key, 0o644)
+    assert _build(notes, tmp_path, "--signing-key", str(key)) == 2
+    assert "readable by others" in _one_line(capsys.readouterr().err)
+    assert _nothing_spent(tmp_path)
+    assert _build(notes, tmp_path, "--signing-key", str(tmp_path / "absent.pem")) == 2
+    assert "cannot read the signing key" in _one_line(capsys.readouterr().err)
+    assert _nothing_spent(tmp_path)
+
+
+def test_an_output_location_that_cannot_be_written_fails_before_spending(
+        notes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    code = build_corpus_main([str(notes), "-o", str(blocker / "out"), "--runner", "local",
+                              "--state-dir", str(tmp_path / "state"), "--corpus-ledger",
+                              str(tmp_path / "corpus.sqlite"), "--quiet"])
+    assert code == 2
+    assert "cannot write the output directory here" in _one_line(capsys.readouterr().err)
+    assert _nothing_spent(tmp_path)
+
+
+def test_too_little_free_disk_fails_before_spending(
+        notes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(preflight, "MIN_FREE_BYTES", 2**62)
+    assert _build(notes, tmp_path) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "MiB free for the output directory" in line
+    assert _nothing_spent(tmp_path)
+
+
+def test_a_model_that_does_not_load_fails_before_spending(
+        notes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _build(notes, tmp_path, "--embedder", str(tmp_path / "no-such-model")) == 1
+    assert "no-such-model" in _one_line(capsys.readouterr().err)
+    assert _nothing_spent(tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_cuda_without_cuda_fails_before_spending(
+        notes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _build(notes, tmp_path, "--device", "cuda") == 1
+    assert "CUDA is not available" in _one_line(capsys.readouterr().err)
+    assert _nothing_spent(tmp_path)
+
+
+def test_required_free_bytes_counts_the_input(tmp_path: Path) -> None:
+    data = tmp_path / "notes.jsonl"
+    data.write_bytes(b"x" * 1000)
+    assert preflight.required_free_bytes(data) == preflight.MIN_FREE_BYTES + 1000
+    assert preflight.required_free_bytes("gs://bucket/notes-*.jsonl") == \
+        preflight.MIN_FREE_BYTES
