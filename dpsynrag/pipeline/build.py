@@ -35,7 +35,7 @@ from dpsynrag.pipeline.preflight import (
     required_free_bytes,
 )
 from dpsynrag.pipeline.runners import LocalRunner, RayRunner, Runner
-from dpsynrag.pipeline.state import BuildState, default_state_dir
+from dpsynrag.pipeline.state import BuildState, OutputLock, default_state_dir
 from dpsynrag.transforms.prediction_release import (
     GROUP,
     LedgerTokenSampler,
@@ -150,7 +150,7 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     check_writable_directory(out_dir.expanduser().absolute().parent, needed, "output directory")
     state_path = state_dir or default_state_dir(out_dir)
     seconds: dict[str, float] = {}
-    with BuildState(state_path, config.fingerprint(), out_dir) as state:
+    with OutputLock(out_dir), BuildState(state_path, config.fingerprint(), out_dir) as state:
         check_writable_directory(state.directory, needed, "state directory")
         resumed = state.resumed
         fingerprint = input_fingerprint(docs, state.fingerprint_key())
@@ -476,6 +476,11 @@ def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: Budg
             config=_public_config(config))
         write_certificate(partial, sign_document(certificate, private_key))
         if out_dir.exists():
+            if not force:  # created while this build ran: never delete what we did not own
+                raise BuildError(
+                    f"{out_dir}: the output directory appeared while the build ran and is left "
+                    "as it is; run the same command with --force or another -o to write the "
+                    "corpus (released values are read back: nothing is spent again)")
             shutil.rmtree(out_dir)
         os.replace(partial, out_dir)
     except BaseException:

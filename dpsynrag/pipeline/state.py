@@ -47,6 +47,35 @@ def _write_private(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+class OutputLock:
+    """An exclusive lock on an output directory's name, held while a build may write it:
+    ``<parent>/.<name>.dpsynrag-lock`` (flock, released when the process ends). Two builds to
+    one ``-o``, even with different state directories, cannot both run; the second is refused
+    before it spends anything. The lock file stays (removing it would race a waiting build)."""
+
+    def __init__(self, out_dir: Path) -> None:
+        out = out_dir.expanduser().absolute()
+        self.path = out.with_name(f".{out.name}.dpsynrag-lock")
+        self._handle = open(self.path, "a")  # noqa: SIM115 - held open
+        try:
+            fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._handle.close()
+            raise StateError(f"{out}: another build is writing this output directory (lock "
+                             f"{self.path.name} held)") from None
+
+    def close(self) -> None:
+        if not self._handle.closed:
+            fcntl.flock(self._handle, fcntl.LOCK_UN)
+            self._handle.close()
+
+    def __enter__(self) -> OutputLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class BuildState:
     """Open (or create) a state directory for a build with the given config fingerprint."""
 
