@@ -114,3 +114,15 @@ def test_required_free_bytes_counts_the_input(tmp_path: Path) -> None:
     assert preflight.required_free_bytes(data) == preflight.MIN_FREE_BYTES + 1000
     assert preflight.required_free_bytes("gs://bucket/notes-*.jsonl") == \
         preflight.MIN_FREE_BYTES
+
+
+def test_a_useless_corpus_exits_5_unless_allowed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 12 notes at epsilon 1: no phrase reaches tau_A, so no note is written (0 kept)
+    tiny = write_clinic_dataset(tmp_path / "tiny", n_notes=12, n_diseases=3, seed=4)["notes"]
+    assert _build(tiny, tmp_path, "--epsilon", "1", "--rho-hist", "0.01") == 5
+    err = capsys.readouterr().err
+    assert "USELESS CORPUS: 0 synthetic texts, 0 kept" in " ".join(err.split())
+    assert (tmp_path / "out" / "certificate.json").exists()  # built and signed nonetheless
+    assert _build(tiny, tmp_path, "--epsilon", "1", "--rho-hist", "0.01", "--force",
+                  "--allow-empty") == 0

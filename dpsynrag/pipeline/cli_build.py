@@ -1,7 +1,9 @@
 """``build-corpus``: argument parsing, progress bars and the final summary of a build.
 
 Exit codes: 0 built; 1 failed (a bug or a model/runtime error); 2 bad input or options;
-3 refused by the privacy plan or budget; 4 interrupted (resumable: run the same command again).
+3 refused by the privacy plan or budget; 4 interrupted (resumable: run the same command again);
+5 built, but the corpus is useless: no synthetic text was kept (``--allow-empty`` accepts it
+with exit 0).
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_BUDGET = 3
 EXIT_INTERRUPTED = 4
+EXIT_EMPTY = 5
 
 _EPILOG = """\
 Every option can also be set in the TOML file of --config (top level or a [build] table,
 names as here without dashes, e.g. eps_theta = 0.4); flags override the file.
 
 Exit codes: 0 built, 1 failed, 2 bad input or options, 3 refused by the privacy plan,
-4 interrupted (run the same command again to resume; nothing is spent twice).
+4 interrupted (run the same command again to resume; nothing is spent twice), 5 built but
+useless: no synthetic text was kept (--allow-empty: exit 0).
 
 Generation mode: --generate facts is the default (it measured better: README, "Generation
 modes"); an option only the token mode reads (--K, --R, --k, --T, ...) without --generate
@@ -177,6 +181,9 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                    "checked against its cap (exit 3 when it does not fit; default: derived from "
                    "INPUT in the config dir, see 'dpsynrag ledger show --corpus INPUT')")
     g.add_argument("--force", action="store_true", help="replace an existing OUT")
+    g.add_argument("--allow-empty", action="store_true",
+                   help="exit 0 even when no synthetic text is kept (default: exit 5, a "
+                        "useless corpus)")
     g.add_argument("--purge-state", action="store_true",
                    help="delete the state directory after a successful build")
     g.add_argument("--summary-json", type=Path,
@@ -224,6 +231,13 @@ def run_build_command(args: argparse.Namespace) -> int:
     if args.summary_json is not None:
         write_private_text(args.summary_json,
                            json.dumps(summary.as_dict(), indent=2, sort_keys=True) + "\n")
+    if summary.kept_texts == 0 and not args.allow_empty:
+        print(f"build-corpus: USELESS CORPUS: {summary.synthetic_texts} synthetic texts, 0 "
+              f"kept; {args.out} is signed and its budget is spent, but it answers nothing. "
+              "Look at the plan ('dpsynrag budget': consensus rows against --k; facts: "
+              "documents needed per phrase). Exit 5; --allow-empty accepts an empty corpus",
+              file=sys.stderr)
+        return EXIT_EMPTY
     return EXIT_BUILT
 
 
