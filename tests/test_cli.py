@@ -153,3 +153,15 @@ def test_build_summary_tells_records_from_documents(capsys: pytest.CaptureFixtur
     assert "records read │ 300" in shown
     assert "documents used (one per privacy unit) │ 177" in shown
     assert "(cks) │ 10 │" in shown and "9.9999" not in shown
+
+
+def test_a_token_plan_below_consensus_is_warned_from_public_values() -> None:
+    from dpsynrag.pipeline.cli_build import plan_warning
+    from dpsynrag.pipeline.config import make_config
+
+    weak = make_config(None, {"generate": "tokens", "k": 10, "L": 5, "T": 70})
+    message = plan_warning(weak)
+    assert message is not None and "--k 10" in message and "agreeing rows" in message
+    assert plan_warning(make_config(None, {"generate": "tokens", "k": 40, "L": 2,
+                                           "T": 32})) is None
+    assert plan_warning(make_config(None, {"generate": "facts"})) is None

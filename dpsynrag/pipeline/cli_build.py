@@ -223,11 +223,16 @@ def run_build_command(args: argparse.Namespace) -> int:
 
     overrides = {name: getattr(args, name) for name in CONFIG_FLAGS}
     config = make_config(args.config, overrides)
+    warning = plan_warning(config)
+    if warning:  # public: the plan and the options only; said before anything is spent
+        print(f"build-corpus: WARNING: {warning}", file=sys.stderr)
     summary = run_build(args.input, args.out, config, state_dir=args.state_dir,
                         signing_key=args.signing_key, force=args.force,
                         purge_state=args.purge_state, progress=progress_factory(args.quiet),
                         log=lambda message: None, corpus_ledger=args.corpus_ledger)
     print_summary(summary.as_dict())
+    if warning:
+        print(f"build-corpus: WARNING: {warning}", file=sys.stderr)
     if args.summary_json is not None:
         write_private_text(args.summary_json,
                            json.dumps(summary.as_dict(), indent=2, sort_keys=True) + "\n")
@@ -239,6 +244,22 @@ def run_build_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_EMPTY
     return EXIT_BUILT
+
+
+def plan_warning(config: Any) -> str | None:
+    """Why the plan cannot give useful token texts, from public values only, or None: in
+    token mode a token wins only when about ``consensus_rows`` rows of a cluster agree, and a
+    cluster holds at most ``k`` rows."""
+    from dpsynrag.pipeline.build import make_plan
+
+    if config.generate != "tokens":
+        return None
+    plan = make_plan(config)
+    if config.k >= plan.consensus_rows:
+        return None
+    return (f"clusters hold at most --k {config.k} rows but a token needs about "
+            f"{plan.consensus_rows} agreeing rows at this plan ('dpsynrag budget'): expect "
+            "texts of random tokens; raise --k or --epsilon, or lower --T or --L")
 
 
 def write_private_text(path: Path, text: str) -> None:
