@@ -82,8 +82,9 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
         "budget",
         help="plan a DP-SynRAG privacy budget: noise scales and where rho goes",
         description=(
-            "Solve DP-SynRAG's zCDP budget (Theorem 1 with the corrections of DESIGN.md): from a "
-            "target (epsilon, delta), K, L, T, eps_theta, rho_hist and rho_mean derive sigma_h, "
+            "Solve DP-SynRAG's zCDP budget (Theorem 1 with the corrections of "
+            "docs/mechanisms.md, section 10): from a target (epsilon, delta), K, L, T, "
+            "eps_theta, rho_hist and rho_mean derive sigma_h, "
             "sigma_mu, c/tau and each stage's rho. Refuses a plan that leaves nothing for "
             "private prediction. With --generate facts: from (epsilon, delta), L, rho_hist, "
             "K_e, K_s, delta_phrases and share_phrases derive sigma_h, the phrase release's "

@@ -24,6 +24,7 @@
 #   3 refused by the privacy budget (corpus ledger cap)            -> do not retry
 #   4 interrupted (SIGTERM/SIGINT/SIGHUP)                          -> rerun the same command
 #     (whatever the build died of once a stop request came)
+#   5 built, but no synthetic text kept (nothing published)        -> page, do not retry
 # A rerun of the same command (same --date) resumes: the same state directory, nothing
 # charged twice. The script never passes --force and never makes a second state directory
 # for a date, so one date is charged to the corpus ledger at most once.
@@ -61,7 +62,7 @@ done
 [[ $date =~ ^[0-9A-Za-z][0-9A-Za-z._-]*$ ]] || die "--date must be a plain name, got '$date'"
 [[ $input == *://* || -e $input ]] || die "$input: input not found"
 if [[ -n $signing_key ]]; then
-    # build-corpus reads the key only at the very end of a build: check it now, not after hours
+    # build-corpus checks the key before spending too; checking here also fails before the lock
     [[ -r $signing_key ]] || die "$signing_key: signing key not readable"
     mode=$(stat -L -c %a "$signing_key")
     (( (8#$mode & 8#077) == 0 )) || die "$signing_key: mode $mode; the signing key must be 0600 or 0400"

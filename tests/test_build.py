@@ -228,6 +228,7 @@ def test_ray_build_with_the_packaged_models_then_verify_and_ledger_show(tmp_path
                   "--k", "10", "--L", "2", "--T", "8", "--state-dir", str(tmp_path / "state"),
                   "--signing-key", str(tmp_path / "k.pem"), "--quiet", "--summary-json",
                   str(tmp_path / "summary.json"), "--ingest", "beam", "--unit-column", "unit",
+                  "--allow-empty",  # SmolLM2-135M's self-filter keeps nothing (exit 5 else)
                   cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -238,6 +239,11 @@ def test_ray_build_with_the_packaged_models_then_verify_and_ledger_show(tmp_path
                              str(tmp_path / "k.pem.pub")], capture_output=True, text=True,
                             env=env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    explained = subprocess.run([str(dpsynrag), "verify", str(tmp_path / "out"), "--public-key",
+                                str(tmp_path / "k.pem.pub"), "--explain"], capture_output=True,
+                               text=True, env=env)
+    assert explained.returncode == 0 and "VERIFIED (trusted key)" in explained.stdout
+    assert "column 'unit'" in explained.stdout
     show = subprocess.run([str(dpsynrag), "ledger", "show", "--state-dir",
                            str(tmp_path / "state"), "--json"], capture_output=True, text=True,
                           env=env, check=True)

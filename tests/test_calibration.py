@@ -1,5 +1,5 @@
-"""Tests of the public calibrations (``dpsynrag.accounting.calibration``) against the spec's
-Appendix B vectors (B.1 / table 3.6, B.3, B.4 / table 2.6) and basic invariants.
+"""Tests of the public calibrations (``dpsynrag.accounting.calibration``) against the test
+vectors of docs/mechanisms.md, section 17 (tables V1, V3, V4) and basic invariants.
 
 No randomness: every test here is deterministic. The PLD cases call dp_accounting (about
 0.5 s each).
@@ -29,8 +29,9 @@ from dpsynrag.accounting.calibration import (
     pure_dp_rdp,
 )
 
-# ----------------------------------------------------------------------------- Koga (B.1)
-# eps_token, eps_total, T_seq, T_adv, T_max -- spec table 3.6 (delta_token 1e-5, delta_total 1e-4)
+# ----------------------------------------------------------------------------- Koga (V1)
+# eps_token, eps_total, T_seq, T_adv, T_max -- docs/mechanisms.md table V1 (delta_token 1e-5,
+# delta_total 1e-4)
 KOGA_TABLE = [
     (1, 2, 2, 0, 2),
     (1, 5, 5, 0, 5),
@@ -94,8 +95,8 @@ def test_koga_validation(args: tuple) -> None:
         koga_max_steps(*args)
 
 
-# ----------------------------------------------------------------------------- DP-KSA (B.4)
-# target eps, eps_EM, sigma, PTR std, quantile shift, gap for ~50% pass -- spec table 2.6
+# ----------------------------------------------------------------------------- DP-KSA (V4)
+# target eps, eps_EM, sigma, PTR std, quantile shift, gap for ~50% pass -- docs/mechanisms.md V4
 KSA_TABLE = [
     (1, 0.25, 5.872, 11.745, 45.69, 47.7),
     (1, 0.50, 8.799, 17.598, 68.47, 70.5),
@@ -162,7 +163,7 @@ def test_pure_dp_rdp_matches_the_sinh_formula_and_does_not_overflow() -> None:
     assert np.isfinite(big).all() and big[0] <= 8.0
 
 
-# ----------------------------------------------------------------------------- Grislain (B.3)
+# ----------------------------------------------------------------------------- Grislain (V3)
 @pytest.mark.parametrize(
     "eps_gen,tokens,expected",
     [(5.0, 70, 0.1757), (3.0, 70, 0.1165), (2.0, 50, 0.0996), (10.0, 70, 0.2998),

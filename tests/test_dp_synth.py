@@ -59,7 +59,7 @@ def test_plan_gives_the_whole_budget_to_prediction(conversion) -> None:
     assert plan.epsilon_cks <= plan.epsilon_bun_steinke
     named = plan.epsilon_bun_steinke if conversion is Conversion.BUN_STEINKE else plan.epsilon_cks
     assert math.isclose(named, 10.0, rel_tol=1e-9)
-    if conversion is Conversion.BUN_STEINKE:  # DESIGN.md: rho(10, 1e-3) = 2.2012
+    if conversion is Conversion.BUN_STEINKE:  # docs/mechanisms.md V5: rho(10, 1e-3) = 2.2012
         assert plan.rho_total == pytest.approx(2.2012, abs=1e-4)
     assert plan.consensus_rows >= 1
 

@@ -60,7 +60,7 @@ def test_consensus_rows_follow_the_design_formula() -> None:
     plan = plan_budget(table6())
     expected = math.ceil(math.log(49_151) / (2 * plan.c_over_tau))
     assert plan.consensus_rows == expected
-    assert 50 <= plan.consensus_rows <= 53  # DESIGN.md: about 51 for SmolLM2's vocabulary
+    assert 50 <= plan.consensus_rows <= 53  # docs/mechanisms.md V5: 52 for SmolLM2
 
 
 def test_impossible_plan_is_refused_with_a_reason() -> None:

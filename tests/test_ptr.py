@@ -134,7 +134,7 @@ def test_pass_probability_is_delta_for_unstable_gaps() -> None:
 
 
 def test_pass_probability_is_monotone_and_half_at_the_shift() -> None:
-    sigma, delta = 1.276, 5e-5  # spec table 2.6, eps = 5, eps_EM = 1.25
+    sigma, delta = 1.276, 5e-5  # docs/mechanisms.md V4, eps = 5, eps_EM = 1.25
     shift = 2 * sigma * stats.norm.isf(delta)
     assert round(shift, 2) == 9.93
     assert ptr_pass_probability(2 + shift, sigma, delta) == pytest.approx(0.5)

@@ -74,7 +74,7 @@ def test_dp_rag_spends_exactly_the_query_budget() -> None:
     rho, delta = spend_of(settings.mechanisms())
     assert math.isclose(rho, rho_for(5.0, 1e-3, "bun-steinke"), rel_tol=1e-12)
     assert delta == 0.0
-    # the spec's B.3 figure: epsilon 5 at delta 1e-3 with eps_ret 0.5 over 70 tokens
+    # docs/mechanisms.md table V3: epsilon 5 at delta 1e-3 with eps_ret 0.5 over 70 tokens
     assert settings.token_epsilon() == pytest.approx(0.2716, abs=1e-4)
 
 

@@ -28,7 +28,7 @@ from dpsynrag.accounting.conversions import bun_steinke_epsilon, bun_steinke_rho
 
 DEFAULT_ALPHA_GRID = np.linspace(1.1, 200.9, 1999)
 DEFAULT_ALPHA_GRID.flags.writeable = False
-"""RDP orders 1.1, 1.2, ..., 200.9 (the grid of the spec's table 2.6)."""
+"""RDP orders 1.1, 1.2, ..., 200.9 (the grid of table V4, docs/mechanisms.md section 17)."""
 
 DEFAULT_PLD_DISCRETIZATION = 1e-4
 

@@ -3,7 +3,7 @@
 One durable SQLite file per private corpus (``default_corpus_ledger_path``), shared by every
 process that touches that corpus: a DP-SynRAG build, and each query-time DP-RAG mechanism
 (DP-KSA, DPVoteRAG, Grislain's DP-RAG) answering over the private documents themselves
-(mechanism-specs.md, 7.2 and 7.3). Semantics:
+(docs/mechanisms.md, section 8.4). Semantics:
 
 * **zCDP primary, approximate delta.** Each charge lists the mechanisms it runs with their
   public parameters; its cost (rho, delta) is recomputed by ``costs.spend_of`` -- never taken

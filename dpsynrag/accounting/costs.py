@@ -72,18 +72,19 @@ MECHANISM_COSTS: Mapping[str, Callable[..., float]] = {
     "gaussian": lambda p: gaussian_rho(p["l2_sensitivity"], p["sigma"]),
     "exponential_threshold": lambda p: exponential_rho(p["epsilon"]),
     "token_softmax": lambda p: p.get("tokens", 1) * token_rho(p["clip"], p["temperature"]),
-    # Query-time mechanisms (mechanism-specs.md sections 1.2-1.6); see also MECHANISM_DELTAS.
+    # Query-time mechanisms (docs/mechanisms.md, sections 1, 12, 13); see MECHANISM_DELTAS.
     # Exponential mechanism, epsilon-DP and epsilon-bounded-range: rho = eps^2/8 (Cesar & Rogers
-    # 2021; specs 1.2).
+    # 2021; docs/mechanisms.md section 1).
     "exponential": lambda p: exponential_rho(p["epsilon"]),
     # LimitedDomain, (eps, delta)-DP (Durfee & Rogers 2019): delta-approximately eps^2/2-zCDP
-    # (Bun & Steinke 2016, Prop. 1.4 and Def. 8.1; specs 1.6).
+    # (Bun & Steinke 2016, Prop. 1.4 and Def. 8.1; docs/mechanisms.md section 13).
     "limited_domain": lambda p: _with_delta(pure_dp_rho(p["epsilon"]), p["delta"]),
     # One sparse-vector epoch (AboveThreshold up to one crossing), eps-DP (Dwork & Roth 2014,
-    # Thm 3.23): rho = eps^2/2 (Bun & Steinke 2016, Prop. 1.4; specs 1.4).
+    # Thm 3.23): rho = eps^2/2 (Bun & Steinke 2016, Prop. 1.4; docs/mechanisms.md section 13).
     "sparse_vector_epoch": lambda p: pure_dp_rho(p["epsilon"]),
     # PTR test: statistic of l2 sensitivity 2 plus N(0, (2 sigma)^2): rho = 2^2/(2 (2 sigma)^2)
-    # = 1/(2 sigma^2), delta-approximate (Zhu & Wang 2022 as used by DP-KSA; specs 1.5, 2.5).
+    # = 1/(2 sigma^2), delta-approximate (Zhu & Wang 2022 as used by DP-KSA;
+    # docs/mechanisms.md section 12).
     "ptr_gaussian": lambda p: _with_delta(gaussian_rho(2.0, 2.0 * p["sigma"]), p["delta"]),
     # Koga et al.'s per-query composition, charged in (epsilon, delta) currency, not zCDP:
     # see MECHANISM_DP. Its rho is 0; the ledger adds its epsilon after converting the rest.
@@ -99,7 +100,8 @@ MECHANISM_COSTS: Mapping[str, Callable[..., float]] = {
 MECHANISM_DELTAS: Mapping[str, Callable[[Mapping[str, Any]], float]] = {
     # LimitedDomain: its (eps, delta)-DP delta (Bun & Steinke 2016, Def. 8.1).
     "limited_domain": lambda p: approximate_delta(p["delta"]),
-    # PTR: the probability delta that the test passes on an unstable input (specs 1.5, 2.5).
+    # PTR: the probability delta that the test passes on an unstable input
+    # (docs/mechanisms.md section 12).
     "ptr_gaussian": lambda p: approximate_delta(p["delta"]),
     # Partition selection: max_items * P(Z >= threshold - 1), re-derived from sigma, max_items
     # and threshold (never the recorded delta, which must not be smaller).

@@ -10,7 +10,7 @@ Asking again for a key that is already released returns the stored value and cha
 nothing: a resumed build spends exactly what an uninterrupted one spends, and released noise
 is never redrawn. Asking with different parameters is refused.
 
-Composition (DP-SynRAG Theorem 1 with the corrections of DESIGN.md):
+Composition (DP-SynRAG Theorem 1 with the corrections of docs/mechanisms.md, sections 8, 10):
 * releases outside any group compose sequentially (their rho add up);
 * a *parallel group* (the clusters) declares ``max_overlap`` L: each record touches at most L
   of its partitions, so the group costs the sum of its L most expensive partitions

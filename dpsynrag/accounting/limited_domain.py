@@ -24,8 +24,8 @@ Gumbel scale policy
 Durfee & Rogers (and DP-OPT, which Koga et al. follow) use s = 1, which assumes that
 neighbouring histograms differ monotonically. A vote switch (one voter moving from token a to
 token b) lowers one count and raises another, so the package's default is the conservative
-s = 2 (spec section 1.2 / 1.6). ``scale_factor=1`` reproduces Durfee-Rogers / DP-OPT and the
-spec's Appendix B.2 numbers. Values below 1 are rejected.
+s = 2 (docs/mechanisms.md, sections 1 and 13). ``scale_factor=1`` reproduces Durfee-Rogers /
+DP-OPT and table V2 of docs/mechanisms.md, section 17. Values below 1 are rejected.
 
 Privacy: (epsilon, delta)-DP for a histogram whose neighbours differ in at most
 ``l0_sensitivity`` counts by at most 1 each; the ledger charges it as delta-approximate

@@ -1,6 +1,6 @@
 """The budget planner: from a target (epsilon, delta) to every noise scale of a DP-SynRAG build.
 
-DP-SynRAG's cost (Theorem 1, with DESIGN.md's corrections) is
+DP-SynRAG's cost (Theorem 1, with the corrections of docs/mechanisms.md, section 10) is
 
     rho = K / (2 sigma_h^2)                                   histogram, l2 sensitivity sqrt(K)
         + L * ( eps_theta^2 / 8 + 1 / (2 sigma_mu^2)          retrieval: threshold EM + noisy sum

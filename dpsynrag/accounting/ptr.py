@@ -7,9 +7,9 @@ moves by at most 1, and every gap d_k = c_(k) - c_(k+1) moves by at most 2.
 
 * ``find_best_k``: exponential mechanism over k = 1..k_max with utility d_k + r(k) (r public,
   data-independent), sensitivity 2. The utility is not monotone, so the Gumbel-max scale is
-  2 * 2 / epsilon = 4 / epsilon (the spec's corrected scale; the paper printed 2 / epsilon,
-  which would only give 2 epsilon-DP). Privacy: epsilon-DP and epsilon-bounded-range, charged
-  epsilon^2 / 8 zCDP (Cesar & Rogers 2021).
+  2 * 2 / epsilon = 4 / epsilon (the corrected scale, docs/mechanisms.md section 12; the
+  paper printed 2 / epsilon, which would only give 2 epsilon-DP). Privacy: epsilon-DP and
+  epsilon-bounded-range, charged epsilon^2 / 8 zCDP (Cesar & Rogers 2021).
 * ``ptr_stable_gap``: propose-test-release on the gap at the chosen k,
   d_hat = max(2, d) + N(0, (2 sigma)^2) - 2 sigma z_{1 - delta_ptr}, pass iff d_hat > 2.
   max(2, d) has sensitivity 2, so the noisy statistic is a Gaussian mechanism with

@@ -1,1 +1,1 @@
-"""eval: see DESIGN.md (Layout)."""
+"""eval: see docs/design.md, sections 7 and 9."""

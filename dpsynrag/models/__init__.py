@@ -1,4 +1,4 @@
-"""models: offline loading of the LLM and the embedder (see DESIGN.md, Models)."""
+"""models: offline loading of the LLM and the embedder (see docs/design.md, section 5)."""
 
 from dpsynrag.models.embedder import LoadedEmbedder, load_embedder
 from dpsynrag.models.errors import ModelLoadError

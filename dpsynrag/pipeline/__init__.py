@@ -1,1 +1,1 @@
-"""pipeline: see DESIGN.md (Layout)."""
+"""pipeline: see docs/design.md, section 7 (package layout)."""

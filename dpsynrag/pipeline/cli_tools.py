@@ -63,6 +63,10 @@ def add_verify_parser(subparsers: Any) -> None:
     parser.add_argument("--public-key", type=Path, help="trusted public key (PEM); without it "
                         "the key embedded in the certificate is used (integrity only)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--explain", action="store_true",
+                        help="also print the certificate in plain language: who is protected, "
+                             "epsilon and delta, what was released, which models, when, by "
+                             "which key")
     parser.add_argument("--allow-seeded", action="store_true",
                         help="TESTS ONLY: do not fail a seeded build (its noise is "
                              "reproducible; it is never for release)")
@@ -92,6 +96,11 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"OK: signature ({trust}), file hashes and epsilon re-derived: "
               f"epsilon={_epsilon_text(guarantee.get('epsilon'))} delta={guarantee.get('delta')} "
               f"({guarantee.get('conversion')}){note}")
+    if args.explain and not args.json:
+        from dpsynrag.accounting.explain import explain_certificate
+
+        trust = "trusted key" if args.public_key else "embedded key: integrity only"
+        print(explain_certificate(certificate, verified=not problems, trust=trust))
     return 0 if not problems else 1
 
 

@@ -638,7 +638,7 @@ def _open(path: Path, cols: Columns) -> tuple[str, Iterator[RawRecord]]:
         parquet = _parquet_files(path)
         records = sorted(p.relative_to(path).as_posix() for p in path.rglob("*")
                          if p.suffix.lower() in (*JSONL_SUFFIXES, *CSV_SUFFIXES)
-                         and p.is_file() and not _hidden(p.relative_to(path), "."))
+                         and p.is_file() and not _hidden(p.relative_to(path)))
         if records:
             more = f" and {len(records) - 1} more" if len(records) > 1 else ""
             raise InputError(path, None, f"directory holds {records[0]}{more}, which a "

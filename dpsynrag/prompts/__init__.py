@@ -1,1 +1,1 @@
-"""prompts: see DESIGN.md (Layout)."""
+"""prompts: see docs/design.md, section 7 (package layout)."""

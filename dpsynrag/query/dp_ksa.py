@@ -1,6 +1,6 @@
 """DP-KSA (Tang et al.): keywords from an ensemble of one-document answers, released by PTR.
 
-Per query, over the PRIVATE corpus (mechanism-specs.md section 2, with its corrections):
+Per query, over the PRIVATE corpus (docs/mechanisms.md, section 12, with its corrections):
 
 1. Exact top-N retrieval (ties by a hash of each document's own text, never its position).
    Under add/remove at most one of the N documents changes (a swap at worst).
@@ -10,7 +10,7 @@ Per query, over the PRIVATE corpus (mechanism-specs.md section 2, with its corre
    moves by at most 1 between neighbours and every gap d_k = c_(k) - c_(k+1) by at most 2.
    Words are normalised by a public rule: NFKC, lower case, split on non-alphanumerics,
    public stop words and the question's own words removed.
-4. k-hat by the exponential mechanism on the gaps (Gumbel scale 4/epsilon_em: the spec's
+4. k-hat by the exponential mechanism on the gaps (Gumbel scale 4/epsilon_em: the
    corrected scale; the paper printed 2/epsilon). Cost epsilon_em^2/8 zCDP.
 5. Propose-test-release on the gap at k-hat: Gaussian noise of std 2 sigma on max(2, d),
    shifted by the (1 - delta_ptr) quantile. Cost 1/(2 sigma^2) zCDP plus delta_ptr.

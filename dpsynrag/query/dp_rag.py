@@ -1,6 +1,6 @@
 """DP-RAG (Grislain): a private threshold retrieval, then a private answer token by token.
 
-Per query, over the PRIVATE corpus (mechanism-specs.md section 5, with its corrections):
+Per query, over the PRIVATE corpus (docs/mechanisms.md, section 11, with its corrections):
 
 1. **Retrieval.** Cosine similarities s_i of the question to every document, clipped into the
    PUBLIC range [lo, hi] (default [-0.5, 0.8]). A threshold theta is drawn by the continuous

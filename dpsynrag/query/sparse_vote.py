@@ -1,6 +1,6 @@
 """DPVoteRAG and DPSparseVoteRAG (Koga, Wu & Chaudhuri): token voting by disjoint voters.
 
-Per query, over the PRIVATE corpus (mechanism-specs.md section 3, with its corrections):
+Per query, over the PRIVATE corpus (docs/mechanisms.md, section 13, with its corrections):
 
 * The corpus is split into m voters by a public function of each document's own text
   (``PrivateCorpus.voter_of``: never its position or id); each voter retrieves its own

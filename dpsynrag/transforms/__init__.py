@@ -1,1 +1,1 @@
-"""transforms: see DESIGN.md (Layout)."""
+"""transforms: see docs/design.md, section 7 (package layout)."""

@@ -31,7 +31,7 @@ Privacy: each h_r is released with exact discrete Gaussian noise N_Z(0, sigma^2)
 entry of D (zero counts included: noising only the non-zero entries would release the
 support), l2 sensitivity sqrt(K'), so rho_r = K' / (2 sigma^2) zCDP per cluster (Canonne,
 Kamath & Steinke 2020, Thm 14). The clusters are partitions of a parallel group with
-``max_overlap`` L (overlapping parallel composition; DESIGN.md "Accounting"), so the step
+``max_overlap`` L (overlapping parallel composition; docs/mechanisms.md 8.2), so the step
 costs at most L K' / (2 sigma^2) in total, whatever the number of clusters. The releases go
 through the build ledger under ``cluster/RRRRR/facts``: charged before drawing, stored, never
 redrawn on resume. The cost is conditional on the released anchors and W (adaptive

@@ -13,8 +13,9 @@ Privacy (zCDP, add/remove one document, which changes C_r by at most one member)
 * given the released mu_r the scores of the other members are fixed, so the threshold count
   moves by at most 1: rho = eps_theta^2 / 8 (bounded-range exponential mechanism);
 * per cluster: rho_r = 1 / (2 sigma_mu^2) + eps_theta^2 / 8 -- DP-SynRAG's Theorem 1 with
-  DESIGN.md's correction (the retrieval pays both parts, not only one). Clusters compose in
-  the ledger's parallel group "clusters" (a document is in at most L clusters).
+  the correction in docs/mechanisms.md section 10 (the retrieval pays both parts, not only
+  one). Clusters compose in the ledger's parallel group "clusters" (a document is in at most
+  L clusters).
 
 **Exact noise on a fixed-point grid.** The noisy sum is computed without a floating-point
 Gaussian (whose low-order bits are not an exact Gaussian and can reveal the input, Mironov

@@ -1,0 +1,129 @@
+"""A certificate in plain language (``dpsynrag verify --explain``), for whoever signs off a
+corpus: who is protected, by which (epsilon, delta), what was released, from which models,
+when, and by which key. It reads the certificate only (public values); it never judges its
+validity: ``verify`` does, and the caller says what it found.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from dpsynrag.display import format_epsilon
+
+# What each mechanism of the ledger is, in a few words (mechanism name -> description).
+MECHANISM_WORDS = {
+    "discrete_gaussian": "counts with exact discrete Gaussian noise",
+    "gaussian": "a sum with Gaussian noise",
+    "exponential_threshold": "a similarity threshold chosen by the exponential mechanism",
+    "token_softmax": "tokens sampled from clipped, aggregated next-token scores",
+    "partition_selection": "phrases released only when their noisy count passes a threshold",
+    "laplace": "values with Laplace noise",
+}
+
+STAGE_WORDS = {
+    "a-histogram": "keyword histogram",
+    "c-noisy-sum": "cluster centres",
+    "c-threshold": "retrieval thresholds",
+    "d-prediction": "synthetic text, token by token",
+    "f-phrases": "open-vocabulary phrases (names, codes)",
+    "f-facts": "each cluster's fact counts",
+}
+
+
+def _releases(certificate: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    """(stage, mechanism, count) for every kind of release, in certificate order."""
+    seen: dict[tuple[str, str], int] = {}
+    mechanisms = certificate.get("mechanisms") or {}
+    for item in mechanisms.get("sequential") or []:
+        key = (str(item.get("stage", "?")), str(item.get("mechanism", "?")))
+        seen[key] = seen.get(key, 0) + 1
+    for group in mechanisms.get("parallel_groups") or []:
+        for part in group.get("partitions") or []:
+            for item in part.get("releases") or []:
+                key = (str(item.get("stage", "?")), str(item.get("mechanism", "?")))
+                seen[key] = seen.get(key, 0) + int(item.get("count", 1))
+    return [(stage, mechanism, count) for (stage, mechanism), count in seen.items()]
+
+
+def _unit_sentence(config: Mapping[str, Any]) -> str:
+    column = config.get("unit_column")
+    if column:
+        rule = config.get("unit_bound", "pick")
+        how = ("one of its records is kept" if rule == "pick"
+               else "its records are joined into one document")
+        return (f"one privacy unit: all the input records that share a value of the column "
+                f"{column!r} (a person, say); {how} before anything is computed")
+    return ("one input record (no unit column was given: a person with several records is "
+            "protected only record by record)")
+
+
+def explain_certificate(certificate: Mapping[str, Any], *, verified: bool,
+                        trust: str) -> str:
+    """The plain-language summary of ``certificate``. ``verified`` and ``trust`` are what
+    ``verify`` found (a trusted public key, or only the key embedded in the certificate)."""
+    guarantee = certificate.get("guarantee") or {}
+    config = certificate.get("config") or {}
+    models = certificate.get("models") or {}
+    signature = certificate.get("signature") or {}
+    epsilon = guarantee.get("epsilon")
+    delta = guarantee.get("delta")
+    lines = []
+    state = (f"VERIFIED ({trust})" if verified
+             else "NOT VERIFIED: do not rely on anything below")
+    lines.append(f"Certificate check: {state}.")
+    if certificate.get("seeded") is not False:
+        lines.append("SEEDED BUILD: its noise came from a reproducible seed; it has NO privacy "
+                     "guarantee and must not be released.")
+    lines.append(f"Who is protected: {_unit_sentence(config)}.")
+    if isinstance(epsilon, int | float) and isinstance(delta, int | float):
+        ratio = math.exp(float(epsilon)) if float(epsilon) < 700 else math.inf
+        lines.append(
+            f"Guarantee: ({format_epsilon(float(epsilon))}, {delta:g})-differential privacy. "
+            f"Whether or not any one unit's records were in the input, every possible output "
+            f"of the build (and anything later computed from it alone) is at most "
+            f"{ratio:.3g} times as likely one way as the other, except with probability "
+            f"{delta:g}.")
+    rho = guarantee.get("rho")
+    if isinstance(rho, int | float):
+        approx = guarantee.get("delta_approx") or 0.0
+        part = (f" plus an approximate delta of {approx:.3g} for releasing phrases"
+                if approx else "")
+        others = ", ".join(f"{name} gives {format_epsilon(value)}" for name, value in
+                           (guarantee.get("epsilon_other_conversions") or {}).items())
+        cross = (guarantee.get("cross_check") or {}).get("epsilon")
+        lines.append(
+            f"How it is derived: the releases compose to rho = {rho:.4g} zCDP{part}, converted "
+            f"with {guarantee.get('conversion')} ({guarantee.get('conversion_reference')})"
+            + (f"; {others}" if others else "")
+            + (f"; an independent accountant (dp-accounting) gives "
+               f"{format_epsilon(cross)}" if isinstance(cross, int | float) else "") + ".")
+    released = [f"{STAGE_WORDS.get(stage, stage)}: {MECHANISM_WORDS.get(mechanism, mechanism)}"
+                f"{f' (x{count})' if count > 1 else ''}"
+                for stage, mechanism, count in _releases(certificate)]
+    if released:
+        lines.append("What was released (each charged to the ledger): " + "; ".join(released)
+                     + ". The corpus files are computed from these releases only.")
+    mode = config.get("generate", "tokens")
+    llm = models.get("llm") or {}
+    if mode == "facts":
+        lines.append("How the texts were written: from the released facts by a fixed "
+                     "template; no language model read a private document.")
+    else:
+        lines.append(f"How the texts were written: the language model {llm.get('name', '?')} "
+                     f"(sha256 {str(llm.get('sha256', '?'))[:16]}...) predicted each token "
+                     "from many documents at once; only the noisy choice was kept.")
+    embedder = models.get("embedder") or {}
+    if embedder:
+        lines.append(f"Search vectors: {embedder.get('name', '?')} (dimension "
+                     f"{embedder.get('dimension', '?')}), computed on the synthetic texts only.")
+    files = ", ".join(sorted((certificate.get("output_files") or {}).keys()))
+    lines.append(f"Covered files: {files or 'none listed'} (their sha256 are signed).")
+    package = f"{certificate.get('package', 'dpsynrag')} {certificate.get('package_version', '?')}"
+    lines.append(f"When and by whom: built {certificate.get('created_at', '?')} by {package}; "
+                 f"signed with the Ed25519 key {signature.get('fingerprint', '?')}.")
+    lines.append("Not covered: people named in many units' records (a doctor, an agent) can "
+                 "appear like any frequent fact; the guarantee is about one unit at a time. "
+                 "Every further query of this corpus is free (post-processing).")
+    return "\n".join(lines)

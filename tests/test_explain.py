@@ -1,0 +1,53 @@
+"""`dpsynrag verify --explain`: the certificate in plain language, from public values only."""
+
+from __future__ import annotations
+
+import math
+
+from dpsynrag.accounting.explain import explain_certificate
+
+CERT = {
+    "seeded": False, "created_at": "2026-11-23T13:15:30+00:00", "package": "dpsynrag",
+    "package_version": "0.1.0",
+    "guarantee": {"epsilon": 9.999999999999998, "delta": 1e-3, "rho": 2.6068,
+                  "delta_approx": 7.7e-05, "conversion": "cks",
+                  "conversion_reference": "Canonne, Kamath & Steinke 2020",
+                  "epsilon_other_conversions": {"bun-steinke": 11.09},
+                  "cross_check": {"epsilon": 10.0001}},
+    "config": {"generate": "facts", "unit_column": "patient", "unit_bound": "pick"},
+    "models": {"llm": {"name": "none"}, "embedder": {"name": "all-MiniLM-L6-v2",
+                                                     "dimension": 384}},
+    "mechanisms": {
+        "sequential": [{"stage": "a-histogram", "mechanism": "discrete_gaussian"},
+                       {"stage": "f-phrases", "mechanism": "partition_selection"}],
+        "parallel_groups": [{"partitions": [
+            {"releases": [{"stage": "f-facts", "mechanism": "discrete_gaussian", "count": 1}]}
+            for _ in range(46)]}]},
+    "output_files": {"corpus.parquet": "a", "index.faiss": "b", "manifest.json": "c"},
+    "signature": {"fingerprint": "a05dea22"},
+}
+
+
+def test_the_explanation_names_unit_guarantee_releases_models_time_and_key() -> None:
+    text = explain_certificate(CERT, verified=True, trust="trusted key")
+    assert "VERIFIED (trusted key)" in text
+    assert "column 'patient'" in text
+    assert "(10, 0.001)-differential privacy" in text and "9.99" not in text
+    assert f"{math.exp(10):.3g} times" in text
+    assert "approximate delta of 7.7e-05" in text and "bun-steinke gives 11.09" in text
+    assert "each cluster's fact counts: counts with exact discrete Gaussian noise (x46)" in text
+    assert "no language model read a private document" in text
+    assert "all-MiniLM-L6-v2" in text and "corpus.parquet, index.faiss, manifest.json" in text
+    assert "2026-11-23T13:15:30+00:00" in text and "a05dea22" in text
+    assert "SEEDED" not in text
+
+
+def test_a_failed_or_seeded_certificate_says_so_first() -> None:
+    seeded = {**CERT, "seeded": True, "config": {"generate": "tokens"},
+              "models": {"llm": {"name": "SmolLM2", "sha256": "b179" * 16}}}
+    text = explain_certificate(seeded, verified=False, trust="embedded key")
+    lines = text.splitlines()
+    assert lines[0].startswith("Certificate check: NOT VERIFIED")
+    assert lines[1].startswith("SEEDED BUILD") and "NO privacy guarantee" in lines[1]
+    assert "one input record (no unit column was given" in text
+    assert "the language model SmolLM2 (sha256 b179b179b179b179...)" in text
