@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from dpsynrag import __version__
 
 if TYPE_CHECKING:
-    from dpsynrag.accounting.planner import FactsBudgetPlan, PlanRequest
+    from dpsynrag.accounting.planner import PlanRequest
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -204,7 +204,9 @@ def _run_budget(args: argparse.Namespace) -> int:
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
     if isinstance(plan, FactsBudgetPlan):
-        _print_facts_plan(plan)
+        from dpsynrag.reporting import print_facts_plan
+
+        print_facts_plan(plan)
     else:
         from dpsynrag.reporting import print_budget_plan
 
@@ -219,37 +221,6 @@ def delta_warning(delta: float, units: int | None) -> str | None:
     return (f"delta={delta:g} exceeds 1/N = {1.0 / units:.3g} for the stated bound of {units} "
             "units: a mechanism with this delta may publish one unit's data outright; choose "
             f"delta <= {1.0 / units:.3g} (a common choice is well below 1/N)")
-
-
-def _print_facts_plan(p: FactsBudgetPlan) -> None:
-    """The facts plan as a table of where rho goes, then its noise scales and epsilons."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    table = Table(title=(f"DP-SynRAG facts budget: epsilon={p.epsilon:g}, delta={p.delta:g} "
-                         f"(delta_phrases={p.delta_phrases:g}, {p.conversion}) -> "
-                         f"rho={p.rho_total:.4f}"))
-    for column, justify in (("stage", "left"), ("mechanism", "left"),
-                            ("ρ/cluster", "right"), ("ρ total", "right"), ("share", "right")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for stage, mechanism, per_cluster, composed in p.stage_rows():
-        table.add_row(stage, mechanism, "-" if math.isnan(per_cluster) else f"{per_cluster:.5f}",
-                      f"{composed:.5f}", f"{composed / p.rho_total:.1%}")
-    table.add_row("total", f"clusters × L={p.L}", "", f"{p.rho_total:.5f}", "100.0%",
-                  style="bold")
-    console.print(table)
-    console.print(
-        f"sigma_h = {p.sigma_h:.4f}   sigma_A = {p.sigma_A:.4f}   tau_A = {p.tau_A}   "
-        f"sigma_C = {p.sigma_C:.4f}")
-    console.print(
-        f"phrases: a phrase is released once about {p.docs_to_release} documents share it "
-        f"(probability about 1/2 at tau_A); one document's own phrases appear with probability "
-        f"<= delta_A = {p.delta_A:.3g} (planned delta_phrases {p.delta_phrases:g})")
-    console.print(
-        f"epsilon of rho={p.rho_total:.4f} at delta - delta_phrases = {p.delta_conversion:g}: "
-        f"Bun-Steinke {p.epsilon_bun_steinke:.4f}, CKS {p.epsilon_cks:.4f} "
-        f"(this plan: {p.conversion}, {p.conversion_reference})")
 
 
 # ---------------------------------------------------------------------- main

@@ -7,7 +7,7 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from dpsynrag.accounting.planner import BudgetPlan
+from dpsynrag.accounting.planner import BudgetPlan, FactsBudgetPlan
 
 
 def print_budget_plan(plan: BudgetPlan, console: Console | None = None) -> None:
@@ -38,3 +38,38 @@ def print_budget_plan(plan: BudgetPlan, console: Console | None = None) -> None:
         f"consensus: a token wins only when about {plan.consensus_rows} rows of a cluster agree "
         f"(ln(|V|-1) / (2 c/tau), |V|={plan.vocab_size}); choose k so retrieved clusters reach it")
 
+
+def print_facts_plan(p: FactsBudgetPlan, console: Console | None = None) -> None:
+    """The facts plan as a table of where rho goes, then its noise scales and epsilons."""
+    console = console or Console()
+    table = Table(title=(f"DP-SynRAG facts budget: epsilon={p.epsilon:g}, delta={p.delta:g} "
+                         f"(delta_phrases={p.delta_phrases:g}, {p.conversion}) -> "
+                         f"rho={p.rho_total:.4f}"))
+    for column, justify in (("stage", "left"), ("mechanism", "left"),
+                            ("ρ/cluster", "right"), ("ρ total", "right"), ("share", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for stage, mechanism, per_cluster, composed in p.stage_rows():
+        table.add_row(stage, mechanism, "-" if math.isnan(per_cluster) else f"{per_cluster:.5f}",
+                      f"{composed:.5f}", f"{composed / p.rho_total:.1%}")
+    table.add_row("total", f"clusters × L={p.L}", "", f"{p.rho_total:.5f}", "100.0%",
+                  style="bold")
+    console.print(table)
+    console.print(
+        f"sigma_h = {p.sigma_h:.4f}   sigma_A = {p.sigma_A:.4f}   tau_A = {p.tau_A}   "
+        f"sigma_C = {p.sigma_C:.4f}")
+    console.print(
+        f"phrases: a phrase is released once about {p.docs_to_release} documents share it "
+        f"(probability about 1/2 at tau_A); one document's own phrases appear with probability "
+        f"<= delta_A = {p.delta_A:.3g} (planned delta_phrases {p.delta_phrases:g})")
+    console.print(
+        f"epsilon of rho={p.rho_total:.4f} at delta - delta_phrases = {p.delta_conversion:g}: "
+        f"Bun-Steinke {p.epsilon_bun_steinke:.4f}, CKS {p.epsilon_cks:.4f} "
+        f"(this plan: {p.conversion}, {p.conversion_reference})")
+
+
+def print_plan(plan: BudgetPlan | FactsBudgetPlan, console: Console | None = None) -> None:
+    """The plan of either generation mode."""
+    if isinstance(plan, FactsBudgetPlan):
+        print_facts_plan(plan, console)
+    else:
+        print_budget_plan(plan, console)

@@ -126,3 +126,39 @@ def test_a_useless_corpus_exits_5_unless_allowed(
     assert (tmp_path / "out" / "certificate.json").exists()  # built and signed nonetheless
     assert _build(tiny, tmp_path, "--epsilon", "1", "--rho-hist", "0.01", "--force",
                   "--allow-empty") == 0
+
+
+def test_dry_run_plans_checks_and_estimates_spending_nothing(
+        notes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _build(notes, tmp_path, "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "DP-SynRAG facts budget" in out and "tau_A" in out
+    for check in ("input", "signing key", "output directory", "state directory",
+                  "corpus ledger", "embedder"):
+        assert f"ok    {check}" in out, check
+    assert "every check passed; nothing was spent" in out and "estimate" in out
+    assert _nothing_spent(tmp_path) and not (tmp_path / "corpus.sqlite").exists()
+    assert not (tmp_path / "state" / "ledger.sqlite").exists()
+    # tokens: the model is timed on public filler text, the estimate has the run's shape
+    assert _build(notes, tmp_path, "--dry-run", "--generate", "tokens", "--keywords",
+                  "statistical", "--R", "6", "--k", "4", "--T", "8", "--L", "1",
+                  "--batch-rows", "8") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "ok language model" in out and "one batch of 8 rows" in out
+    assert "at most 6 clusters x 4 rows x 8 tokens" in out
+    assert _nothing_spent(tmp_path)
+
+
+def test_dry_run_reports_every_failed_check_and_exits_2(
+        notes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dpsynrag.accounting.signing import generate_keypair
+
+    key = tmp_path / "key.pem"
+    generate_keypair(key)
+    os.chmod(key, 0o644)
+    (tmp_path / "out").mkdir()
+    assert _build(notes, tmp_path, "--dry-run", "--signing-key", str(key)) == 2
+    out = capsys.readouterr().out
+    assert "FAIL  signing key" in out and "readable by others" in out
+    assert "FAIL  output directory" in out and "pass --force" in out
+    assert "2 check(s) failed; nothing was spent" in out

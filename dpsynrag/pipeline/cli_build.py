@@ -180,6 +180,13 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                    "with this build's whole planned spend before any private computation and "
                    "checked against its cap (exit 3 when it does not fit; default: derived from "
                    "INPUT in the config dir, see 'dpsynrag ledger show --corpus INPUT')")
+    g.add_argument("--dry-run", action="store_true",
+                   help="spend nothing: print the plan (rho per stage, epsilon under both "
+                        "conversions, consensus rows, the clusters x rows x T shape), run "
+                        "every check a build runs before spending (input, signing key, output "
+                        "and state directories, free disk, corpus ledger cap, models and "
+                        "device) and estimate the wall time on this machine from a quick "
+                        "timing of the models on public text; exit 0 if all pass, else 2")
     g.add_argument("--force", action="store_true", help="replace an existing OUT")
     g.add_argument("--allow-empty", action="store_true",
                    help="exit 0 even when no synthetic text is kept (default: exit 5, a "
@@ -224,6 +231,14 @@ def run_build_command(args: argparse.Namespace) -> int:
     overrides = {name: getattr(args, name) for name in CONFIG_FLAGS}
     config = make_config(args.config, overrides)
     warning = plan_warning(config)
+    if args.dry_run:
+        from dpsynrag.pipeline.dry_run import dry_run
+
+        if warning:
+            print(f"WARNING: {warning}")
+        return dry_run(args.input, args.out, config, state_dir=args.state_dir,
+                       signing_key=args.signing_key, corpus_ledger=args.corpus_ledger,
+                       force=args.force)
     if warning:  # public: the plan and the options only; said before anything is spent
         print(f"build-corpus: WARNING: {warning}", file=sys.stderr)
     summary = run_build(args.input, args.out, config, state_dir=args.state_dir,
