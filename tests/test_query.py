@@ -313,6 +313,28 @@ def test_cli_query_refused_by_the_cap_exits_3_and_computes_nothing(
         assert opened.entries() == [] and opened.refusal_count() == 1
 
 
+def test_a_refused_query_loads_no_model_and_reads_nothing(tmp_path, monkeypatch,
+                                                         capsys) -> None:
+    from dpsynrag.cli import main
+    from dpsynrag.query.private_corpus import PrivateCorpus
+
+    def tripwire(*_a, **_k):
+        raise AssertionError("a refused query must not load a model or read the corpus")
+
+    monkeypatch.setattr("dpsynrag.models.llm.load_llm", tripwire)
+    monkeypatch.setattr("dpsynrag.models.embedder.load_embedder", tripwire)
+    monkeypatch.setattr(PrivateCorpus, "from_path", tripwire)
+    notes, ledger = _notes(tmp_path), tmp_path / "ledger.sqlite"
+    assert main(["ledger", "cap", "--corpus-ledger", str(ledger), "--epsilon", "1",
+                 "--delta", "1e-3"]) == 0
+    code = main(["query", "--corpus", str(notes), "--corpus-ledger", str(ledger), "--method",
+                 "dp-rag", "--epsilon", "5", "first question", "second question"])
+    assert code == 3
+    assert "refused 2 question(s)" in capsys.readouterr().err
+    with CorpusLedger(ledger) as opened:
+        assert opened.entries() == [] and opened.refusal_count() == 2  # as the CLI said
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--method", "dp-rag", "--epsilon", "1"], "no question"),
     (["--method", "vote", "--epsilon", "2", "--set", "token_epsilon=5", "q"],
