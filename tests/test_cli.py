@@ -148,11 +148,13 @@ def test_build_summary_tells_records_from_documents(capsys: pytest.CaptureFixtur
         "synthetic_texts": 12, "kept_texts": 12, "rho_spent": 2.6, "delta": 1e-3,
         "conversion": "cks", "epsilon": 9.999999999999998, "epsilon_other": {"bun-steinke": 11.1},
         "stage_seconds": {}, "resumed": False, "seeded": False, "signing_key_created": False,
-        "signing_key_fingerprint": "ab12", "out_dir": "out"})
+        "signing_key_fingerprint": "ab12", "out_dir": "out", "lifetime_epsilon": 43.3,
+        "lifetime_delta": 1e-3, "lifetime_cap_epsilon": None})
     shown = " ".join(capsys.readouterr().err.split())
     assert "records read │ 300" in shown
     assert "documents used (one per privacy unit) │ 177" in shown
     assert "(cks) │ 10 │" in shown and "9.9999" not in shown
+    assert "corpus lifetime epsilon │ 43.3 (no cap)" in shown
 
 
 def test_a_token_plan_below_consensus_is_warned_from_public_values() -> None:

@@ -73,6 +73,13 @@ def test_facts_build_spends_the_plan_and_verifies(clinic: Path, tmp_path: Path) 
         assert math.isclose(entry.rho, summary.rho_spent, rel_tol=1e-12)
         assert 0 < entry.delta <= plan.delta_phrases
         assert corpus.privacy_unit is not None and "unit" in corpus.privacy_unit
+    # the summary shows the corpus's lifetime spend: this one build so far, no cap
+    assert summary.corpus_ledger == str(tmp_path / "corpus.sqlite")
+    assert summary.lifetime_cap_epsilon is None and summary.lifetime_delta is not None
+    assert summary.lifetime_delta > config.delta  # the build's delta plus delta_A
+    assert 0 < summary.lifetime_epsilon <= summary.epsilon
+    _, second = _build(clinic, tmp_path, name="again")  # another build of the same corpus
+    assert second.lifetime_epsilon > 1.3 * summary.lifetime_epsilon
 
 
 def test_facts_corpus_names_diseases_and_no_patient(clinic: Path, tmp_path: Path) -> None:

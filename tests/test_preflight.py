@@ -162,3 +162,18 @@ def test_dry_run_reports_every_failed_check_and_exits_2(
     assert "FAIL  signing key" in out and "readable by others" in out
     assert "FAIL  output directory" in out and "pass --force" in out
     assert "2 check(s) failed; nothing was spent" in out
+
+
+def test_dry_run_says_when_the_corpus_ledger_cap_would_refuse_the_build(
+        notes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dpsynrag.cli import main
+
+    ledger = str(tmp_path / "corpus.sqlite")
+    assert main(["ledger", "cap", "--corpus-ledger", ledger, "--epsilon", "1", "--delta",
+                 "1e-3"]) == 0
+    capsys.readouterr()
+    assert _build(notes, tmp_path, "--dry-run") == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "FAIL corpus ledger" in out and "would be refused (exit 3)" in out
+    assert _build(notes, tmp_path, "--dry-run", "--epsilon", "0.5", "--rho-hist", "0.001") == 0
+    assert "ok corpus ledger" in " ".join(capsys.readouterr().out.split())

@@ -84,6 +84,11 @@ class BuildSummary:
     # HMAC-SHA256 of the exact input under the state directory's key: operator-side only
     # (the summary and the state), never in a released file.
     input_hmac_sha256: str = ""
+    # the private corpus's lifetime spend after this build (its ledger: every build and query)
+    corpus_ledger: str = ""
+    lifetime_epsilon: float | None = None
+    lifetime_delta: float | None = None
+    lifetime_cap_epsilon: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -164,8 +169,9 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
         runner = runner or make_runner(config, state_dir=state.directory)
         try:
             preload_models(runner, config.generate)
+            ledger_path = None
             if corpus_ledger is not False:
-                charge_corpus_ledger(
+                ledger_path = charge_corpus_ledger(
                     input_path, config, plan, state,
                     None if corpus_ledger in (None, True) else Path(corpus_ledger), out_dir)
             rng = secure_rng(config.seed) if config.seed is not None else None
@@ -202,6 +208,8 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
             seeded=ledger.seeded, resumed=resumed, stage_seconds=seconds,
             signing_key_fingerprint=signer[1], signing_key_created=signer[2],
             input_hmac_sha256=fingerprint)
+        if ledger_path is not None:
+            _add_lifetime_spend(summary, ledger_path, config.delta, config.conversion)
         ledger.close()
         if purge_state:
             state.purge()
@@ -285,10 +293,30 @@ def corpus_ledger_mechanisms(config: BuildConfig, plan: Any) -> list[dict[str, A
     return mechanisms
 
 
+def _add_lifetime_spend(summary: BuildSummary, ledger_path: Path, delta: float,
+                        conversion: str) -> None:
+    """The corpus's lifetime spend (all its builds and queries), at the cap's delta and
+    conversion, else at this build's delta plus the approximate deltas charged so far and
+    this build's conversion."""
+    from dpsynrag.accounting.corpus_ledger import CorpusLedger
+
+    with CorpusLedger(ledger_path) as corpus:
+        spent = corpus.spent()
+        cap = corpus.cap
+        if spent.epsilon is None:
+            spent = corpus.spent(delta=min(delta + spent.delta_approx, 0.5),
+                                 conversion=conversion)
+    summary.corpus_ledger = str(ledger_path)
+    summary.lifetime_epsilon = spent.epsilon
+    summary.lifetime_delta = spent.delta
+    summary.lifetime_cap_epsilon = None if cap is None else cap.epsilon
+
+
 def charge_corpus_ledger(input_path: str | Path, config: BuildConfig, plan: BudgetPlan,
                          state: BuildState, ledger_path: Path | None,
-                         out_dir: Path | None = None) -> None:
-    """Charge the build to the private corpus's ledger once per state directory.
+                         out_dir: Path | None = None) -> Path:
+    """Charge the build to the private corpus's ledger once per state directory; returns the
+    ledger's path.
 
     The charge's description names the config fingerprint, the input path and the output
     directory (paths, never content), so successive builds of a changing corpus can be told
@@ -313,6 +341,7 @@ def charge_corpus_ledger(input_path: str | Path, config: BuildConfig, plan: Budg
                                                            config.unit_bound),
                       description=f"config {config.fingerprint()[:16]}; input {input_path}"
                                   + (f"; out {out_dir}" if out_dir is not None else ""))
+    return Path(path)
 
 
 # ---------------------------------------------------------------------- stages

@@ -310,6 +310,11 @@ def print_summary(summary: dict[str, Any]) -> None:
                   format_epsilon(summary["epsilon"]))
     for name, value in summary["epsilon_other"].items():
         table.add_row(f"epsilon ({name})", format_epsilon(value))
+    if summary.get("lifetime_epsilon") is not None:
+        cap = summary.get("lifetime_cap_epsilon")
+        table.add_row("corpus lifetime epsilon", format_epsilon(summary["lifetime_epsilon"])
+                      + (f" of cap {format_epsilon(cap)}" if cap is not None else " (no cap)"))
+        table.add_row("  (all builds and queries, at delta)", f"{summary['lifetime_delta']:.3g}")
     for stage, secs in summary["stage_seconds"].items():
         table.add_row(f"wall time {stage}", f"{secs:.1f} s")
     table.add_row("resumed", "yes" if summary["resumed"] else "no")

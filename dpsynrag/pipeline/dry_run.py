@@ -56,7 +56,7 @@ def _corpus_ledger_fit(input_path: str | Path, config: BuildConfig, plan: Any,
     if not Path(path).exists():
         return f"{path} does not exist yet (created at the build's first charge, no cap)"
     with CorpusLedger(path) as ledger:
-        cap = ledger.cap()
+        cap = ledger.cap
         left = ledger.remaining_rho()
     if cap is None or left is None:
         return f"{path}: no cap set"
