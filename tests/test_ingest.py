@@ -150,10 +150,24 @@ def test_beam_ingest_equals_the_in_process_reader_on_the_valid_records(big: dict
 @pytest.mark.slow
 def test_beam_ingest_is_deterministic_across_runs_and_parallelism(big: dict) -> None:
     again = big["root"] / "again"
+    # multi_threading is run as multi_processing (beam_ingest._pipeline_options): Beam's
+    # threaded workers corrupted bundles under load ("Invalid PaneInfoEncoding: 9")
     run_ingest(big["root"] / "dirty", again, big["settings"], on_bad_row="skip",
                beam_options=["--direct_num_workers=2", "--direct_running_mode=multi_threading"])
     first = _shards(big["root"] / "shards")
     assert len(first) == 4 and first == _shards(again)
+
+
+def test_threaded_direct_workers_run_as_processes() -> None:
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    from dpsynrag.pipeline.beam_ingest import _pipeline_options
+
+    _, options = _pipeline_options("direct", ["--direct_num_workers=2",
+                                              "--direct_running_mode=multi_threading"])
+    assert options.view_as(DirectOptions).direct_running_mode == "multi_processing"
+    _, single = _pipeline_options("direct", ["--direct_running_mode=multi_threading"])
+    assert single.view_as(DirectOptions).direct_running_mode == "multi_threading"  # 1 worker
 
 
 @pytest.mark.slow

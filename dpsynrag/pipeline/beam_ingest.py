@@ -291,8 +291,17 @@ def _pipeline_options(runner: str, beam_options: Sequence[str]) -> tuple[Any, An
 
     options = PipelineOptions(flags=list(beam_options))
     if runner == "direct":
+        from apache_beam.options.pipeline_options import DirectOptions
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
+        direct = options.view_as(DirectOptions)
+        if (direct.direct_num_workers or 1) != 1 and direct.direct_running_mode in (
+                "multi_threading", "in_memory"):
+            # Several workers in threads of one process share the runner's decoding state:
+            # under load bundles came back corrupt ("Invalid PaneInfoEncoding: 9", twice on
+            # a 2-core machine). One process per worker has nothing to share; the output is
+            # the same (the shards are a function of the records, tested).
+            direct.direct_running_mode = "multi_processing"
         return FnApiRunner(), options
     if runner in ("DirectRunner", "PrismRunner"):
         raise InputError("--beam-runner", None, f"{runner} may start PrismRunner, which "
