@@ -167,3 +167,13 @@ def test_a_token_plan_below_consensus_is_warned_from_public_values() -> None:
     assert plan_warning(make_config(None, {"generate": "tokens", "k": 40, "L": 2,
                                            "T": 32})) is None
     assert plan_warning(make_config(None, {"generate": "facts"})) is None
+
+
+def test_model_loading_shows_no_progress_bars_of_its_own() -> None:
+    from transformers.utils import logging as transformers_logging
+
+    from dpsynrag.models.devices import quiet_model_loading
+
+    transformers_logging.enable_progress_bar()
+    quiet_model_loading()
+    assert not transformers_logging.is_progress_bar_enabled()

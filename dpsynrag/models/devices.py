@@ -50,3 +50,11 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     if key not in _DTYPES:
         raise ModelLoadError(f"unsupported dtype {dtype!r}; use float32, bfloat16 or float16")
     return _DTYPES[key]
+
+
+def quiet_model_loading() -> None:
+    """No "Loading weights" progress bars from transformers: a build shows its own progress,
+    and a worker's bars interleave with the driver's on the operator's terminal."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()

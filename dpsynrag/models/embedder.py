@@ -92,6 +92,9 @@ def _load_sentence_transformer(directory: Path, device: torch.device) -> Any:
     """``SentenceTransformer`` from a local directory only (``local_files_only``), in eval mode."""
     from sentence_transformers import SentenceTransformer
 
+    from dpsynrag.models.devices import quiet_model_loading
+
+    quiet_model_loading()
     try:
         model = SentenceTransformer(str(directory), device=str(device), local_files_only=True)
     except Exception as error:

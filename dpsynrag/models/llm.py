@@ -114,6 +114,9 @@ def _load_from_dir(model_dir: Path, device: torch.device,
     """Model (eval mode, on ``device``, in ``dtype``) and tokenizer from a local directory."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from dpsynrag.models.devices import quiet_model_loading
+
+    quiet_model_loading()
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(

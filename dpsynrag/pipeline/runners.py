@@ -257,6 +257,14 @@ class RayRunner:
         if self._owns_ray:
             extra: dict[str, Any] = {}
             if _starts_local_ray(address):
+                # a cluster of our own: Ray turns token authentication on and warns about it
+                # on the operator's terminal at every build; keep the protection, drop the
+                # warning (an operator's RAY_AUTH_MODE is respected by Ray without one)
+                import logging
+
+                logging.getLogger(
+                    "ray._private.authentication.authentication_token_setup").setLevel(
+                    logging.ERROR)
                 temp_dir, temporary = private_ray_temp_dir(state_dir)
                 self._temp_dir = temp_dir if temporary else None
                 extra["_temp_dir"] = str(temp_dir)
