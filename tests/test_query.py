@@ -349,3 +349,27 @@ def test_cli_query_bad_options_are_one_line_exit_2(tmp_path, tiny_models, capsys
                  str(tmp_path / "l.sqlite"), *argv])
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and "\n" not in err
+
+
+def test_the_private_corpus_is_embedded_once_per_corpus_and_embedder(tmp_path) -> None:
+    import os
+
+    from dpsynrag.query.private_corpus import PrivateCorpus
+
+    calls: list[int] = []
+
+    class CountingEmbedder(HashEmbedder):
+        def encode(self, texts, batch_size: int = 64):
+            calls.append(len(texts))
+            return super().encode(texts, batch_size)
+
+    notes, cache = _notes(tmp_path), tmp_path / "cache"
+    first = PrivateCorpus.from_path(notes, CountingEmbedder(), cache_dir=cache)
+    again = PrivateCorpus.from_path(notes, CountingEmbedder(), cache_dir=cache)
+    assert calls == [12] and np.array_equal(first.vectors, again.vectors)
+    assert oct(cache.stat().st_mode & 0o777) == "0o700"
+    assert all(oct(f.stat().st_mode & 0o777) == "0o600" for f in cache.iterdir())
+    with notes.open("a") as handle:  # a changed corpus is embedded anew
+        handle.write('{"id": "n99", "text": "one more note about a rash"}\n')
+    PrivateCorpus.from_path(notes, CountingEmbedder(), cache_dir=cache)
+    assert calls == [12, 13] and len(os.listdir(cache)) == 2

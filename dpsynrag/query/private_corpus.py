@@ -27,6 +27,8 @@ Three choices matter for privacy and are fixed here, not by callers:
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,7 +89,8 @@ class PrivateCorpus:
     @classmethod
     def from_path(cls, path: str | Path, embedder: Any, *, text_column: str = "text",
                   id_column: str | None = "id", unit_column: str | None = None,
-                  unit_bound: str = "pick", max_chars: int | None = 20000) -> PrivateCorpus:
+                  unit_bound: str = "pick", max_chars: int | None = 20000,
+                  cache_dir: Path | None = None) -> PrivateCorpus:
         """Read documents like ``build-corpus`` does, bound each unit to one document, embed.
 
         With ``unit_column`` each unit's records become one document by the build's rule
@@ -105,8 +108,11 @@ class PrivateCorpus:
             docs = bound_units(docs, unit_bound, max_chars)
         if not docs.texts:
             raise QueryInputError(f"{path}: no usable documents")
-        return cls.from_texts(docs.ids, docs.texts, embedder, source=str(path),
-                              privacy_unit=definition)
+        if cache_dir is None:
+            return cls.from_texts(docs.ids, docs.texts, embedder, source=str(path),
+                                  privacy_unit=definition)
+        vectors = cached_vectors(cache_dir, docs.ids, docs.texts, embedder)
+        return cls(list(docs.ids), list(docs.texts), vectors, str(path), definition)
 
     # ------------------------------------------------------------------ retrieval
     def similarities(self, question_vector: np.ndarray) -> np.ndarray:
@@ -131,3 +137,31 @@ class PrivateCorpus:
         if m < 1:
             raise ValueError("the number of voters must be positive")
         return np.array([key % m for key in self._voter_keys], dtype=np.int64)
+
+
+def cached_vectors(cache_dir: Path, ids: Sequence[str], texts: Sequence[str],
+                   embedder: Any) -> np.ndarray:
+    """The documents' embeddings, computed once per (documents, embedder) and kept in
+    ``cache_dir`` (0700; files 0600): repeated ``dpsynrag query`` calls on one corpus do not
+    re-embed it. The file name is a sha256 of the embedder's identity and every id and text,
+    so a changed corpus or embedder gets a new entry. The cache holds vectors of private
+    documents: it is operator-side like a build's state directory (delete it with the
+    corpus)."""
+    identity = getattr(embedder, "identity", None) or {"name": getattr(embedder, "name", "?")}
+    digest = hashlib.sha256(json.dumps(dict(identity), sort_keys=True, default=str).encode())
+    for doc_id, text in zip(ids, texts, strict=True):
+        digest.update(b"\0" + doc_id.encode() + b"\1" + text.encode())
+    path = cache_dir / f"query-vectors-{digest.hexdigest()[:32]}.npy"
+    if path.exists():
+        vectors = np.load(path, allow_pickle=False)
+        if vectors.ndim == 2 and vectors.shape[0] == len(texts):
+            return vectors
+    vectors = np.asarray(embedder.encode(list(texts)), dtype=np.float32)
+    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(cache_dir, 0o700)
+    partial = path.with_name(path.name + f".{os.getpid()}.tmp")
+    fd = os.open(partial, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        np.save(handle, vectors, allow_pickle=False)
+    os.replace(partial, path)
+    return vectors

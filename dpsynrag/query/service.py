@@ -156,7 +156,8 @@ class QueryService:
             corpus = PrivateCorpus.from_path(private_input, loaded_embedder,
                                              text_column=text_column, id_column=id_column,
                                              unit_column=unit_column, unit_bound=unit_bound,
-                                             max_chars=max_chars)
+                                             max_chars=max_chars,
+                                             cache_dir=path.parent / "cache")
             return corpus, load_llm(model), loaded_embedder
 
         return cls(None, opened, None, None, rng=rng, allow_no_cap=allow_no_cap, load=load,
