@@ -12,7 +12,7 @@ import pytest
 from test_build import HashEmbedder
 
 from dpsynrag.accounting.certificate import verify_output
-from dpsynrag.accounting.corpus_ledger import CorpusLedger
+from dpsynrag.accounting.corpus_ledger import BudgetRefusedError, CorpusLedger
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.signing import generate_keypair
 from dpsynrag.eval.datasets import make_clinic_dataset, write_clinic_dataset
@@ -73,13 +73,17 @@ def test_facts_build_spends_the_plan_and_verifies(clinic: Path, tmp_path: Path) 
         assert math.isclose(entry.rho, summary.rho_spent, rel_tol=1e-12)
         assert 0 < entry.delta <= plan.delta_phrases
         assert corpus.privacy_unit is not None and "unit" in corpus.privacy_unit
-    # the summary shows the corpus's lifetime spend: this one build so far, no cap
+    # the first charge came with the default lifetime cap: twice this build's epsilon, at
+    # its delta (issue 16); the summary shows the lifetime spend against it
     assert summary.corpus_ledger == str(tmp_path / "corpus.sqlite")
-    assert summary.lifetime_cap_epsilon is None and summary.lifetime_delta is not None
-    assert summary.lifetime_delta > config.delta  # the build's delta plus delta_A
-    assert 0 < summary.lifetime_epsilon <= summary.epsilon
+    assert summary.lifetime_cap_epsilon == 2 * config.epsilon
+    assert summary.lifetime_delta == config.delta
+    assert math.isclose(summary.lifetime_epsilon, summary.epsilon, rel_tol=1e-9)
     _, second = _build(clinic, tmp_path, name="again")  # another build of the same corpus
-    assert second.lifetime_epsilon > 1.3 * summary.lifetime_epsilon
+    assert 1.3 * summary.lifetime_epsilon < second.lifetime_epsilon <= 2 * config.epsilon
+    with pytest.raises(BudgetRefusedError):  # a third does not fit: refused before spending
+        _build(clinic, tmp_path, name="third")
+    assert not (tmp_path / "third").exists()
 
 
 def test_facts_corpus_names_diseases_and_no_patient(clinic: Path, tmp_path: Path) -> None:

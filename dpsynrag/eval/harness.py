@@ -239,8 +239,11 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Any, work: Pa
     config = _build_config(settings, method, epsilon, run)
     name = f"{method}-eps{epsilon:g}-run{run}"
     out = work / "builds" / name
+    # each run is its own what-if release: its own corpus ledger (a shared one would compose
+    # every run of the evaluation and stop at the first build's default lifetime cap)
     summary = run_build(data.notes_path, out, config, state_dir=work / "state" / name,
-                        force=True, runner=runner)
+                        force=True, runner=runner,
+                        corpus_ledger=work / "ledgers" / f"{name}.sqlite")
     table = pq.read_table(out / "corpus.parquet").to_pylist()
     texts = [row["text"] for row in table if row["kept"]]
     result = measure_corpus(texts, data, runner, k=settings.rag_k,

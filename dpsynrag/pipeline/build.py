@@ -293,6 +293,12 @@ def corpus_ledger_mechanisms(config: BuildConfig, plan: Any) -> list[dict[str, A
     return mechanisms
 
 
+#: The lifetime cap a corpus ledger gets at its first build charge, in units of that build's
+#: epsilon (at its delta and conversion): room for a rebuild or a few queries, not for nine
+#: silent rebuilds (measured before: nine builds of one input reached epsilon 43.3).
+DEFAULT_LIFETIME_FACTOR = 2.0
+
+
 def _add_lifetime_spend(summary: BuildSummary, ledger_path: Path, delta: float,
                         conversion: str) -> None:
     """The corpus's lifetime spend (all its builds and queries), at the cap's delta and
@@ -335,6 +341,11 @@ def charge_corpus_ledger(input_path: str | Path, config: BuildConfig, plan: Budg
     state.save("corpus_ledger", {"build_id": build_id})
     path = ledger_path or default_corpus_ledger_path(input_path)
     with CorpusLedger(path) as ledger:
+        if ledger.cap is None and not ledger.cap_history() and not ledger.entries():
+            # the corpus's first charge: a lifetime cap comes with it (issue 16), so repeated
+            # builds cannot add up in silence; 'dpsynrag ledger cap' changes it
+            ledger.set_cap(DEFAULT_LIFETIME_FACTOR * config.epsilon, config.delta,
+                           config.conversion)
         ledger.charge(f"build/{build_id}", kind="build", method="dp-synrag",
                       mechanisms=corpus_ledger_mechanisms(config, plan),
                       privacy_unit=privacy_unit_definition(config.unit_column,
