@@ -32,7 +32,7 @@ demo: $(STAMP)
 	$(BIN)/dpsynrag dataset clinic -o $(DEMO)/data --notes 600 --diseases 12 --seed 0
 	$(BIN)/build-corpus $(DEMO)/data/notes.jsonl -o $(DEMO)/corpus \
 		--config examples/demo/build.toml --state-dir $(DEMO)/state --force \
-		--summary-json $(DEMO)/summary.json
+		--corpus-ledger $(DEMO)/corpus-ledger.sqlite --summary-json $(DEMO)/summary.json
 	$(BIN)/dpsynrag verify $(DEMO)/corpus
 
 test: $(STAMP)
