@@ -155,7 +155,9 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     check_writable_directory(out_dir.expanduser().absolute().parent, needed, "output directory")
     state_path = state_dir or default_state_dir(out_dir)
     seconds: dict[str, float] = {}
-    with OutputLock(out_dir), BuildState(state_path, config.fingerprint(), out_dir) as state:
+    # the state directory's lock first (its message names the usual case: the same build
+    # started twice), then OUT's (another state directory writing the same OUT)
+    with BuildState(state_path, config.fingerprint(), out_dir) as state, OutputLock(out_dir):
         check_writable_directory(state.directory, needed, "state directory")
         resumed = state.resumed
         fingerprint = input_fingerprint(docs, state.fingerprint_key())
