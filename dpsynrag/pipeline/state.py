@@ -21,7 +21,7 @@ import os
 import secrets
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 STATE_VERSION = 1
 
@@ -47,6 +47,24 @@ def _write_private(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _exclusive_lock(path: Path, held_message: str) -> IO[str]:
+    """``path`` opened and flock-ed exclusively (held until ``_release`` or the process
+    ends); ``StateError(held_message)`` when another process holds it."""
+    handle = open(path, "a")  # noqa: SIM115 - held open while the lock is held
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise StateError(held_message) from None
+    return handle
+
+
+def _release(handle: IO[str]) -> None:
+    if not handle.closed:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
 class OutputLock:
     """An exclusive lock on an output directory's name, held while a build may write it:
     ``<parent>/.<name>.dpsynrag-lock`` (flock, released when the process ends). Two builds to
@@ -56,18 +74,11 @@ class OutputLock:
     def __init__(self, out_dir: Path) -> None:
         out = out_dir.expanduser().absolute()
         self.path = out.with_name(f".{out.name}.dpsynrag-lock")
-        self._handle = open(self.path, "a")  # noqa: SIM115 - held open
-        try:
-            fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._handle.close()
-            raise StateError(f"{out}: another build is writing this output directory (lock "
-                             f"{self.path.name} held)") from None
+        self._handle = _exclusive_lock(self.path, f"{out}: another build is writing this "
+                                                  f"output directory (lock {self.path.name} held)")
 
     def close(self) -> None:
-        if not self._handle.closed:
-            fcntl.flock(self._handle, fcntl.LOCK_UN)
-            self._handle.close()
+        _release(self._handle)
 
     def __enter__(self) -> OutputLock:
         return self
@@ -87,13 +98,9 @@ class BuildState:
                              "output directory (it holds private intermediates)")
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(self.directory, 0o700)
-        self._lock_handle = open(self.directory / "lock", "a")  # noqa: SIM115 - held open
-        try:
-            fcntl.flock(self._lock_handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock_handle.close()
-            raise StateError(f"{self.directory}: another build is using this state directory "
-                             "(lock held)") from None
+        self._lock_handle = _exclusive_lock(
+            self.directory / "lock",
+            f"{self.directory}: another build is using this state directory (lock held)")
         self._meta_path = self.directory / "state.json"
         meta = self._read_meta()
         if meta is None:
@@ -160,9 +167,7 @@ class BuildState:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def close(self) -> None:
-        if not self._lock_handle.closed:
-            fcntl.flock(self._lock_handle, fcntl.LOCK_UN)
-            self._lock_handle.close()
+        _release(self._lock_handle)
 
     def __enter__(self) -> BuildState:
         return self
