@@ -191,7 +191,7 @@ def ledger_report(state_dir: Path, delta: float | None = None) -> dict[str, Any]
     import hashlib
     import sqlite3
 
-    from dpsynrag.accounting.conversions import Conversion, epsilon_for
+    from dpsynrag.accounting.conversions import Conversion
     from dpsynrag.accounting.ledger import Ledger
 
     path = state_dir / "ledger.sqlite"
@@ -213,27 +213,22 @@ def ledger_report(state_dir: Path, delta: float | None = None) -> dict[str, Any]
                 charged_at in rows]
     ledger = Ledger(path)
     try:
-        rho_total = ledger.total_rho()
-        approx = ledger.total_delta()
         target = ledger.target
+        source = "--delta"
+        if delta is None and target is not None:
+            delta, source = target[0], "the build's target"
+        report: dict[str, Any] = {
+            "releases": releases, "rho_total": ledger.total_rho(),
+            "release_count": len(releases), "delta_approx": ledger.total_delta(),
+            "target": None if target is None else {"delta": target[0], "conversion": target[1]}}
+        if delta is not None:  # converted at delta - delta_approx, as the certificate does
+            try:
+                report["epsilon"] = {c.value: ledger.epsilon(delta, c) for c in Conversion}
+            except ValueError as error:
+                raise ToolError(f"{error}; give a larger --delta", 2) from None
+            report["delta"], report["delta_source"] = delta, source
     finally:
         ledger.close()
-    report: dict[str, Any] = {"releases": releases, "rho_total": rho_total,
-                              "release_count": len(releases), "delta_approx": approx,
-                              "target": None if target is None else
-                              {"delta": target[0], "conversion": target[1]}}
-    source = "--delta"
-    if delta is None and target is not None:
-        delta, source = target[0], "the build's target"
-    if delta is not None:
-        if approx >= delta:
-            raise ToolError(f"the releases' approximate delta {approx:.3g} is not below "
-                            f"delta={delta:g}; give a larger --delta", 2)
-        # converted at delta - delta_approx, as the build and its certificate do
-        report["epsilon"] = {c.value: epsilon_for(rho_total, delta - approx, c)
-                             for c in Conversion}
-        report["delta"] = delta
-        report["delta_source"] = source
     return report
 
 
