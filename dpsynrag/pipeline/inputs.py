@@ -595,11 +595,11 @@ def read_documents(
     if n == 0:
         raise InputError(path, None, "no documents (the input holds no records)")
     if not accepted:
-        reasons = ", ".join(f"{reason}: {count}" for reason, count in docs.skipped.items()
-                            if count)
+        # the reasons, never their counts (counts of private records stay out of errors)
+        reasons = ", ".join(reason for reason, count in docs.skipped.items() if count)
         hint = (f"; raise --max-chars (now {max_chars}) or split long documents upstream"
                 if docs.skipped.get("too_long") else "")
-        raise InputError(path, None, f"no usable documents: all {n} records were skipped "
+        raise InputError(path, None, f"no usable documents: every record was skipped "
                                      f"({reasons}){hint}")
     _unique_ids(accepted, docs)
     return docs
