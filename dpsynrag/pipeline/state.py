@@ -37,8 +37,11 @@ def default_state_dir(out_dir: Path) -> Path:
     return Path.cwd() / ".dpsynrag-state" / f"{resolved.name}-{digest}"
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a temporary file, fsync, rename), owner-only.
+    The temporary name carries the process id, so two processes writing one path (the query
+    embedding cache) never write into each other's file."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
@@ -133,7 +136,7 @@ class BuildState:
             raise StateError(f"{self._meta_path}: corrupt state file") from None
 
     def _save_meta(self) -> None:
-        _write_private(self._meta_path, json.dumps(self._meta, indent=1).encode())
+        write_private(self._meta_path, json.dumps(self._meta, indent=1).encode())
 
     # ------------------------------------------------------------------ stages
     def is_finished(self, stage: str) -> bool:
@@ -146,7 +149,7 @@ class BuildState:
 
     def save(self, name: str, value: Any) -> None:
         """Store a private intermediate as JSON (0600)."""
-        _write_private(self.directory / f"{name}.json", json.dumps(value).encode())
+        write_private(self.directory / f"{name}.json", json.dumps(value).encode())
 
     def load(self, name: str) -> Any | None:
         path = self.directory / f"{name}.json"
@@ -158,7 +161,7 @@ class BuildState:
         """A random key for the input's keyed hash, created once per state directory."""
         path = self.directory / "fingerprint.key"
         if not path.exists():
-            _write_private(path, secrets.token_bytes(32))
+            write_private(path, secrets.token_bytes(32))
         return path.read_bytes()
 
     def purge(self) -> None:

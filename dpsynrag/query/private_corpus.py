@@ -27,6 +27,7 @@ Three choices matter for privacy and are fixed here, not by callers:
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from collections.abc import Sequence
@@ -156,12 +157,12 @@ def cached_vectors(cache_dir: Path, ids: Sequence[str], texts: Sequence[str],
         vectors = np.load(path, allow_pickle=False)
         if vectors.ndim == 2 and vectors.shape[0] == len(texts):
             return vectors
+    from dpsynrag.pipeline.state import write_private
+
     vectors = np.asarray(embedder.encode(list(texts)), dtype=np.float32)
     cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(cache_dir, 0o700)
-    partial = path.with_name(path.name + f".{os.getpid()}.tmp")
-    fd = os.open(partial, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        np.save(handle, vectors, allow_pickle=False)
-    os.replace(partial, path)
+    buffer = io.BytesIO()
+    np.save(buffer, vectors, allow_pickle=False)
+    write_private(path, buffer.getvalue())
     return vectors
