@@ -25,22 +25,28 @@ def _check_temperature(temperature: float) -> None:
 def sample_tokens(summed_logits: torch.Tensor, temperature: float, rng: RandomSource) -> np.ndarray:
     """One token per row of a ``(groups, vocab)`` batch, each from softmax(row / temperature).
 
-    Inverse-CDF sampling in float64 with one 53-bit CSPRNG uniform per row.
+    Inverse-CDF sampling in float64 with one 53-bit CSPRNG uniform per row. A score of -inf
+    (a token outside a public support, ``public_difference``) has probability exactly 0.
     Privacy: rho = (c / tau)^2 / 2 zCDP per row, where c bounds each document's contribution.
     """
     _check_temperature(temperature)
     if summed_logits.dim() != 2:
         raise ValueError("sample_tokens expects a (groups, vocab) batch")
     scores = summed_logits.detach().to(device="cpu", dtype=torch.float64).numpy() / temperature
-    if not np.isfinite(scores).all():
-        raise ValueError("summed logits contain NaN or infinity")
+    if np.isnan(scores).any() or np.isposinf(scores).any():
+        raise ValueError("summed logits contain NaN or +infinity")
+    if not np.isfinite(scores).any(axis=1).all():
+        raise ValueError("every row needs a finite score (-infinity marks tokens outside the "
+                         "public support)")
     weights = np.exp(scores - scores.max(axis=1, keepdims=True))
     cumulative = np.cumsum(weights, axis=1)
     targets = np.asarray(rng.random(scores.shape[0]), dtype=np.float64) * cumulative[:, -1]
     picks = np.empty(scores.shape[0], dtype=np.int64)
     for row in range(scores.shape[0]):
         index = int(np.searchsorted(cumulative[row], targets[row], side="right"))
-        picks[row] = min(index, scores.shape[1] - 1)
+        if index >= scores.shape[1]:  # u * total rounded up to total: the last token with mass
+            index = int(np.flatnonzero(weights[row] > 0)[-1])
+        picks[row] = index
     return picks
 
 

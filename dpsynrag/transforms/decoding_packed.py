@@ -66,6 +66,7 @@ import torch
 
 from dpsynrag.accounting.clipping import clip_logits
 from dpsynrag.transforms.decoding_llama import LlamaStack, PrefixKV
+from dpsynrag.transforms.public_prior import PriorStep, PublicPrior
 
 Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
 RowTransform = Callable[[torch.Tensor], torch.Tensor]
@@ -198,6 +199,7 @@ class PackedEngine:
         prefill_tokens: int = 4096,
         on_step: Callable[[StepReport], None] | None = None,
         row_transform: RowTransform | None = None,
+        prior: PublicPrior | None = None,
     ) -> None:
         if len(prefix_ids) != prefix_len:
             raise ValueError("prefix_ids must hold prefix_len tokens")
@@ -214,7 +216,10 @@ class PackedEngine:
         self.prefix_ids = prefix_ids
         self.max_new_tokens = max_new_tokens
         self.clip = clip
+        if prior is not None and row_transform is not None:
+            raise ValueError("a public prior and a row transform exclude each other")
         self.row_transform = row_transform
+        self.prior = prior
         self.sampler = sampler
         self.eos_ids = eos_ids
         self.vocab_size = vocab_size
@@ -400,8 +405,12 @@ class PackedEngine:
             top = self._compact(lane)
             parts.extend((lane, start) for start in range(0, top, lane.chunk)
                          if (lane.group[start:start + lane.chunk] >= 0).any())
+        prior = None if self.prior is None else self.prior.step(
+            active, [self.groups[gi].tokens for gi in active])
         if parts:
-            self._decode(parts, {gi: i for i, gi in enumerate(active)}, votes)
+            self._decode(parts, {gi: i for i, gi in enumerate(active)}, votes, prior)
+        if prior is not None:  # the public term, -inf off the public support
+            votes = prior.votes(votes)
         tokens = np.asarray(self.sampler(votes, list(active)), dtype=np.int64)
         if tokens.shape != (len(active),):
             raise ValueError("the sampler must return one token id per active group")
@@ -410,7 +419,7 @@ class PackedEngine:
         return tokens
 
     def _decode(self, parts: list[tuple[_Lane, int]], position: dict[int, int],
-                votes: torch.Tensor) -> None:
+                votes: torch.Tensor, prior: PriorStep | None = None) -> None:
         """One decode step over fixed-shape parts and chunks; adds each row to its vote.
 
         Every attention part is ``attn_rows`` slots of one lane at the lane's width, every
@@ -440,8 +449,15 @@ class PackedEngine:
                     continue
                 logits = self.stack.logits(hidden[c:c + self.batch_rows])  # a fixed shape
                 self.decode_shapes.add((int(logits.shape[0]), -1))
-                out = clip_logits(logits, self.clip) if self.row_transform is None \
-                    else self.row_transform(logits)
+                if prior is not None:  # public-difference rows; filler rows use group 0's
+                    at = torch.zeros(int(logits.shape[0]), dtype=torch.long, device=device)
+                    at[:mine.size] = torch.tensor([position[int(g)] if g >= 0 else 0
+                                                   for g in mine], dtype=torch.long)
+                    out = prior.rows(logits, at)
+                elif self.row_transform is None:
+                    out = clip_logits(logits, self.clip)
+                else:
+                    out = self.row_transform(logits)
                 owner = torch.tensor([position[int(mine[r])] for r in occupied], device=device)
                 rows = torch.as_tensor(occupied, device=device)
                 votes.index_add_(0, owner, out[rows].to(torch.float64))

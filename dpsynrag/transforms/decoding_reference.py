@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from dpsynrag.accounting.clipping import clip_logits
+
+if TYPE_CHECKING:
+    from dpsynrag.transforms.public_prior import PublicPrior
 
 Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
 
@@ -41,14 +44,23 @@ def reference_tokens(
     device: torch.device,
     timings: dict[str, float] | None = None,
     row_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    prior: PublicPrior | None = None,
 ) -> list[list[int]]:
-    """Generate one token list per group (EOS excluded); ``timings`` gets prefill/decode s."""
+    """Generate one token list per group (EOS excluded); ``timings`` gets prefill/decode s.
+
+    With a ``prior`` (``transforms.public_prior``) each row is its public-difference row and
+    the votes get the public term and the public support, exactly as in the packed engine.
+    """
+    if prior is not None and row_transform is not None:
+        raise ValueError("a public prior and a row transform exclude each other")
+    first = torch.zeros(1, dtype=torch.long, device=device)
     clock = {"prefill_seconds": 0.0, "decode_seconds": 0.0, "row_steps": 0.0}
     results: list[list[int]] = []
     for gi, rows in enumerate(groups):
         tokens: list[int] = []
         states: list[dict[str, Any]] = []
         for _ in range(max_new_tokens):
+            step = None if prior is None else prior.step([gi], [tokens])
             if rows:
                 tick = time.perf_counter()
                 if not states:
@@ -60,13 +72,19 @@ def reference_tokens(
                 states = [state for _, state in outputs]
                 votes = torch.zeros((1, vocab_size), dtype=torch.float64, device=device)
                 for logits, _ in outputs:  # each row alone: shape (1, vocab)
-                    row_out = clip_logits(logits, clip) if row_transform is None \
-                        else row_transform(logits)
+                    if step is not None:
+                        row_out = step.rows(logits, first)
+                    elif row_transform is None:
+                        row_out = clip_logits(logits, clip)
+                    else:
+                        row_out = row_transform(logits)
                     votes += row_out.to(torch.float64)
                 clock["row_steps"] += len(rows)
             else:
                 tick = time.perf_counter()
                 votes = torch.zeros((1, vocab_size), dtype=torch.float64, device=device)
+            if step is not None:
+                votes = step.votes(votes)
             token = int(np.asarray(sampler(votes, [gi]), dtype=np.int64).reshape(-1)[0])
             clock["decode_seconds"] += time.perf_counter() - tick
             if token in eos_ids:

@@ -56,6 +56,7 @@ from dpsynrag.accounting.token_sampling import sample_tokens
 from dpsynrag.transforms import decoding_llama
 from dpsynrag.transforms.decoding_packed import PackedEngine, RowTransform, StepReport
 from dpsynrag.transforms.decoding_reference import reference_tokens
+from dpsynrag.transforms.public_prior import PublicPrior, PublicPriorSettings
 
 PLACEHOLDER = "{document}"
 # marks the document's place when the chat template is rendered to text (never tokenised)
@@ -65,8 +66,9 @@ DEFAULT_BATCH_ROWS_GPU = 1024
 
 Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
 
-__all__ = ["PromptLayout", "StepReport", "aggregated_logits", "document_row_ids",
-           "private_predict", "prompt_layout", "public_prefix_length", "render_prompt"]
+__all__ = ["PromptLayout", "StepReport", "aggregated_logits", "aggregated_prior_votes",
+           "candidate_ids", "document_row_ids", "private_predict", "prompt_layout",
+           "public_prefix_length", "render_prompt"]
 
 
 def render_prompt(prompt: str, document: str) -> str:
@@ -229,6 +231,83 @@ def aggregated_logits(
     return total
 
 
+def candidate_ids(llm: Any, candidates: Sequence[str]) -> list[tuple[int, ...]]:
+    """Token ids of each released candidate string, as a word inside a reply (with a leading
+    space) and at the start of one (without): public strings in, public ids out."""
+    seen: dict[tuple[int, ...], None] = {}
+    for text in candidates:
+        for form in (" " + text, text):
+            ids = tuple(int(t) for t in llm.tokenizer.encode(form, add_special_tokens=False))
+            if ids:
+                seen.setdefault(ids, None)
+    return list(seen)
+
+
+def _public_rows(llm: Any, prompts: Sequence[str], prefixes: Sequence[str],
+                 documents: Sequence[str]) -> list[tuple[int, ...]]:
+    """Each group's public row: its prompt around its public text, then its reply prefix."""
+    layouts = {p: prompt_layout(llm, p) for p in dict.fromkeys(prompts)}
+    return [(*document_row_ids(llm, layouts[p], doc), *response_prefix_ids(llm, prefix))
+            for p, prefix, doc in zip(prompts, prefixes, documents, strict=True)]
+
+
+def _make_prior(llm: Any, settings: PublicPriorSettings, prompts: Sequence[str],
+                prefixes: Sequence[str], *, clip: float, temperature: float) -> PublicPrior:
+    settings.validate()
+    documents, candidates = settings.per_group(len(prompts))
+    ids_of = {c: candidate_ids(llm, [c]) for group in candidates for c in group}
+    return PublicPrior(
+        llm.model, _public_rows(llm, prompts, prefixes, documents),
+        [[ids for c in group for ids in ids_of[c]] for group in candidates],
+        eos_ids=llm.eos_token_ids, top_k=settings.top_k,
+        scale=temperature / float(settings.temperature), clip=clip,
+        device=torch.device(llm.device), vocab_size=llm.vocab_size)
+
+
+@torch.inference_mode()
+def aggregated_prior_votes(
+    llm: Any, docs: Sequence[str], *, prompt: str, generated: Sequence[int], clip: float,
+    temperature: float, public_prior: PublicPriorSettings, response_prefix: str = "",
+) -> torch.Tensor:
+    """The votes of one group under the public-difference sampler, float64 (vocab,).
+
+    The audit reference (no cache, no padding): phi_pub from the public row followed by
+    ``generated``, the public support, each document's difference row, their float64 sum,
+    the public term and -inf off the support. ``public_prior`` holds one group's public text
+    and candidates (the first group's when it holds several).
+    """
+    from dpsynrag.accounting.public_difference import (
+        difference_clip,
+        prior_votes,
+        public_support,
+    )
+    from dpsynrag.transforms.public_prior import candidate_next
+
+    _check(clip, temperature, 0)
+    public_prior.validate()
+    documents, candidates = public_prior.per_group(1) if isinstance(
+        public_prior.documents, str) else public_prior.per_group(len(public_prior.documents))
+
+    def logits_of(ids: Sequence[int]) -> torch.Tensor:
+        input_ids = torch.tensor([list(ids)], dtype=torch.long, device=llm.device)
+        return llm.model(input_ids=input_ids).logits[0, -1].float()
+
+    forced = response_prefix_ids(llm, response_prefix)
+    public_row = _public_rows(llm, [prompt], [response_prefix], documents[:1])[0]
+    public = logits_of([*public_row, *map(int, generated)]).unsqueeze(0)
+    extra = {*map(int, llm.eos_token_ids),
+             *candidate_next(generated, candidate_ids(llm, candidates[0]))}
+    support = public_support(public, public_prior.top_k, [extra])
+    total = torch.zeros((1, llm.vocab_size), dtype=torch.float64)
+    layout = prompt_layout(llm, prompt)
+    for doc in docs:
+        ids = [*document_row_ids(llm, layout, doc), *forced, *map(int, generated)]
+        row = difference_clip(logits_of(ids).unsqueeze(0), public, support, clip)
+        total += row.to(device="cpu", dtype=torch.float64)
+    return prior_votes(total, public.cpu(), support.cpu(),
+                       temperature / float(public_prior.temperature))[0]
+
+
 def private_predict(
     llm: Any,
     groups: Sequence[Sequence[str]],
@@ -244,6 +323,7 @@ def private_predict(
     engine: Literal["auto", "packed", "reference"] = "auto",
     response_prefix: str | Sequence[str] = "",
     row_transform: RowTransform | None = None,
+    public_prior: PublicPriorSettings | None = None,
 ) -> list[str]:
     """One synthetic text per group: DP-SynRAG private prediction (see the module docstring).
 
@@ -263,7 +343,10 @@ def private_predict(
     prefix per group (e.g. naming the cluster's released keyword); likewise ``prompt`` may be
     one prompt per group (query-time DP-RAG: each query's question). ``row_transform``
     replaces the clipping of each row (e.g. a one-hot greedy vote for Koga et al.); the
-    caller then owns the sensitivity argument. ``on_step`` receives a
+    caller then owns the sensitivity argument. ``public_prior`` switches to the
+    public-difference sampler of issue 15 (``transforms.public_prior``: each row is
+    clamp(phi_i - phi_pub) on a public support, the votes get the public term; the same
+    rho = (c / tau)^2 / 2 per token). ``on_step`` receives a
     ``StepReport`` after each step of the packed engine: it holds counts derived from private
     data, for progress bars and benchmarks in this process only; never log it.
     """
@@ -301,6 +384,10 @@ def private_predict(
             rows[-1].append(token_ids[(group_prompt, doc, prefix)])
     eos = frozenset(int(t) for t in llm.eos_token_ids)
     device = torch.device(llm.device)
+    if public_prior is not None and row_transform is not None:
+        raise ValueError("a public prior and a row transform exclude each other")
+    prior = None if public_prior is None else _make_prior(
+        llm, public_prior, prompts, prefixes, clip=clip, temperature=temperature)
     packed = engine == "packed" or (engine == "auto" and decoding_llama.supports(llm.model))
     if packed:
         if batch_rows is None:
@@ -313,11 +400,12 @@ def private_predict(
             decoding_llama.LlamaStack(llm.model), rows, prefix_len=prefix_len,
             prefix_ids=list(some_prefix[:prefix_len]), max_new_tokens=max_new_tokens, clip=clip,
             sampler=sampler, eos_ids=eos, batch_rows=batch_rows, vocab_size=llm.vocab_size,
-            on_step=on_step, row_transform=row_transform).run()
+            on_step=on_step, row_transform=row_transform, prior=prior).run()
     else:
         tokens = reference_tokens(
             llm.model, rows, max_new_tokens=max_new_tokens, clip=clip, sampler=sampler,
-            eos_ids=eos, vocab_size=llm.vocab_size, device=device, row_transform=row_transform)
+            eos_ids=eos, vocab_size=llm.vocab_size, device=device, row_transform=row_transform,
+            prior=prior)
     return [_decode(llm.tokenizer, [*forced_of[p], *t]) for p, t in zip(prefixes, tokens,
                                                                         strict=True)]
 

@@ -1,0 +1,152 @@
+"""The public prior of the public-difference token sampler (issue 15): phi_pub per group.
+
+Each group has one **public row**: the token ids of its prompt with a public text in place of
+the document (e.g. the rephrase instruction and "Known facts: <released phrases>"), then the
+public reply prefix; never a private document. At every step the model runs on that row
+followed by the group's released tokens, and its next-token logits phi_pub give
+
+* the support V_t: the public top-k, the EOS tokens, and the next token of every released
+  candidate string whose earlier tokens the group has just generated (``candidate_next``);
+* the public term of the votes and the reference of each document's difference row
+  (``accounting.public_difference``).
+
+All of it is a function of public values (prompt, public text, model, released candidates,
+released tokens), so it costs nothing; each document's row stays in [-c, c] and the token
+keeps the plain sampler's cost rho = (c / tau)^2 / 2 (see ``accounting.public_difference``).
+Public rows run one at a time through the model's own KV cache (shape (1, its length)):
+their values are public, and a group's public logits never depend on another group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dpsynrag.accounting.public_difference import difference_clip, prior_votes, public_support
+from dpsynrag.transforms.decoding_reference import feed_token, prefill_rows
+
+DEFAULT_TOP_K = 50
+DEFAULT_PUBLIC_TEMPERATURE = 1.0
+
+__all__ = ["DEFAULT_PUBLIC_TEMPERATURE", "DEFAULT_TOP_K", "PriorStep", "PublicPrior",
+           "PublicPriorSettings", "candidate_next"]
+
+
+@dataclass(frozen=True)
+class PublicPriorSettings:
+    """The public settings of the sampler; all of them go into the build's certificate.
+
+    ``documents``: the public text put in place of ``{document}`` (one for every group, or one
+    per group); ``top_k``: the public top-k of the support; ``temperature``: tau_pub, the public
+    prior's temperature (its weight in the votes is tau / tau_pub); ``candidates``: released
+    strings per group (or one list for all) whose next tokens join the support.
+    """
+
+    documents: str | Sequence[str]
+    top_k: int = DEFAULT_TOP_K
+    temperature: float = DEFAULT_PUBLIC_TEMPERATURE
+    candidates: Sequence[str] | Sequence[Sequence[str]] = ()
+
+    def validate(self) -> None:
+        if not (isinstance(self.top_k, int) and not isinstance(self.top_k, bool)
+                and self.top_k >= 1):
+            raise ValueError("the public top-k must be a positive integer")
+        if not (isinstance(self.temperature, int | float) and 0 < self.temperature < float("inf")):
+            raise ValueError("the public temperature must be a finite positive number")
+
+    def per_group(self, groups: int) -> tuple[list[str], list[list[str]]]:
+        """The public text and the candidate strings of each of ``groups`` groups."""
+        documents = [self.documents] * groups if isinstance(self.documents, str) \
+            else list(self.documents)
+        if len(documents) != groups:
+            raise ValueError("one public document per group is required")
+        candidates = list(self.candidates)
+        if not candidates or all(isinstance(c, str) for c in candidates):
+            per_group = [[str(c) for c in candidates] for _ in range(groups)]
+        else:
+            per_group = [[str(c) for c in group] for group in candidates]
+            if len(per_group) != groups:
+                raise ValueError("one list of candidates per group is required")
+        return documents, per_group
+
+
+def candidate_next(generated: Sequence[int], candidates: Iterable[tuple[int, ...]]) -> set[int]:
+    """Token ids that continue a candidate: the first token of every candidate, and token j of
+    a candidate whose tokens 0..j-1 are the last j generated tokens. Public in, public out."""
+    nxt: set[int] = set()
+    tail = tuple(int(t) for t in generated)
+    for ids in candidates:
+        for j in range(len(ids)):
+            if j == 0 or (j <= len(tail) and tail[len(tail) - j:] == ids[:j]):
+                nxt.add(int(ids[j]))
+    return nxt
+
+
+@dataclass
+class PriorStep:
+    """One step's public logits and support for the active groups (rows in ``active`` order)."""
+
+    public: torch.Tensor  # (active, vocab) float32
+    support: torch.Tensor  # (active, vocab) bool
+    scale: float  # tau / tau_pub
+    clip: float
+
+    def rows(self, logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Difference rows of documents whose group sits at ``positions`` among the active."""
+        return difference_clip(logits, self.public[positions], self.support[positions],
+                               self.clip)
+
+    def votes(self, summed: torch.Tensor) -> torch.Tensor:
+        """The votes the sampler draws from: the public term added, -inf off the support."""
+        return prior_votes(summed, self.public.to(summed.device), self.support.to(summed.device),
+                           self.scale)
+
+
+class PublicPrior:
+    """The public rows of every group and their incremental KV caches (active groups only)."""
+
+    def __init__(self, model: Any, rows: Sequence[Sequence[int]],
+                 candidates: Sequence[Sequence[tuple[int, ...]]], *, eos_ids: Iterable[int],
+                 top_k: int, scale: float, clip: float, device: torch.device,
+                 vocab_size: int) -> None:
+        if len(candidates) != len(rows):
+            raise ValueError("one list of candidate token ids per group is required")
+        if any(len(row) == 0 for row in rows):
+            raise ValueError("every public row needs at least one token")
+        self.model, self.device, self.vocab_size = model, device, vocab_size
+        self.rows = [tuple(int(t) for t in row) for row in rows]
+        self.candidates = [list(c) for c in candidates]
+        self.eos_ids = sorted(int(t) for t in eos_ids)
+        self.top_k, self.scale, self.clip = top_k, float(scale), float(clip)
+        self._states: dict[int, tuple[Any, int, torch.Tensor]] = {}
+
+    @torch.inference_mode()
+    def _logits(self, group: int, generated: Sequence[int]) -> torch.Tensor:
+        state = self._states.get(group)
+        if state is None:
+            logits, cache = prefill_rows(self.model, [self.rows[group]], self.device)
+            state = (cache, 0, logits[0])
+        cache, fed, logits = state
+        if fed > len(generated):
+            raise ValueError("a group's released tokens cannot shrink")
+        for token in generated[fed:]:
+            out, cache = feed_token(self.model, cache, int(token))
+            logits = out[0]
+        self._states[group] = (cache, len(generated), logits)
+        return logits[:self.vocab_size].float()
+
+    def step(self, active: Sequence[int], generated: Sequence[Sequence[int]]) -> PriorStep:
+        """Public logits and support of each active group after its released tokens."""
+        for gone in set(self._states) - set(active):  # finished groups never come back
+            del self._states[gone]
+        public = torch.stack([self._logits(g, tokens) for g, tokens
+                              in zip(active, generated, strict=True)]) if active else \
+            torch.zeros((0, self.vocab_size), dtype=torch.float32, device=self.device)
+        extra = [{*self.eos_ids, *candidate_next(tokens, self.candidates[g])}
+                 for g, tokens in zip(active, generated, strict=True)]
+        support = public_support(public, self.top_k, extra) if active else \
+            torch.zeros((0, self.vocab_size), dtype=torch.bool, device=self.device)
+        return PriorStep(public=public, support=support, scale=self.scale, clip=self.clip)
