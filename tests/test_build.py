@@ -24,7 +24,7 @@ from dpsynrag.accounting.signing import generate_keypair
 from dpsynrag.eval.datasets import write_clinic_dataset
 from dpsynrag.handoff import CorpusIntegrityError, load_corpus
 from dpsynrag.pipeline.build import BuildError, make_plan, run_build
-from dpsynrag.pipeline.config import make_config
+from dpsynrag.pipeline.config import ConfigError, make_config
 from dpsynrag.pipeline.runners import LocalRunner
 from dpsynrag.pipeline.state import StateError
 
@@ -267,7 +267,6 @@ def test_clip_above_the_transforms_natural_range_is_refused() -> None:
     import torch
 
     from dpsynrag.accounting.clipping import clip_logits
-    from dpsynrag.pipeline.config import ConfigError
 
     rows = clip_logits(torch.randn(64, 1000) * 30, 10.0)
     assert float(rows.max()) <= 0.5 and float(rows.min()) >= -0.5
@@ -309,3 +308,24 @@ def test_the_build_is_charged_to_the_corpus_ledger_once_and_checked_against_its_
                   runner=_runner(), corpus_ledger=capped)
     assert not (tmp_path / "out2").exists()
     assert not (tmp_path / "state2" / "ledger.sqlite").exists()  # nothing private was drawn
+
+
+def test_public_prior_build_spends_exactly_the_plan_and_names_its_settings(notes,
+                                                                           tmp_path) -> None:
+    """Issue 15: the public-difference sampler changes no cost; its settings are certified."""
+    config, summary = _build(notes, tmp_path, "prior", public_prior=True, public_top_k=5,
+                             public_document="notes about {keyword}")
+    assert math.isclose(summary.rho_spent, _expected_rho(config), rel_tol=1e-12)
+    assert verify_output(tmp_path / "prior", tmp_path / "key.pem.pub", allow_seeded=True) == []
+    cert = json.loads((tmp_path / "prior" / "certificate.json").read_text())
+    assert cert["config"]["public_prior"] is True
+    assert cert["config"]["public_top_k"] == 5
+    assert cert["config"]["public_document"] == "notes about {keyword}"
+    texts = pq.read_table(tmp_path / "prior" / "corpus.parquet").column("text").to_pylist()
+    assert len(texts) == config.R and any(texts)
+    # without the flag, the options (and the fingerprint of existing configs) are unchanged
+    plain = make_config(None, SMALL)
+    assert "public_top_k" not in plain.released_options()
+    assert config.fingerprint() != plain.fingerprint()
+    with pytest.raises(ConfigError, match="--public-top-k only apply with --public-prior"):
+        make_config(None, {**SMALL, "public_top_k": 9})

@@ -446,7 +446,8 @@ def _stages(texts: list[str], config: BuildConfig, plan: BudgetPlan, state: Buil
             out_texts = runner.predict(groups, sampler, prompt=prompt, max_new_tokens=config.T,
                                        clip=config.clip, temperature=temperature,
                                        batch_rows=config.batch_rows,
-                                       response_prefix=_reply_prefixes(config, top_words))
+                                       response_prefix=_reply_prefixes(config, top_words),
+                                       public_prior=public_prior_settings(config, top_words))
             charge_unstarted(ledger, sampler)
         synthetic = {"texts": out_texts, "tokens": token_counts}
         state.save("synthetic", synthetic)
@@ -473,6 +474,23 @@ def _reply_prefixes(config: BuildConfig, top_words: list[str]) -> str | list[str
     if "{keyword}" not in prefix:
         return prefix
     return [prefix.replace("{keyword}", word) for word in top_words]
+
+
+def public_prior_settings(config: BuildConfig, top_words: list[str]) -> Any:
+    """The public-difference sampler's settings (issue 15), or None without --public-prior.
+
+    Each cluster's public text is ``--public-document`` with ``{keyword}`` replaced by its
+    released keyword, and that keyword's tokens join the support: released values only.
+    """
+    if not config.public_prior:
+        return None
+    from dpsynrag.transforms.public_prior import PublicPriorSettings
+
+    template = config.public_document or "{keyword}"
+    return PublicPriorSettings(
+        documents=[template.replace("{keyword}", word) for word in top_words],
+        top_k=config.public_top_k, temperature=config.public_temperature,
+        candidates=[[word] for word in top_words])
 
 
 def _eos_ids(runner: Runner) -> frozenset[int]:

@@ -155,6 +155,22 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     g.add_argument("--no-retrieval", action="store_true", default=None,
                    help="ablation: predict from the whole cluster C_r (no stage (c); its budget "
                         "goes to prediction)")
+    g = parser.add_argument_group("public-difference token sampler (tokens; issue 15)")
+    g.add_argument("--public-prior", action="store_true", default=None,
+                   help="tokens: each document votes clamp(its logits - the public logits) in "
+                        "[-c, c] on a public support, and the public logits (the model on "
+                        "--public-document instead of a document) join the votes at "
+                        "--public-temperature; same rho per token as the paper's sampler")
+    g.add_argument("--public-top-k", type=int, help="tokens with --public-prior: sample among "
+                   "the public top-k tokens, EOS and the released keyword's next tokens "
+                   "(default 50; public, so free)")
+    g.add_argument("--public-temperature", type=float, help="tokens with --public-prior: the "
+                   "public prior's temperature tau_pub (default 1; its weight in the votes is "
+                   "tau / tau_pub)")
+    g.add_argument("--public-document", type=_prompt_text, help="tokens with --public-prior: "
+                   "public text put in place of {document} for the public logits (or @FILE); "
+                   "{keyword} becomes the cluster's released keyword (default: "
+                   "'{keyword}')")
     g = parser.add_argument_group("models and execution")
     g.add_argument("--model", help="local Hugging Face directory or .gguf file (default: the "
                    "packaged SmolLM2-135M-Instruct)")
@@ -205,6 +221,7 @@ CONFIG_FLAGS = ("text_column", "id_column", "unit_column", "max_chars", "unit_bo
                 "keywords", "rephrase_prompt", "response_prefix", "keyword_prompt",
                 "filter_prompt", "no_filter", "no_retrieval", "generate", "K_e", "K_s", "R_f",
                 "share_phrases", "delta_phrases", "facts_label",
+                "public_prior", "public_top_k", "public_temperature", "public_document",
                 "model", "embedder", "device", "dtype", "runner", "ray_address", "workers",
                 "batch_rows", "seed")
 

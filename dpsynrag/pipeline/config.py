@@ -71,6 +71,11 @@ class BuildConfig:
     filter_prompt: str | None = None
     no_filter: bool = False
     no_retrieval: bool = False  # ablation (paper Table 3): S_r = C_r, no stage (c) releases
+    # issue 15: the public-difference token sampler (same rho per token; off = the paper's)
+    public_prior: bool = False
+    public_top_k: int = 50  # the public top-k of the support
+    public_temperature: float = 1.0  # tau_pub: the public prior's temperature
+    public_document: str | None = None  # public text in place of {document}; {keyword} allowed
     # generation mode: "facts" (issue 14: released phrases, anchored clusters, one noisy fact
     # histogram per cluster; the default, by measurement) or "tokens" (the paper: private
     # prediction token by token). make_config infers "tokens" from token-only options.
@@ -97,7 +102,9 @@ class BuildConfig:
     FACTS_ONLY = ("K_e", "K_s", "R_f", "share_phrases", "delta_phrases", "facts_label")
     TOKENS_ONLY = ("K", "R", "k", "T", "eps_theta", "rho_mean", "clip", "keywords",
                    "rephrase_prompt", "response_prefix", "keyword_prompt", "filter_prompt",
-                   "no_filter", "no_retrieval")
+                   "no_filter", "no_retrieval", "public_prior", "public_top_k",
+                   "public_temperature", "public_document")
+    PUBLIC_PRIOR = ("public_prior", "public_top_k", "public_temperature", "public_document")
     # options that only decide where or how fast the build runs, not what it releases
     EXECUTION_ONLY = ("ray_address", "runner", "workers", "batch_rows", "device", "extra",
                       "ingest", "beam_runner", "beam_options", "on_bad_row")
@@ -137,6 +144,22 @@ class BuildConfig:
                 and 0 < self.delta_phrases < self.delta):
             raise ConfigError(f"--delta-phrases must lie strictly between 0 and --delta, got "
                               f"{self.delta_phrases!r}")
+        if isinstance(self.public_top_k, bool) or not (
+                isinstance(self.public_top_k, int) and self.public_top_k >= 1):
+            raise ConfigError(f"--public-top-k must be a positive integer, got "
+                              f"{self.public_top_k!r}")
+        if not (isinstance(self.public_temperature, int | float)
+                and math.isfinite(self.public_temperature) and self.public_temperature > 0):
+            raise ConfigError(f"--public-temperature must be a finite positive number, got "
+                              f"{self.public_temperature!r}")
+        defaults = BuildConfig.__dataclass_fields__
+        stray = [_flag(name) for name in self.PUBLIC_PRIOR[1:]
+                 if getattr(self, name) != defaults[name].default]
+        if stray and not self.public_prior:
+            raise ConfigError(f"{', '.join(stray)} only apply with --public-prior (the "
+                              "public-difference sampler); add it or drop them")
+        if self.public_prior and self.generate != "tokens":
+            raise ConfigError("--public-prior applies to --generate tokens")
         if self.keywords not in ("llm", "statistical"):
             raise ConfigError(f"--keywords must be 'llm' or 'statistical', got {self.keywords!r}")
         if self.unit_bound not in ("pick", "concat"):
@@ -165,6 +188,8 @@ class BuildConfig:
         skip = set(self.EXECUTION_ONLY)
         if self.generate == "tokens":  # token builds keep the options (and fingerprint) they had
             skip |= {"generate", *self.FACTS_ONLY}
+        if not self.public_prior:  # so do builds without the public-difference sampler
+            skip |= set(self.PUBLIC_PRIOR)
         return {k: v for k, v in asdict(self).items() if k not in skip}
 
     def fingerprint(self) -> str:
@@ -236,7 +261,7 @@ def make_config(toml_path: Path | None, overrides: dict[str, Any]) -> BuildConfi
     if unknown:
         raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
     floats = ("epsilon", "delta", "eps_theta", "rho_hist", "rho_mean", "clip",
-              "share_phrases", "delta_phrases")
+              "share_phrases", "delta_phrases", "public_temperature")
     for name in floats:
         if name in values and isinstance(values[name], int) and not isinstance(values[name], bool):
             values[name] = float(values[name])

@@ -38,7 +38,8 @@ class Runner(Protocol):
                     progress: Progress) -> list[bool]: ...
     def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
                 max_new_tokens: int, clip: float, temperature: float,
-                batch_rows: int | None, response_prefix: str | Sequence[str] = "") -> list[str]: ...
+                batch_rows: int | None, response_prefix: str | Sequence[str] = "",
+                public_prior: Any = None) -> list[str]: ...
     def close(self) -> None: ...
 
 
@@ -131,11 +132,12 @@ class LocalRunner:
 
     def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
                 max_new_tokens: int, clip: float, temperature: float,
-                batch_rows: int | None, response_prefix: str | Sequence[str] = "") -> list[str]:
+                batch_rows: int | None, response_prefix: str | Sequence[str] = "",
+                public_prior: Any = None) -> list[str]:
         worker = self.worker
         worker.start_prediction(groups, prompt=prompt, max_new_tokens=max_new_tokens, clip=clip,
                                 temperature=temperature, batch_rows=batch_rows,
-                                response_prefix=response_prefix)
+                                response_prefix=response_prefix, public_prior=public_prior)
         shard = list(range(len(groups)))
         return _relay_prediction(
             [(worker, shard)], sampler, len(groups),
@@ -319,7 +321,8 @@ class RayRunner:
 
     def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
                 max_new_tokens: int, clip: float, temperature: float,
-                batch_rows: int | None, response_prefix: str | Sequence[str] = "") -> list[str]:
+                batch_rows: int | None, response_prefix: str | Sequence[str] = "",
+                public_prior: Any = None) -> list[str]:
         ray = self._ray
         shards = _balanced_shards(groups, len(self.workers))
         calls = [(self.workers[i], shard) for i, shard in enumerate(shards)]
@@ -327,7 +330,8 @@ class RayRunner:
             [groups[g] for g in shard], prompt=prompt, max_new_tokens=max_new_tokens, clip=clip,
             temperature=temperature, batch_rows=batch_rows,
             response_prefix=response_prefix if isinstance(response_prefix, str)
-            else [response_prefix[g] for g in shard])
+            else [response_prefix[g] for g in shard],
+            public_prior=None if public_prior is None else public_prior.subset(shard))
             for worker, shard in calls])
         owner: dict[Any, int] = {}
 

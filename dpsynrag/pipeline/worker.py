@@ -85,7 +85,8 @@ class ModelWorker:
     def start_prediction(self, groups: Sequence[Sequence[str]], *, prompt: str,
                          max_new_tokens: int, clip: float, temperature: float,
                          batch_rows: int | None = None,
-                         response_prefix: str | Sequence[str] = "") -> None:
+                         response_prefix: str | Sequence[str] = "",
+                         public_prior: Any = None) -> None:
         """Start the engine on ``groups``; its votes come out of ``next_request``."""
         from dpsynrag.transforms.private_prediction import private_predict
 
@@ -109,7 +110,7 @@ class ModelWorker:
                     self.llm, [list(g) for g in groups], prompt=prompt,
                     max_new_tokens=max_new_tokens, clip=clip, temperature=temperature,
                     rng=None, batch_rows=batch_rows, sampler=sampler,  # type: ignore[arg-type]
-                    response_prefix=response_prefix)
+                    response_prefix=response_prefix, public_prior=public_prior)
                 requests.put(("done", texts))
             except _Cancelled:
                 requests.put(("cancelled",))

@@ -57,6 +57,16 @@ class PublicPriorSettings:
         if not (isinstance(self.temperature, int | float) and 0 < self.temperature < float("inf")):
             raise ValueError("the public temperature must be a finite positive number")
 
+    def subset(self, indices: Sequence[int]) -> PublicPriorSettings:
+        """The settings of the groups at ``indices`` (a worker's shard)."""
+        documents = self.documents if isinstance(self.documents, str) \
+            else [self.documents[i] for i in indices]
+        candidates = list(self.candidates)
+        if candidates and not all(isinstance(c, str) for c in candidates):
+            candidates = [candidates[i] for i in indices]
+        return PublicPriorSettings(documents=documents, top_k=self.top_k,
+                                   temperature=self.temperature, candidates=candidates)
+
     def per_group(self, groups: int) -> tuple[list[str], list[list[str]]]:
         """The public text and the candidate strings of each of ``groups`` groups."""
         documents = [self.documents] * groups if isinstance(self.documents, str) \
