@@ -74,7 +74,8 @@ def _positive_int(text: str) -> int:
 _TOKENS_ONLY = {"K": "--K", "T": "--T", "eps_theta": "--eps-theta", "rho_mean": "--rho-mean",
                 "vocab_size": "--vocab-size"}
 _FACTS_ONLY = {"K_e": "--K-e", "K_s": "--K-s", "R_f": "--R-f",
-               "delta_phrases": "--delta-phrases", "share_phrases": "--share-phrases"}
+               "delta_phrases": "--delta-phrases", "share_phrases": "--share-phrases",
+               "writer": "--writer", "share_tokens": "--share-tokens"}
 
 
 def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -140,6 +141,13 @@ def _add_budget_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--share-phrases", type=_open_unit_float, default=None,
                         help="facts: share of the rho left after the histogram that goes to "
                              "the phrases (default 0.3; the rest to the cluster facts)")
+    parser.add_argument("--writer", choices=["template", "tokens"], default=None,
+                        help="facts: who writes each cluster's note: the free public template "
+                             "(default) or the token writer (T draws per cluster; --T, default "
+                             "70, and --share-tokens apply)")
+    parser.add_argument("--share-tokens", type=_open_unit_float, default=None,
+                        help="facts with --writer tokens: share of the rho left after the "
+                             "histogram for the token writer (default 0.3)")
     parser.add_argument("--units", type=_positive_int, default=None, metavar="N",
                         help="a public upper bound on the number of privacy units (people) "
                              "in the corpus: warns when delta > 1/N (a delta that large lets "
@@ -162,7 +170,9 @@ def _budget_request(args: argparse.Namespace) -> PlanRequest:
         raise CliError(str(error)) from None
     facts = args.generate == "facts"
     other = _TOKENS_ONLY if facts else _FACTS_ONLY
-    given = [flag for name, flag in other.items() if getattr(args, name) is not None]
+    writer_tokens = facts and args.writer == "tokens"
+    given = [flag for name, flag in other.items() if getattr(args, name) is not None
+             and not (writer_tokens and name == "T")]
     if given:
         mode = "tokens" if facts else "facts"
         raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} only to "
@@ -177,6 +187,8 @@ def _budget_request(args: argparse.Namespace) -> PlanRequest:
     if facts:
         extra = {name: getattr(args, name) for name in _FACTS_ONLY
                  if getattr(args, name) is not None}
+        if writer_tokens:
+            extra["T"] = BuildConfig.T if args.T is None else args.T
         return PlanRequest(epsilon=args.epsilon, delta=args.delta, L=args.L,
                            rho_hist=args.rho_hist, conversion=args.conversion,
                            generate="facts", **extra)

@@ -61,6 +61,11 @@ def print_facts_plan(p: FactsBudgetPlan, console: Console | None = None) -> None
         f"phrases: a phrase is released once about {p.docs_to_release} documents share it "
         f"(probability about 1/2 at tau_A); one document's own phrases appear with probability "
         f"<= delta_A = {p.delta_A:.3g} (planned delta_phrases {p.delta_phrases:g})")
+    if p.writer == "tokens":
+        console.print(
+            f"token writer: {p.T} draws per kept cluster, c/tau = {p.c_over_tau:.4f} (epsilon "
+            f"{2 * p.c_over_tau:.4f} per token), public-difference votes on a public support "
+            "(issue 15)")
     console.print(
         f"epsilon of rho={p.rho_total:.4f} at delta - delta_phrases = {p.delta_conversion:g}: "
         f"Bun-Steinke {p.epsilon_bun_steinke:.4f}, CKS {p.epsilon_cks:.4f} "

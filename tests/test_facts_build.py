@@ -146,3 +146,57 @@ def test_token_and_facts_options_without_generate_are_refused() -> None:
                        match="--T apply to --generate tokens and --K-e to --generate facts"):
         make_config(None, {"T": 32, "K_e": 2})
     assert make_config(None, {"T": 32, "K_e": 2, "generate": "tokens"}).generate == "tokens"
+
+
+def test_token_writer_build_spends_the_plan_and_certifies_t_draws_per_kept_cluster(
+        clinic: Path, tmp_path: Path) -> None:
+    """Issue 15: --writer tokens adds L T (c/tau)^2 / 2 in the fact clusters' group; every kept
+    cluster is charged exactly T draws; verify re-derives it; the texts are the LLM's."""
+    from test_build import tiny_llm
+
+    from dpsynrag.transforms.fact_clusters import GROUP
+
+    config = make_config(None, {**FACTS, "writer": "tokens", "T": 4, "public_top_k": 5})
+    assert config.uses_llm and config.facts_writer_tokens
+    key = tmp_path / "key.pem"
+    generate_keypair(key, tmp_path / "key.pem.pub")
+    summary = run_build(clinic, tmp_path / "out", config, state_dir=tmp_path / "state",
+                        signing_key=key, runner=LocalRunner(tiny_llm(), HashEmbedder()),
+                        corpus_ledger=tmp_path / "corpus.sqlite", force=True)
+    plan = make_plan(config)
+    assert plan.writer == "tokens" and plan.T == 4 and plan.rho_tokens > 0
+    assert math.isclose(plan.rho_hist + plan.rho_A + plan.rho_C + plan.rho_tokens,
+                        plan.rho_total, rel_tol=1e-12)
+    assert math.isclose(summary.rho_spent, plan.rho_total, rel_tol=1e-12)
+    assert verify_output(tmp_path / "out", tmp_path / "key.pem.pub") == []
+    ledger = Ledger(tmp_path / "state" / "ledger.sqlite")
+    releases = list(ledger.releases())
+    ledger.close()
+    assert {r.stage for r in releases} == {"a-histogram", "f-phrases", "f-facts", "f-writer"}
+    draws: dict[str, int] = {}
+    for r in releases:
+        if r.stage == "f-writer":
+            assert r.group == GROUP
+            draws[r.partition] = draws.get(r.partition, 0) + int(r.params.get("tokens", 1))
+    table = pq.read_table(tmp_path / "out" / "corpus.parquet").to_pylist()
+    assert len(draws) == len(table) >= config.L and set(draws.values()) == {config.T}
+    assert all(not row["text"].startswith("Reported:") for row in table)
+    cert = json.loads((tmp_path / "out" / "certificate.json").read_text())
+    assert cert["config"]["writer"] == "tokens" and cert["config"]["public_top_k"] == 5
+    assert "no language model" not in json.dumps(cert["models"]["llm"])
+    # a token writer's plan printed by 'dpsynrag budget' has the writer's row
+    assert [row[0] for row in plan.stage_rows()][-1] == "(f) token writer"
+
+
+def test_token_writer_options_are_checked() -> None:
+    with pytest.raises(ConfigError, match="--share-tokens"):
+        make_config(None, {**FACTS, "writer": "tokens", "share_phrases": 0.5,
+                           "share_tokens": 0.5})
+    with pytest.raises(ConfigError, match="--public-document does not apply"):
+        make_config(None, {**FACTS, "writer": "tokens", "public_document": "x"})
+    with pytest.raises(ConfigError, match="--writer applies to --generate facts"):
+        make_config(None, {"generate": "tokens", "writer": "tokens"})
+    # --writer tokens alone means facts, even beside token options such as --T
+    assert make_config(None, {"writer": "tokens", "T": 8}).generate == "facts"
+    # a template facts build keeps its fingerprint: the writer options are not released
+    assert "writer" not in make_config(None, FACTS).released_options()

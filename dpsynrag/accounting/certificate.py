@@ -579,6 +579,7 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
         if planned_delta is not None and isinstance(recorded, int | float) \
                 and recorded > planned_delta * (1 + REL_TOL):
             problems.append("plan: the phrase release's delta is over the planned delta_phrases")
+    _check_writer_tokens(plan, groups, problems)
     # The clusters' fact histograms: discrete Gaussian releases of sensitivity sqrt(K_e + K_s).
     sigma_c = _plan_number(plan, "sigma_C")
     k_e, k_s = _plan_number(plan, "K_e"), _plan_number(plan, "K_s")
@@ -595,6 +596,36 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
                         and not _close(params.get("sigma"), sigma_c):
                     problems.append(f"plan: {part.get('partition')} fact histogram sigma is not "
                                     "the planned sigma_C")
+
+
+def _check_writer_tokens(plan: dict[str, Any], groups: list[Any], problems: list[str]) -> None:
+    """A facts build with ``--writer tokens``: every fact cluster that the writer sampled is
+    charged exactly T draws at the planned c/tau; a build without it has no draws there."""
+    tokens_planned = plan.get("T") if plan.get("writer") == "tokens" else 0
+    ratio = _plan_number(plan, "c_over_tau")
+    for group in groups:
+        if not isinstance(group, dict) or group.get("name") != "fact-clusters":
+            continue
+        for part in group.get("partitions", []):
+            if not isinstance(part, dict):
+                continue
+            tokens = 0
+            for entry in part.get("releases", []):
+                if not isinstance(entry, dict) or entry.get("mechanism") != "token_softmax":
+                    continue
+                params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+                each, count = params.get("tokens", 1), entry.get("count", 0)
+                if isinstance(each, int) and isinstance(count, int):
+                    tokens += each * count
+                clip, temp = params.get("clip"), params.get("temperature")
+                if ratio and isinstance(clip, int | float) and isinstance(temp, int | float) \
+                        and temp > 0 and not _close(clip / temp, ratio):
+                    problems.append(f"plan: {part.get('partition')} writer c/tau is not the "
+                                    "planned one")
+            if tokens and tokens != tokens_planned:
+                problems.append(f"plan: {part.get('partition')} is charged {tokens} writer "
+                                f"token draws, not T = {tokens_planned} (the worst case must "
+                                "be charged)")
 
 
 def _check_guarantee(guarantee: dict[str, Any], rho_total: float, delta_approx: float,

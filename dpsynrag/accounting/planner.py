@@ -24,6 +24,15 @@ rho comes from (epsilon, delta - delta_phrases): approximate zCDP with delta_A <
 is (epsilon(rho, delta - delta_phrases), delta)-DP. What rho_hist leaves is split
 ``share_phrases`` to the phrases and the rest to the clusters; the phrase threshold is
 ``partition_selection.selection_threshold(sigma_A, K_e, delta_phrases)``.
+
+With ``writer="tokens"`` (issue 15: each cluster's note written by the public-difference token
+sampler over the cluster's documents, its released facts in the public prompt) a share
+``share_tokens`` of what rho_hist leaves pays
+
+        + L T (c / tau)^2 / 2                      T softmax draws per cluster, in the same
+                                                   parallel group as the fact histograms
+
+and the cluster facts get 1 - share_phrases - share_tokens of it.
 """
 
 from __future__ import annotations
@@ -75,6 +84,8 @@ class PlanRequest:
     R_f: int = 300  # facts: top keywords of the stage-(a) histogram added to the cluster domain
     delta_phrases: float | None = None  # facts: delta of the phrase release (None: delta / 10)
     share_phrases: float = 0.3  # facts: share of rho_total - rho_hist for the phrases
+    writer: str = "template"  # facts: "template" (free) or "tokens" (T draws per cluster)
+    share_tokens: float = 0.3  # facts with writer="tokens": share for the token writer
 
     def validate(self) -> None:
         _finite_positive(self.epsilon, "--epsilon")
@@ -113,6 +124,16 @@ class PlanRequest:
         share = self.share_phrases
         if not (isinstance(share, int | float) and math.isfinite(share) and 0 < share < 1):
             raise PlanError(f"--share-phrases must lie strictly between 0 and 1, got {share!r}")
+        if self.writer not in ("template", "tokens"):
+            raise PlanError(f"--writer must be 'template' or 'tokens', got {self.writer!r}")
+        if self.writer == "tokens":
+            tokens = self.share_tokens
+            if not (isinstance(tokens, int | float) and math.isfinite(tokens)
+                    and tokens > 0 and share + tokens < 1):
+                raise PlanError(f"--share-tokens must be positive with --share-phrases + "
+                                f"--share-tokens below 1, got {tokens!r} and {share!r}")
+            if not (isinstance(self.T, int) and not isinstance(self.T, bool) and self.T >= 1):
+                raise PlanError(f"--T must be a positive integer, got {self.T!r}")
 
     def phrase_delta(self) -> float:
         """delta_phrases, defaulting to delta / 10."""
@@ -205,12 +226,23 @@ class FactsBudgetPlan:
     sigma_C: float
     epsilon_bun_steinke: float
     epsilon_cks: float
+    writer: str = "template"
+    T: int = 0  # writer="tokens": draws per cluster
+    share_tokens: float = 0.0
+    rho_tokens: float = 0.0  # after x L
+    rho_per_token: float = 0.0
+    c_over_tau: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
     def stage_rows(self) -> list[tuple[str, str, float, float]]:
         """(stage, mechanism and noise, rho per cluster or NaN, rho after composition)."""
+        writer = [("(f) token writer", f"{self.T} draws, c/τ={self.c_over_tau:.4f}",
+                   self.rho_tokens / self.L, self.rho_tokens)] if self.writer == "tokens" else []
+        return [*self._fact_rows(), *writer]
+
+    def _fact_rows(self) -> list[tuple[str, str, float, float]]:
         return [
             ("(a) keyword histogram", f"discrete Gauss. σ_h={self.sigma_h:.4f}, K_s={self.K_s}",
              math.nan, self.rho_hist),
@@ -243,7 +275,9 @@ def plan_facts(request: PlanRequest) -> FactsBudgetPlan:
             f"but the keyword histogram alone takes rho={request.rho_hist:.4f}; nothing is left "
             "for the phrases and the cluster facts. Lower --rho-hist or raise --epsilon")
     rho_a = request.share_phrases * rest
-    rho_c = rest - rho_a
+    rho_tokens = request.share_tokens * rest if request.writer == "tokens" else 0.0
+    rho_c = rest - rho_a - rho_tokens
+    rho_per_token = rho_tokens / (request.L * request.T) if rho_tokens else 0.0
     sigma_a = math.sqrt(request.K_e / (2.0 * rho_a))
     tau_a = selection_threshold(sigma_a, request.K_e, delta_phrases)
     return FactsBudgetPlan(
@@ -272,6 +306,12 @@ def plan_facts(request: PlanRequest) -> FactsBudgetPlan:
         sigma_C=math.sqrt(request.L * (request.K_e + request.K_s) / (2.0 * rho_c)),
         epsilon_bun_steinke=epsilon_for(rho_total, delta_conversion, Conversion.BUN_STEINKE),
         epsilon_cks=epsilon_for(rho_total, delta_conversion, Conversion.CKS),
+        writer=request.writer,
+        T=request.T if request.writer == "tokens" else 0,
+        share_tokens=float(request.share_tokens) if request.writer == "tokens" else 0.0,
+        rho_tokens=rho_tokens,
+        rho_per_token=rho_per_token,
+        c_over_tau=math.sqrt(2.0 * rho_per_token),
     )
 
 

@@ -7,6 +7,8 @@ Methods (DP-SynRAG's Table 1 rows):
 * ``dp-synrag``: the full build (``pipeline.build.run_build``) at each epsilon;
 * ablations of DP-SynRAG (the paper's Table 3) as extra methods: ``dp-synrag-hard``
   (L = 1), ``dp-synrag-no-filter`` (self-filter off), ``dp-synrag-no-retrieval`` (S_r = C_r);
+* ``dp-synrag-writer``: the facts build with ``--writer tokens`` (issue 15: each kept
+  cluster's note rewritten by the public-difference token sampler);
 * ``dp-synrag-facts``: the build with ``--generate facts`` (issue 14: released phrases and
   one noisy fact histogram per cluster, no language model); ``facts-ceiling`` is its
   epsilon = infinity ceiling (the same rules and writer on exact counts, NOT private), so the
@@ -43,7 +45,8 @@ from dpsynrag.eval.query_methods import QUERY_METHODS, run_query_method
 from dpsynrag.pipeline.config import BuildConfig, make_config
 
 METHODS = ("non-rag", "rag", "dp-synth", "dp-synrag", "dp-synrag-hard", "dp-synrag-no-filter",
-           "dp-synrag-no-retrieval", "dp-rag", "dp-ksa", "sparse-vote", "dp-synrag-facts")
+           "dp-synrag-no-retrieval", "dp-rag", "dp-ksa", "sparse-vote", "dp-synrag-facts",
+           "dp-synrag-writer")
 PRIVATE_METHODS = METHODS[2:]
 # epsilon = infinity ceilings of a generator: the same pipeline and writer on exact counts
 CEILING_METHODS = ("facts-ceiling", "tokens-ceiling")
@@ -212,7 +215,10 @@ def _build_config(settings: EvalSettings, method: str, epsilon: float, run: int)
     from dpsynrag.accounting.conversions import Conversion, rho_for
 
     options = dict(settings.build_options)
-    options["generate"] = "facts" if method == "dp-synrag-facts" else "tokens"
+    options["generate"] = "facts" if method in ("dp-synrag-facts", "dp-synrag-writer") \
+        else "tokens"
+    if method == "dp-synrag-writer":
+        options["writer"] = "tokens"
     reference = make_config(settings.build_config, {**options, "runner": "local"})
     conversion = Conversion(reference.conversion)
     ratio = (rho_for(epsilon, reference.delta, conversion)
@@ -249,7 +255,8 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Any, work: Pa
     result = measure_corpus(texts, data, runner, k=settings.rag_k,
                             end_to_end=settings.end_to_end, synthetic=True)
     plan = make_plan(config)
-    stage_rho = {"histogram": plan.rho_hist, "phrases": plan.rho_A, "cluster_facts": plan.rho_C} \
+    stage_rho = {"histogram": plan.rho_hist, "phrases": plan.rho_A, "cluster_facts": plan.rho_C,
+                 **({"writer": plan.rho_tokens} if config.facts_writer_tokens else {})} \
         if config.generate == "facts" else \
         {"histogram": plan.rho_hist, "retrieval": config.L * plan.rho_retrieval,
          "prediction": config.L * plan.rho_prediction}

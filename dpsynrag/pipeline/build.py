@@ -103,7 +103,8 @@ def make_plan(config: BuildConfig, vocab_size: int | None = None) -> Any:
             epsilon=config.epsilon, delta=config.delta, L=config.L, rho_hist=config.rho_hist,
             conversion=Conversion(config.conversion), generate="facts", K_e=config.K_e,
             K_s=config.K_s, R_f=config.R_f, delta_phrases=config.delta_phrases,
-            share_phrases=config.share_phrases))
+            share_phrases=config.share_phrases, writer=config.writer,
+            share_tokens=config.share_tokens, T=config.T))
     request = PlanRequest(
         epsilon=config.epsilon, delta=config.delta, K=config.K, L=config.L, T=config.T,
         eps_theta=config.eps_theta, rho_hist=config.rho_hist, rho_mean=config.rho_mean,
@@ -170,7 +171,7 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
         own_runner = runner is None
         runner = runner or make_runner(config, state_dir=state.directory)
         try:
-            preload_models(runner, config.generate)
+            preload_models(runner, config.uses_llm)
             ledger_path = None
             if corpus_ledger is not False:
                 ledger_path = charge_corpus_ledger(
@@ -185,7 +186,7 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
                 from dpsynrag.pipeline.facts_stages import facts_stages
 
                 result = facts_stages(docs.texts, config, plan, state, ledger, progress,
-                                      seconds, log)
+                                      seconds, log, runner=runner)
             else:
                 result = _stages(docs.texts, config, plan, state, ledger, runner, progress,
                                  seconds, log)
@@ -278,7 +279,11 @@ def corpus_ledger_mechanisms(config: BuildConfig, plan: Any) -> list[dict[str, A
             {"mechanism": "discrete_gaussian",
              "params": {"sigma": plan.sigma_C,
                         "l2_sensitivity": math.sqrt(config.K_e + config.K_s)},
-             "count": config.L}]
+             "count": config.L},
+            *([{"mechanism": "token_softmax",
+                "params": {"clip": config.clip, "temperature": config.clip / plan.c_over_tau,
+                           "tokens": config.T}, "count": config.L}]
+              if config.facts_writer_tokens else [])]
     temperature = config.clip / plan.c_over_tau
     mechanisms: list[dict[str, Any]] = [
         {"mechanism": "discrete_gaussian",
@@ -525,7 +530,7 @@ def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: Budg
         del manifest
         files = output_file_hashes(partial)
         llm_identity = {"name": "none", "note": "--generate facts uses no language model"} \
-            if config.generate == "facts" else \
+            if not config.uses_llm else \
             {k: v for k, v in runner.llm_identity().items() if k != "eos_token_ids"}
         certificate = build_certificate(
             ledger, delta=config.delta, conversion=config.conversion, plan=plan.as_dict(),

@@ -134,6 +134,17 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     g.add_argument("--delta-phrases", type=unit_float,
                    help="facts: probability bound of releasing any phrase only one unit "
                         "holds; part of --delta (default delta/10)")
+    g.add_argument("--writer", choices=["template", "tokens"],
+                   help="facts: who writes each kept cluster's note: 'template' (default; "
+                        "free, no LLM) or 'tokens' (issue 15: the LLM rewrites the released "
+                        "note, steered by the cluster's documents through the public-"
+                        "difference sampler; T draws per cluster at c/tau, reads --T, --clip, "
+                        "--rephrase-prompt, --response-prefix ({keyword} = the anchor), "
+                        "--public-top-k, --public-temperature; implies --generate facts)")
+    g.add_argument("--share-tokens", type=unit_float,
+                   help="facts with --writer tokens: share of the rho left after the keyword "
+                        "histogram for the token writer (default 0.3; the cluster facts get "
+                        "1 - share-phrases - share-tokens)")
     g.add_argument("--facts-label", help="facts: public lead word of every note, e.g. "
                    "'Symptoms' (default 'Reported')")
     g = parser.add_argument_group("stages")
@@ -220,7 +231,7 @@ CONFIG_FLAGS = ("text_column", "id_column", "unit_column", "max_chars", "unit_bo
                 "conversion", "K", "R", "L", "k", "T", "eps_theta", "rho_hist", "rho_mean", "clip",
                 "keywords", "rephrase_prompt", "response_prefix", "keyword_prompt",
                 "filter_prompt", "no_filter", "no_retrieval", "generate", "K_e", "K_s", "R_f",
-                "share_phrases", "delta_phrases", "facts_label",
+                "share_phrases", "delta_phrases", "facts_label", "writer", "share_tokens",
                 "public_prior", "public_top_k", "public_temperature", "public_document",
                 "model", "embedder", "device", "dtype", "runner", "ray_address", "workers",
                 "batch_rows", "seed")

@@ -86,6 +86,12 @@ class BuildConfig:
     share_phrases: float = 0.3  # facts: share of the rho after the histogram for phrases
     delta_phrases: float | None = None  # facts: delta of the phrase release (default delta/10)
     facts_label: str = "Reported"  # facts: lead word of each note ("Symptoms" for clinic notes)
+    # facts: "template" (the free public template) or "tokens" (issue 15: each kept cluster's
+    # note written by the public-difference token sampler over the cluster's documents, with
+    # its released note as the public document; reads T, clip, rephrase_prompt,
+    # response_prefix, public_top_k and public_temperature; costs L T (c/tau)^2 / 2)
+    writer: str = "template"
+    share_tokens: float = 0.3  # facts with --writer tokens: share of the rho after the histogram
     # models and execution (not part of the fingerprint unless they change the output)
     model: str | None = None
     embedder: str | None = None
@@ -99,7 +105,8 @@ class BuildConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     # options only one generation mode reads
-    FACTS_ONLY = ("K_e", "K_s", "R_f", "share_phrases", "delta_phrases", "facts_label")
+    FACTS_ONLY = ("K_e", "K_s", "R_f", "share_phrases", "delta_phrases", "facts_label",
+                  "writer", "share_tokens")
     TOKENS_ONLY = ("K", "R", "k", "T", "eps_theta", "rho_mean", "clip", "keywords",
                    "rephrase_prompt", "response_prefix", "keyword_prompt", "filter_prompt",
                    "no_filter", "no_retrieval", "public_prior", "public_top_k",
@@ -153,13 +160,30 @@ class BuildConfig:
             raise ConfigError(f"--public-temperature must be a finite positive number, got "
                               f"{self.public_temperature!r}")
         defaults = BuildConfig.__dataclass_fields__
+        if self.writer not in ("template", "tokens"):
+            raise ConfigError(f"--writer must be 'template' or 'tokens', got {self.writer!r}")
+        if not (isinstance(self.share_tokens, int | float) and self.share_tokens > 0
+                and self.share_phrases + self.share_tokens < 1):
+            raise ConfigError(f"--share-tokens must be positive with --share-phrases + "
+                              f"--share-tokens below 1, got {self.share_tokens!r}")
+        defaults = BuildConfig.__dataclass_fields__
         stray = [_flag(name) for name in self.PUBLIC_PRIOR[1:]
                  if getattr(self, name) != defaults[name].default]
-        if stray and not self.public_prior:
+        if self.facts_writer_tokens:
+            if self.public_document is not None:
+                raise ConfigError("--public-document does not apply to --writer tokens: each "
+                                  "cluster's released note is its public document")
+            if self.public_prior:
+                raise ConfigError("--public-prior is implied by --writer tokens; drop it")
+        elif stray and not self.public_prior:
             raise ConfigError(f"{', '.join(stray)} only apply with --public-prior (the "
-                              "public-difference sampler); add it or drop them")
+                              "public-difference sampler) or --writer tokens; add one or drop "
+                              "them")
         if self.public_prior and self.generate != "tokens":
-            raise ConfigError("--public-prior applies to --generate tokens")
+            raise ConfigError("--public-prior applies to --generate tokens (in facts mode use "
+                              "--writer tokens)")
+        if self.writer == "tokens" and self.generate != "facts":
+            raise ConfigError("--writer applies to --generate facts")
         if self.keywords not in ("llm", "statistical"):
             raise ConfigError(f"--keywords must be 'llm' or 'statistical', got {self.keywords!r}")
         if self.unit_bound not in ("pick", "concat"):
@@ -188,13 +212,25 @@ class BuildConfig:
         skip = set(self.EXECUTION_ONLY)
         if self.generate == "tokens":  # token builds keep the options (and fingerprint) they had
             skip |= {"generate", *self.FACTS_ONLY}
-        if not self.public_prior:  # so do builds without the public-difference sampler
-            skip |= set(self.PUBLIC_PRIOR)
+        if not self.public_prior and not self.facts_writer_tokens:  # so do builds without
+            skip |= set(self.PUBLIC_PRIOR)                           # the new sampler
+        if self.writer == "template":
+            skip |= {"writer", "share_tokens"}
         return {k: v for k, v in asdict(self).items() if k not in skip}
 
     def fingerprint(self) -> str:
         canonical = json.dumps(self.released_options(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+    @property
+    def facts_writer_tokens(self) -> bool:
+        """A facts build whose notes the token writer writes (it loads the LLM)."""
+        return self.generate == "facts" and self.writer == "tokens"
+
+    @property
+    def uses_llm(self) -> bool:
+        """Whether the build runs the language model (token mode or the token writer)."""
+        return self.generate == "tokens" or self.facts_writer_tokens
 
     @property
     def seeded(self) -> bool:
@@ -240,6 +276,8 @@ def resolve_generate(values: dict[str, Any], tokens_only: Iterable[str] | None =
     ``BuildConfig.TOKENS_ONLY`` / ``FACTS_ONLY``; ``dpsynrag budget`` passes its own)."""
     if values.get("generate") is not None:
         return str(values["generate"])
+    if values.get("writer") == "tokens":  # the facts mode's token writer reads token options
+        return "facts"
     tokens_only = BuildConfig.TOKENS_ONLY if tokens_only is None else tokens_only
     facts_only = BuildConfig.FACTS_ONLY if facts_only is None else facts_only
     tokens = [_flag(name) for name in tokens_only if name in values]
@@ -261,7 +299,7 @@ def make_config(toml_path: Path | None, overrides: dict[str, Any]) -> BuildConfi
     if unknown:
         raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
     floats = ("epsilon", "delta", "eps_theta", "rho_hist", "rho_mean", "clip",
-              "share_phrases", "delta_phrases", "public_temperature")
+              "share_phrases", "delta_phrases", "public_temperature", "share_tokens")
     for name in floats:
         if name in values and isinstance(values[name], int) and not isinstance(values[name], bool):
             values[name] = float(values[name])

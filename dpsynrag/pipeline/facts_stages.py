@@ -14,10 +14,16 @@ resumed build reads released values back and never redraws them):
     domain D = A u W: each document adds at most K_e + K_s items to each of at most L clusters
     -> L (K_e + K_s) / (2 sigma_C^2) by overlapping parallel composition;
 (f3) fact selection and one note per cluster from released values only (post-processing,
-    free; the writer never sees a document).
+    free; the writer never sees a document);
+(f4) with ``--writer tokens`` (issue 15): each kept cluster's note is rewritten by the
+    public-difference token sampler (``transforms.public_prior``) over that cluster's
+    documents, the released note as the public document and its facts as candidates:
+    T draws of rho = (c / tau)^2 / 2 per cluster, in the fact clusters' parallel group
+    (each document is in at most L of them) -> L T (c / tau)^2 / 2.
 
 The total is (epsilon(rho, delta - delta_phrases), delta)-DP: ``accounting.planner.plan_facts``.
-No language model is used; the embedder only embeds the written notes for the index.
+Without ``--writer tokens`` no language model is used; the embedder only embeds the written
+notes for the index.
 """
 
 from __future__ import annotations
@@ -41,8 +47,10 @@ __all__ = ["PHRASES_KEY", "fact_keywords", "facts_stages", "without_names"]
 
 def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
                  state: BuildState, ledger: Ledger, progress: Any,
-                 seconds: dict[str, float], log: Callable[[str], None]) -> dict[str, Any]:
-    """Run stages (a), (f1)-(f3); return the build's result (texts, kept, anchors, ...)."""
+                 seconds: dict[str, float], log: Callable[[str], None],
+                 runner: Any = None) -> dict[str, Any]:
+    """Run stages (a), (f1)-(f3) (and (f4) with ``--writer tokens``, which needs the
+    ``runner``); return the build's result (texts, kept, anchors, ...)."""
     from dpsynrag.accounting.partition_selection import phrase_counts, release_partitions
     from dpsynrag.transforms.fact_clusters import (
         anchor_clusters,
@@ -115,9 +123,75 @@ def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
     written = [item for item in facts if item is not None]  # dropped: by released values
     notes = write_notes(written)
     seconds["f3_write"] = time.monotonic() - t0
+    if config.facts_writer_tokens:
+        t0 = time.monotonic()
+        members = [[texts[i] for i in clusters[item.cluster]] for item in written]
+        notes, tokens = token_writer(members, written, notes, config, plan, state, ledger,
+                                     runner, progress, log)
+        seconds["f4_token_writer"] = time.monotonic() - t0
+        return {"texts": notes, "tokens": tokens, "kept": [True] * len(notes),
+                "cluster_keywords": [item.anchor for item in written],
+                "vocabulary_sha256": vocab.sha256, "clusters": len(anchors)}
     return {"texts": notes, "tokens": [len(note.split()) for note in notes],
             "kept": [True] * len(notes), "cluster_keywords": [item.anchor for item in written],
             "vocabulary_sha256": vocab.sha256, "clusters": len(anchors)}
+
+
+WRITER_PROMPT = ("Summarize the diagnosis and the symptoms of the following patient note in one "
+                 "sentence.\n\nNote: {document}")
+WRITER_STAGE = "f-writer"
+
+
+def token_writer(groups: list[list[str]], written: list[Any], notes: list[str],
+                 config: BuildConfig, plan: FactsBudgetPlan, state: BuildState, ledger: Ledger,
+                 runner: Any, progress: Any, log: Callable[[str], None]
+                 ) -> tuple[list[str], list[int]]:
+    """(f4): one text per kept cluster by the public-difference token sampler.
+
+    Group g is the documents of cluster ``written[g].cluster``; its public document is its
+    released note ``notes[g]`` and its candidates the note's facts (released values). Each
+    draw is released under ``cluster/RRRRR/token/NNN`` in the fact clusters' parallel group,
+    T of them per cluster whatever the data (``PartitionTokenSampler``): rho = T (c/tau)^2 / 2
+    per cluster. A resumed build reads the released tokens back (never redrawn).
+    """
+    from dpsynrag.pipeline.build import _eos_ids
+    from dpsynrag.transforms.fact_clusters import GROUP, partition_name
+    from dpsynrag.transforms.prediction_release import PartitionTokenSampler, charge_unstarted
+    from dpsynrag.transforms.public_prior import PublicPriorSettings
+
+    synthetic = state.load("synthetic")
+    if synthetic is not None:
+        return list(synthetic["texts"]), list(synthetic["tokens"])
+    if runner is None:
+        raise ValueError("--writer tokens needs a runner with a language model")
+    log("(f4) token writer")
+    temperature = config.clip / plan.c_over_tau
+    eos = frozenset(int(t) for t in state.load("eos_ids") or [])
+    if not eos:
+        eos = _eos_ids(runner)
+        state.save("eos_ids", sorted(eos))
+    token_counts = [0] * len(groups)
+    with progress("(f4) token writer (clusters)", len(groups)) as advance:
+        def finished(group: int, n_tokens: int) -> None:
+            token_counts[group] = n_tokens
+            advance(1)
+
+        sampler = PartitionTokenSampler(
+            ledger, [partition_name(item.cluster) for item in written], group=GROUP,
+            stage=WRITER_STAGE, clip=config.clip, temperature=temperature,
+            max_new_tokens=config.T, eos_ids=eos, on_finish=finished)
+        prefix = config.response_prefix or ""
+        prefixes = [prefix.replace("{keyword}", item.anchor) for item in written]
+        settings = PublicPriorSettings(
+            documents=notes, top_k=config.public_top_k, temperature=config.public_temperature,
+            candidates=[list(item.facts) for item in written])
+        texts = runner.predict(groups, sampler, prompt=config.rephrase_prompt or WRITER_PROMPT,
+                               max_new_tokens=config.T, clip=config.clip,
+                               temperature=temperature, batch_rows=config.batch_rows,
+                               response_prefix=prefixes, public_prior=settings) if groups else []
+        charge_unstarted(ledger, sampler)
+    state.save("synthetic", {"texts": texts, "tokens": token_counts})
+    return list(texts), token_counts
 
 
 def fact_keywords(texts: list[str], vocab: PublicVocabulary, K_s: int) -> list[list[str]]:

@@ -70,10 +70,10 @@ def check_writable_directory(directory: Path, needed_bytes: int, what: str) -> N
                              f"the build needs about {needed_bytes / 2**20:.0f} MiB")
 
 
-def preload_models(runner: Any, generate: str) -> None:
-    """Load the embedder (every mode writes vectors) and, in token mode, the LLM, so that a
-    missing model or an unavailable device fails now. ``ModelLoadError`` and friends pass
-    through unchanged (their messages are already one line)."""
+def preload_models(runner: Any, uses_llm: bool) -> None:
+    """Load the embedder (every mode writes vectors) and, when the build runs it (token mode,
+    the facts mode's token writer), the LLM, so that a missing model or an unavailable device
+    fails now. ``ModelLoadError`` and friends pass through unchanged (one-line messages)."""
     runner.embedder_identity()
-    if generate != "facts":
+    if uses_llm:
         runner.llm_identity()
