@@ -5,11 +5,12 @@ prompt (no private document) followed by the group's released prefix, and the su
 chosen from public values only (``public_support``: the public top-k, EOS, and the next
 tokens of released candidate strings). Each document i of the group contributes
 
-    d_i       = phi_i - phi_pub                                  (on V_t)
-    row_i(v)  = clamp(d_i(v) - max_{u in V_t} d_i(u) + c, -c, c)  for v in V_t, 0 elsewhere
+    d_i       = log_softmax_{V_t}(phi_i) - log_softmax_{V_t}(phi_pub)      (on V_t)
+    row_i(v)  = clamp(d_i(v), -c, c)  for v in V_t, 0 elsewhere
 
-(the tokens this document lifts most over the public prior get +c, those 2c or more below
-its favourite get -c), and the token is drawn from
+(how much more, in log-probability on the support, this document's model likes the token than
+the public model does: a token both like equally gets 0 and is left to the public prior; one
+the document likes more gets up to +c), and the token is drawn from
 
     z(v) = (tau / tau_pub) phi_pub(v) + sum_i row_i(v)   on V_t,   -inf elsewhere
     y ~ softmax(z / tau)
@@ -82,13 +83,16 @@ def difference_clip(private_logits: torch.Tensor, public_logits: torch.Tensor,
                          "batches of one shape")
     if not support.any(dim=1).all():
         raise ValueError("every row needs a non-empty support")
-    diff = private_logits.to(torch.float32) - public_logits.to(torch.float32)
-    if not torch.isfinite(diff[support]).all():
+    private = private_logits.to(torch.float32)
+    public = public_logits.to(torch.float32)
+    if not (torch.isfinite(private[support]).all() and torch.isfinite(public[support]).all()):
         raise ValueError("logits contain NaN or infinity on the support")
-    low = torch.tensor(float("-inf"), dtype=torch.float32, device=diff.device)
-    top = torch.where(support, diff, low).amax(dim=1, keepdim=True)
+    low = torch.tensor(float("-inf"), dtype=torch.float32, device=private.device)
+    diff = torch.log_softmax(torch.where(support, private, low), dim=1) \
+        - torch.log_softmax(torch.where(support, public, low), dim=1)
     bound = float32_at_most(c)
-    rows = torch.clamp(diff - top + bound, min=-bound, max=bound)
+    rows = torch.clamp(torch.where(support, diff, torch.zeros_like(diff)), min=-bound,
+                       max=bound)
     return torch.where(support, rows, torch.zeros_like(rows))
 
 

@@ -217,8 +217,8 @@ def _build_config(settings: EvalSettings, method: str, epsilon: float, run: int)
     options = dict(settings.build_options)
     options["generate"] = "facts" if method in ("dp-synrag-facts", "dp-synrag-writer") \
         else "tokens"
-    if method == "dp-synrag-writer":
-        options["writer"] = "tokens"
+    if method in ("dp-synrag-facts", "dp-synrag-writer"):  # one config serves both methods
+        options["writer"] = "tokens" if method == "dp-synrag-writer" else "template"
     reference = make_config(settings.build_config, {**options, "runner": "local"})
     conversion = Conversion(reference.conversion)
     ratio = (rho_for(epsilon, reference.delta, conversion)

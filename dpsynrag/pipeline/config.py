@@ -175,7 +175,7 @@ class BuildConfig:
                                   "cluster's released note is its public document")
             if self.public_prior:
                 raise ConfigError("--public-prior is implied by --writer tokens; drop it")
-        elif stray and not self.public_prior:
+        elif stray and not self.public_prior and self.generate == "tokens":
             raise ConfigError(f"{', '.join(stray)} only apply with --public-prior (the "
                               "public-difference sampler) or --writer tokens; add one or drop "
                               "them")

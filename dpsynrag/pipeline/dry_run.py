@@ -135,7 +135,7 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
                 "public filler text")
 
     checks.run("embedder", embedder)
-    if config.generate == "tokens":
+    if config.uses_llm:
         def llm() -> str:
             identity = runner.llm_identity()
             timings.update(_time_prediction(runner, config, docs_box))
@@ -199,9 +199,17 @@ def _say_estimate(config: BuildConfig, plan: Any, docs_box: list[Any],
     if config.generate == "facts":
         texts_at_most = max(1, n // max(plan.tau_A, 1))
         total += n * 0.002 + texts_at_most * timings.get("embed_per_text", 0.0)
+        writer = ""
+        if config.facts_writer_tokens:  # every document's row in <= L written clusters
+            rows = timings.get("rows", 1) or 1
+            predict = (n * config.L / rows) * (timings.get("prefill", 0.0)
+                                               + config.T * timings.get("step", 0.0))
+            total += predict
+            writer = (f"; the token writer ~{_duration(predict)} ({n * config.L} rows x "
+                      f"{config.T} tokens at most)")
         say(f"estimate (this machine): about {_duration(total)}: reading, keywords and "
             f"phrases of {n} documents, then at most about {texts_at_most} notes to embed "
-            f"(a phrase needs about {plan.tau_A} documents)")
+            f"(a phrase needs about {plan.tau_A} documents){writer}")
         return
     rows = timings.get("rows", 1) or 1
     clusters = config.R
