@@ -218,3 +218,37 @@ def test_a_document_that_agrees_with_the_public_model_leaves_the_prior_alone() -
     assert torch.count_nonzero(agree) == 0
     prefers_1 = difference_clip(torch.tensor([[3.0, 4.0, 0.0, -1.0]]), public, support, CLIP)
     assert prefers_1[0, 1] == CLIP and prefers_1[0, 0] < 0 and prefers_1[0, 3] == 0
+
+
+def test_trie_completion_forces_the_only_continuation_of_a_begun_candidate() -> None:
+    from dpsynrag.transforms.public_prior import candidate_forced
+
+    cands = [(10, 11, 12, 13), (10, 11, 14), (20, 21, 22)]
+    assert candidate_forced([20], cands) is None  # one token: not yet
+    assert candidate_forced([5, 20, 21], cands) == 22
+    assert candidate_forced([10, 11], cands) is None  # two candidates continue differently
+    assert candidate_forced([10, 11, 12], cands) == 13
+    assert candidate_forced([10, 11, 12, 13], cands) is None  # complete: free again
+    assert candidate_forced([10, 11, 12], cands, complete_after=4) is None
+
+
+def test_trie_completion_through_the_engine_draws_the_forced_token(llm: LoadedLLM) -> None:
+    """Once a candidate's first two tokens are out, its third has probability 1; the draw is
+    still a charged draw of the sampler (a one-token public support)."""
+    from dpsynrag.transforms.private_prediction import candidate_ids
+
+    name = "chest pain fever"
+    ids = candidate_ids(llm, [name])[0]
+    eos = next(iter(llm.eos_token_ids))
+    seen: dict[int, torch.Tensor] = {}
+
+    def scripted(votes: torch.Tensor, active: list[int]) -> np.ndarray:
+        step = len(seen)
+        seen[step] = votes[0].clone()
+        return np.asarray([ids[step] if step < 2 else int(torch.argmax(votes[0]))])
+
+    private_predict(llm, [["red green blue"]], prompt=PROMPT, max_new_tokens=3, clip=CLIP,
+                    temperature=1.0, rng=secure_rng(0), sampler=scripted,
+                    public_prior=_settings(candidates=(name,), top_k=4))
+    assert int(torch.isfinite(seen[2]).sum()) == 1 and torch.isfinite(seen[2][ids[2]])
+    assert eos != ids[2]

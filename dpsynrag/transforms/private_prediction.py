@@ -281,7 +281,7 @@ def aggregated_prior_votes(
         prior_votes,
         public_support,
     )
-    from dpsynrag.transforms.public_prior import candidate_next
+    from dpsynrag.transforms.public_prior import candidate_forced, candidate_next
 
     _check(clip, temperature, 0)
     public_prior.validate()
@@ -295,9 +295,13 @@ def aggregated_prior_votes(
     forced = response_prefix_ids(llm, response_prefix)
     public_row = _public_rows(llm, [prompt], [response_prefix], documents[:1])[0]
     public = logits_of([*public_row, *map(int, generated)]).unsqueeze(0)
-    extra = {*map(int, llm.eos_token_ids),
-             *candidate_next(generated, candidate_ids(llm, candidates[0]))}
+    cands = candidate_ids(llm, candidates[0])
+    extra = {*map(int, llm.eos_token_ids), *candidate_next(generated, cands)}
     support = public_support(public, public_prior.top_k, [extra])
+    completion = candidate_forced(generated, cands)
+    if completion is not None:  # trie completion: the one continuation of a begun candidate
+        support[:] = False
+        support[0, completion] = True
     total = torch.zeros((1, llm.vocab_size), dtype=torch.float64)
     layout = prompt_layout(llm, prompt)
     for doc in docs:

@@ -7,6 +7,10 @@ followed by the group's released tokens, and its next-token logits phi_pub give
 
 * the support V_t: the public top-k, the EOS tokens, and the next token of every released
   candidate string whose earlier tokens the group has just generated (``candidate_next``);
+  **trie completion**: once the last ``COMPLETE_AFTER`` or more generated tokens begin a
+  released candidate and every candidate they begin continues with the same token, V_t is
+  that one token (``candidate_forced``), so the draw returns it with probability 1 and a
+  released name is spelled out whole;
 * the public term of the votes and the reference of each document's difference row
   (``accounting.public_difference``).
 
@@ -29,6 +33,7 @@ from dpsynrag.accounting.public_difference import difference_clip, prior_votes, 
 from dpsynrag.transforms.decoding_reference import feed_token, prefill_rows
 
 DEFAULT_TOP_K = 50
+COMPLETE_AFTER = 2  # tokens of a candidate that must be generated before it is completed
 DEFAULT_PUBLIC_TEMPERATURE = 1.0
 
 __all__ = ["DEFAULT_PUBLIC_TEMPERATURE", "DEFAULT_TOP_K", "PriorStep", "PublicPrior",
@@ -95,6 +100,25 @@ def candidate_next(generated: Sequence[int], candidates: Iterable[tuple[int, ...
     return nxt
 
 
+def candidate_forced(generated: Sequence[int], candidates: Iterable[tuple[int, ...]],
+                     complete_after: int = COMPLETE_AFTER) -> int | None:
+    """The next token of the released candidate the generated tokens have begun, or None.
+
+    Some candidate's first j >= ``complete_after`` tokens must be the last j generated tokens
+    (j short of its length), and every such match (any candidate, any j >= 1) must continue
+    with the same token. Public in, public out: the released prefix and released strings.
+    """
+    tail = tuple(int(t) for t in generated)
+    longest = 0
+    nexts: set[int] = set()
+    for ids in candidates:
+        for j in range(1, min(len(ids), len(tail) + 1)):
+            if tail[len(tail) - j:] == ids[:j]:
+                nexts.add(int(ids[j]))
+                longest = max(longest, j)
+    return next(iter(nexts)) if longest >= complete_after and len(nexts) == 1 else None
+
+
 @dataclass
 class PriorStep:
     """One step's public logits and support for the active groups (rows in ``active`` order)."""
@@ -159,4 +183,9 @@ class PublicPrior:
                  for g, tokens in zip(active, generated, strict=True)]
         support = public_support(public, self.top_k, extra) if active else \
             torch.zeros((0, self.vocab_size), dtype=torch.bool, device=self.device)
+        for row, (g, tokens) in enumerate(zip(active, generated, strict=True)):
+            forced = candidate_forced(tokens, self.candidates[g])
+            if forced is not None and forced < self.vocab_size:  # trie completion
+                support[row] = False
+                support[row, forced] = True
         return PriorStep(public=public, support=support, scale=self.scale, clip=self.clip)
