@@ -224,3 +224,29 @@ def test_budget_facts_refusals_are_one_line(args: list[str], code: int, fragment
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dpsynrag: error:") and fragment in lines[0]
     assert captured.out == ""
+
+
+def test_budget_plans_the_token_writer(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 15: --writer tokens takes --share-tokens of the rho after the histogram for
+    L T (c/tau)^2 / 2; the rest is split as before; --T is read in this mode only."""
+    assert main([*FACTS, "--writer", "tokens", "--T", "32", "--share-tokens", "0.25",
+                 "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    rest = shown["rho_total"] - shown["rho_hist"]
+    assert shown["writer"] == "tokens" and shown["T"] == 32
+    assert math.isclose(shown["rho_tokens"], 0.25 * rest, rel_tol=1e-12)
+    assert math.isclose(shown["rho_A"] + shown["rho_C"] + shown["rho_tokens"], rest,
+                        rel_tol=1e-12)
+    assert math.isclose(2 * 32 * shown["L"] * shown["rho_per_token"], 2 * shown["rho_tokens"],
+                        rel_tol=1e-12)
+    assert math.isclose(shown["c_over_tau"] ** 2 / 2, shown["rho_per_token"], rel_tol=1e-12)
+    assert main([*FACTS, "--writer", "tokens", "--T", "32"]) == 0
+    assert "token writer" in capsys.readouterr().out
+    # the template writer's plan is unchanged by the new fields
+    plain = plan_budget(facts("cks"))
+    assert plain.writer == "template" and plain.rho_tokens == 0.0
+    assert math.isclose(plain.rho_A + plain.rho_C, plain.rho_total - plain.rho_hist,
+                        rel_tol=1e-12)
+    assert main([*FACTS, "--writer", "tokens", "--share-phrases", "0.6", "--share-tokens",
+                 "0.5"]) == 1
+    assert "--share-tokens" in capsys.readouterr().err

@@ -233,8 +233,16 @@ class FactsBudgetPlan:
     rho_per_token: float = 0.0
     c_over_tau: float = 0.0
 
+    WRITER_FIELDS = ("writer", "T", "share_tokens", "rho_tokens", "rho_per_token", "c_over_tau")
+
     def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+        """The plan's fields; a template-writer plan leaves out the token writer's (so its
+        certificate is what it was, and no token check applies to it)."""
+        fields = asdict(self)
+        if self.writer == "template":
+            for name in self.WRITER_FIELDS:
+                fields.pop(name)
+        return fields
 
     def stage_rows(self) -> list[tuple[str, str, float, float]]:
         """(stage, mechanism and noise, rho per cluster or NaN, rho after composition)."""
