@@ -139,7 +139,7 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                         "free, no LLM) or 'tokens' (issue 15: the LLM rewrites the released "
                         "note, steered by the cluster's documents through the public-"
                         "difference sampler; T draws per cluster at c/tau, reads --T, --clip, "
-                        "--rephrase-prompt, --response-prefix ({keyword} = the anchor), "
+                        "--rephrase-prompt, --response-prefix ({keyword} = the note's first name), "
                         "--public-top-k, --public-temperature; implies --generate facts)")
     g.add_argument("--share-tokens", type=unit_float,
                    help="facts with --writer tokens: share of the rho left after the keyword "

@@ -151,11 +151,14 @@ def token_writer(groups: list[list[str]], written: list[Any], notes: list[str],
     Group g is the documents of cluster ``written[g].cluster``; its public document is its
     released note ``notes[g]`` and its candidates the note's facts (released values). Each
     draw is released under ``cluster/RRRRR/token/NNN`` in the fact clusters' parallel group,
+    ``{keyword}`` in the reply prefix is the note's first name (``display_names``: names with
+    more words first, e.g. the disease before its drug),
     T of them per cluster whatever the data (``PartitionTokenSampler``): rho = T (c/tau)^2 / 2
     per cluster. A resumed build reads the released tokens back (never redrawn).
     """
     from dpsynrag.pipeline.build import _eos_ids
     from dpsynrag.transforms.fact_clusters import GROUP, partition_name
+    from dpsynrag.transforms.fact_writer import display_names
     from dpsynrag.transforms.prediction_release import PartitionTokenSampler, charge_unstarted
     from dpsynrag.transforms.public_prior import PublicPriorSettings
 
@@ -181,10 +184,12 @@ def token_writer(groups: list[list[str]], written: list[Any], notes: list[str],
             stage=WRITER_STAGE, clip=config.clip, temperature=temperature,
             max_new_tokens=config.T, eos_ids=eos, on_finish=finished)
         prefix = config.response_prefix or ""
-        prefixes = [prefix.replace("{keyword}", item.anchor) for item in written]
+        names = [display_names(item) for item in written]  # as the notes write them
+        prefixes = [prefix.replace("{keyword}", group_names[0]) for group_names in names]
         settings = PublicPriorSettings(
             documents=notes, top_k=config.public_top_k, temperature=config.public_temperature,
-            candidates=[list(item.facts) for item in written])
+            candidates=[[*group_names, *item.keywords]
+                        for group_names, item in zip(names, written, strict=True)])
         texts = runner.predict(groups, sampler, prompt=config.rephrase_prompt or WRITER_PROMPT,
                                max_new_tokens=config.T, clip=config.clip,
                                temperature=temperature, batch_rows=config.batch_rows,

@@ -225,11 +225,17 @@ def write_note(facts: ClusterFacts) -> str:
     more often the answer a reader looks for than a one-word one (a drug, a code), and the
     model answering from the note tends to take the first name. A rule of the kept facts
     only."""
-    ordered = sorted((facts.anchor, *facts.phrases), key=lambda p: -len(p.split()))
-    names = " / ".join(display_phrase(p) for p in ordered) + "."
+    names = " / ".join(display_names(facts)) + "."
     if not facts.keywords:
         return names
     return f"{facts.label}: " + " ".join(facts.keywords) + ". " + names
+
+
+def display_names(facts: ClusterFacts) -> list[str]:
+    """The cluster's names as a note writes them: names with more words first, then the
+    anchor, then by count; title case (``display_phrase``). Released values only."""
+    ordered = sorted((facts.anchor, *facts.phrases), key=lambda p: -len(p.split()))
+    return [display_phrase(p) for p in ordered]
 
 
 def _mentions(text: str, fact: str) -> bool:
