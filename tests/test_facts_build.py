@@ -184,6 +184,10 @@ def test_token_writer_build_spends_the_plan_and_certifies_t_draws_per_kept_clust
     cert = json.loads((tmp_path / "out" / "certificate.json").read_text())
     assert cert["config"]["writer"] == "tokens" and cert["config"]["public_top_k"] == 5
     assert "no language model" not in json.dumps(cert["models"]["llm"])
+    from dpsynrag.accounting.explain import explain_certificate
+
+    explained = explain_certificate(cert, verified=True, trust="test")
+    assert "rewritten by the language model" in explained and "top-5" in explained
     # a token writer's plan printed by 'dpsynrag budget' has the writer's row
     assert [row[0] for row in plan.stage_rows()][-1] == "(f) token writer"
 

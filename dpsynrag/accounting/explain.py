@@ -29,6 +29,7 @@ STAGE_WORDS = {
     "d-prediction": "synthetic text, token by token",
     "f-phrases": "open-vocabulary phrases (names, codes)",
     "f-facts": "each cluster's fact counts",
+    "f-writer": "each cluster's note rewritten token by token (public-difference sampler)",
 }
 
 
@@ -107,7 +108,14 @@ def explain_certificate(certificate: Mapping[str, Any], *, verified: bool,
                      + ". The corpus files are computed from these releases only.")
     mode = config.get("generate", "tokens")
     llm = models.get("llm") or {}
-    if mode == "facts":
+    if mode == "facts" and config.get("writer") == "tokens":
+        lines.append(f"How the texts were written: the released facts of each cluster were "
+                     f"rewritten by the language model {llm.get('name', '?')} (sha256 "
+                     f"{str(llm.get('sha256', '?'))[:16]}...), each token chosen by a noisy "
+                     f"vote of the cluster's documents against the model's reading of the "
+                     f"released facts alone (public top-{config.get('public_top_k', '?')} "
+                     "tokens); only the noisy choice was kept.")
+    elif mode == "facts":
         lines.append("How the texts were written: from the released facts by a fixed "
                      "template; no language model read a private document.")
     else:
