@@ -147,6 +147,13 @@ def test_dry_run_plans_checks_and_estimates_spending_nothing(
     assert "ok language model" in out and "one batch of 8 rows" in out
     assert "at most 6 clusters x 4 rows x 8 tokens" in out
     assert _nothing_spent(tmp_path)
+    # facts with the token writer: the model is loaded and timed, the estimate names it
+    assert _build(notes, tmp_path, "--dry-run", "--writer", "tokens", "--T", "8",
+                  "--batch-rows", "8") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "ok language model" in out and "the token writer ~" in out
+    assert "(f) token writer" in out
+    assert _nothing_spent(tmp_path)
 
 
 def test_dry_run_reports_every_failed_check_and_exits_2(
