@@ -28,7 +28,7 @@ import torch
 from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.accounting.token_sampling import sample_tokens
 from dpsynrag.models.llm import LoadedLLM
-from dpsynrag.transforms import decoding_llama
+from dpsynrag.transforms import decoding_stack
 from dpsynrag.transforms.decoding_reference import reference_tokens
 from dpsynrag.transforms.private_prediction import private_predict, render_prompt
 
@@ -200,7 +200,7 @@ def run_engine(llm: LoadedLLM, groups: list[list[str]], tokens: int,
     last = reports[-1] if reports else None
     return _figures(llm, counts, wall, last.prefill_seconds if last else 0.0,
                     last.decode_seconds if last else 0.0, peak,
-                    engine="packed" if decoding_llama.supports(llm.model) else "reference",
+                    engine="packed" if decoding_stack.supports(llm.model) else "reference",
                     distinct_prefills=last.distinct_prefills if last else 0)
 
 
