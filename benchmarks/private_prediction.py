@@ -33,7 +33,7 @@ import torch
 from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.accounting.token_sampling import sample_tokens
 from dpsynrag.models.llm import LoadedLLM
-from dpsynrag.transforms import decoding_llama
+from dpsynrag.transforms import decoding_stack
 from dpsynrag.transforms import private_prediction as prediction_module
 from dpsynrag.transforms.decoding_reference import reference_tokens
 from dpsynrag.transforms.private_prediction import (
@@ -221,7 +221,7 @@ def model_summary(llm: LoadedLLM, shape: str | None) -> dict[str, Any]:
         "rope_theta": rope.get("rope_theta", getattr(config, "rope_theta", None)),
         "tied_embeddings": llm.model.get_output_embeddings().weight
         is llm.model.get_input_embeddings().weight,
-        "packed_engine_supports": decoding_llama.supports(llm.model),
+        "packed_engine_supports": decoding_stack.supports(llm.model),
     }
 
 
@@ -484,7 +484,7 @@ def run_engine(llm: LoadedLLM, groups: list[list[str]], tokens: int,
                         timings["decode_seconds"], peak, engine="reference",
                         distinct_prefills=sum(len(g) for g in groups))
     return _figures(llm, counts, wall, None, None, peak,
-                    engine="packed" if decoding_llama.supports(llm.model) else "reference",
+                    engine="packed" if decoding_stack.supports(llm.model) else "reference",
                     distinct_prefills=0)
 
 

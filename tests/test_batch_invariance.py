@@ -23,7 +23,7 @@ from dpsynrag.accounting.clipping import clip_logits
 from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.eval import rag
 from dpsynrag.models.llm import LoadedLLM
-from dpsynrag.transforms import decoding_llama, decoding_reference, keywords
+from dpsynrag.transforms import decoding_reference, decoding_stack, keywords
 from dpsynrag.transforms import private_prediction as pp
 
 PROMPT = "rewrite the following note : {document} ."
@@ -163,8 +163,8 @@ def test_batch_invariance_packed_shapes_are_public(llm: LoadedLLM,
     extra = "fever cough chest"
     prefills: list[list[list[int]]] = []
     decodes: list[int] = []
-    real_prefill = decoding_llama.LlamaStack.prefill
-    real_decode = decoding_llama.LlamaStack.decode
+    real_prefill = decoding_stack.DecoderStack.prefill
+    real_decode = decoding_stack.DecoderStack.decode
 
     def prefill(self: Any, prefix: Any, seqs: list[list[int]]) -> Any:
         prefills.append([list(s) for s in seqs])
@@ -174,8 +174,8 @@ def test_batch_invariance_packed_shapes_are_public(llm: LoadedLLM,
         decodes.append(int(input_ids.shape[0]))
         return real_decode(self, prefix, slots, input_ids, *rest)
 
-    monkeypatch.setattr(decoding_llama.LlamaStack, "prefill", prefill)
-    monkeypatch.setattr(decoding_llama.LlamaStack, "decode", decode)
+    monkeypatch.setattr(decoding_stack.DecoderStack, "prefill", prefill)
+    monkeypatch.setattr(decoding_stack.DecoderStack, "decode", decode)
     shapes = []
     for groups in ([[d] for d in docs], [[d] for d in docs] + [[extra]],
                    [[*docs[:3], extra], docs[3:]]):

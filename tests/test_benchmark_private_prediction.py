@@ -22,7 +22,7 @@ import pytest
 import torch
 from tiny_models import make_tiny_llm
 
-from dpsynrag.transforms import decoding_llama
+from dpsynrag.transforms import decoding_stack
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "private_prediction.py"
 
@@ -136,17 +136,16 @@ def test_default_peak_by_device_name(bench: ModuleType) -> None:
 
 
 # ------------------------------------------------------------------------------ runs
-def test_unsupported_family_runs_and_records_its_engine(bench: ModuleType,
-                                                        tokenizer: Any) -> None:
+def test_qwen2_shape_runs_and_records_its_engine(bench: ModuleType, tokenizer: Any) -> None:
     """A Qwen2-shaped model is built and run; the JSON names the engine private_predict chose
-    (the packed one once decoding supports the family, the reference loop until then)."""
+    (the packed one: decoding_stack drives Qwen2)."""
     shape = bench.ModelShape("qwen2", 32, 1, 4, 2, 64, 128, 1_000_000.0, 1e-6, 512, False, None)
     llm = bench.random_weights_llm(shape, "cpu", "float32", tokenizer=tokenizer)
     assert llm.model.config.model_type == "qwen2" and llm.vocab_size == 128
     groups, _ = bench.make_workload(tokenizer, 2, 2, 1, 6)
     run = bench.run_engine(llm, groups, 2, None)
-    expected = "packed" if decoding_llama.supports(llm.model) else "reference"
-    assert run["engine"] == expected
+    assert decoding_stack.supports(llm.model)
+    assert run["engine"] == "packed"
     assert run["token_steps"] > 0
     assert run["prefill_seconds"] is not None and run["decode_seconds"] is not None
     assert run["decode_token_steps_per_s"] > 0

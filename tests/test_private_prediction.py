@@ -15,7 +15,7 @@ from tiny_models import make_tiny_llm
 
 from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.models.llm import LoadedLLM
-from dpsynrag.transforms import decoding_llama
+from dpsynrag.transforms import decoding_stack
 from dpsynrag.transforms.decoding_packed import PackedEngine
 from dpsynrag.transforms.private_prediction import (
     PromptLayout,
@@ -174,7 +174,7 @@ def test_bounded_document_cache_recomputes_identically(llm: LoadedLLM) -> None:
     results = []
     for cache_bytes in (None, 1):
         script = Scripted(llm.vocab_size, next(iter(llm.eos_token_ids)), {1: 2})
-        PackedEngine(decoding_llama.LlamaStack(llm.model), rows, prefix_len=prefix,
+        PackedEngine(decoding_stack.DecoderStack(llm.model), rows, prefix_len=prefix,
                      prefix_ids=list(layout.prefix[:prefix]), max_new_tokens=4, clip=CLIP,
                      sampler=script, eos_ids=llm.eos_token_ids, batch_rows=4,
                      vocab_size=llm.vocab_size, doc_cache_bytes=cache_bytes).run()

@@ -1,4 +1,5 @@
-"""The packed, continuously batched private-prediction engine (Llama-family models).
+"""The packed, continuously batched private-prediction engine (the decoder families of
+``decoding_stack``: Llama, Gemma 1-3, Mistral, Qwen2/2.5, Qwen3).
 
 How the work is shared (all exact: every row sees exactly the tokens of its own prompt):
 
@@ -65,7 +66,7 @@ import numpy as np
 import torch
 
 from dpsynrag.accounting.clipping import clip_logits
-from dpsynrag.transforms.decoding_llama import LlamaStack, PrefixKV
+from dpsynrag.transforms.decoding_stack import DecoderStack, PrefixKV
 from dpsynrag.transforms.public_prior import PriorStep, PublicPrior
 
 Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
@@ -119,7 +120,7 @@ class _Group:
 class _Lane:
     """Slots of one width, grown in chunks of ``chunk`` rows; decoded a chunk at a time."""
 
-    def __init__(self, stack: LlamaStack, width: int, chunk: int) -> None:
+    def __init__(self, stack: DecoderStack, width: int, chunk: int) -> None:
         self.stack, self.width, self.chunk = stack, width, chunk
         device = stack.device
         self.slots = stack.new_slots(0, width)
@@ -184,7 +185,7 @@ class PackedEngine:
 
     def __init__(
         self,
-        stack: LlamaStack,
+        stack: DecoderStack,
         groups: Sequence[Sequence[tuple[int, ...]]],
         *,
         prefix_len: int,

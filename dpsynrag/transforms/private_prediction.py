@@ -17,8 +17,10 @@ other**: its vote is the zero vector and its tokens are uniform draws; skipping 
 reveal emptiness.
 
 ``aggregated_logits`` computes z_n row by row with no cache: the audit reference. The fast
-engine (``decoding_packed``, Llama-family models) computes the same values; other
-architectures run the straightforward per-group loop (``decoding_reference``).
+engine (``decoding_packed`` over ``decoding_stack``: Llama, Gemma 1-3, Mistral, Qwen2/2.5,
+Qwen3) computes the same values; other architectures, and configurations ``decoding_stack``
+does not compute exactly, run the straightforward per-group loop (``decoding_reference``)
+after one warning per call naming the model type and the reason (never any data).
 
 Batch invariance (the sensitivity argument needs each row's clipped logits, or its one-hot
 greedy vote, to be a function of its own document and public values only; on a GPU a
@@ -42,6 +44,7 @@ Nothing here logs document text, logits, or counts.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,7 +56,7 @@ import torch
 from dpsynrag.accounting.clipping import clip_logits
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.accounting.token_sampling import sample_tokens
-from dpsynrag.transforms import decoding_llama
+from dpsynrag.transforms import decoding_stack
 from dpsynrag.transforms.decoding_packed import PackedEngine, RowTransform, StepReport
 from dpsynrag.transforms.decoding_reference import reference_tokens
 from dpsynrag.transforms.public_prior import PublicPrior, PublicPriorSettings
@@ -65,6 +68,7 @@ DEFAULT_BATCH_ROWS_CPU = 128
 DEFAULT_BATCH_ROWS_GPU = 1024
 
 Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
+logger = logging.getLogger(__name__)
 
 __all__ = ["PromptLayout", "StepReport", "aggregated_logits", "aggregated_prior_votes",
            "candidate_ids", "document_row_ids", "private_predict", "prompt_layout",
@@ -353,6 +357,11 @@ def private_predict(
     rho = (c / tau)^2 / 2 per token). ``on_step`` receives a
     ``StepReport`` after each step of the packed engine: it holds counts derived from private
     data, for progress bars and benchmarks in this process only; never log it.
+
+    ``engine="auto"`` uses the packed engine when ``decoding_stack.supports`` the model, else
+    the reference loop after one logged warning naming the model type and the reason;
+    ``"packed"`` raises ``ValueError`` for a model it cannot drive; ``"reference"`` always
+    runs the per-group loop (silently).
     """
     _check(clip, temperature, max_new_tokens)
     prompts = [prompt] * len(groups) if isinstance(prompt, str) else list(prompt)
@@ -392,7 +401,7 @@ def private_predict(
         raise ValueError("a public prior and a row transform exclude each other")
     prior = None if public_prior is None else _make_prior(
         llm, public_prior, prompts, prefixes, clip=clip, temperature=temperature)
-    packed = engine == "packed" or (engine == "auto" and decoding_llama.supports(llm.model))
+    packed = engine == "packed" or (engine == "auto" and _packed_engine_fits(llm.model))
     if packed:
         if batch_rows is None:
             batch_rows = DEFAULT_BATCH_ROWS_GPU if device.type == "cuda" else \
@@ -401,7 +410,7 @@ def private_predict(
         prefix_len = public_prefix_length(list(layouts.values()))
         some_prefix = next(iter(layouts.values())).prefix if layouts else ()
         tokens = PackedEngine(
-            decoding_llama.LlamaStack(llm.model), rows, prefix_len=prefix_len,
+            decoding_stack.DecoderStack(llm.model), rows, prefix_len=prefix_len,
             prefix_ids=list(some_prefix[:prefix_len]), max_new_tokens=max_new_tokens, clip=clip,
             sampler=sampler, eos_ids=eos, batch_rows=batch_rows, vocab_size=llm.vocab_size,
             on_step=on_step, row_transform=row_transform, prior=prior).run()
@@ -412,6 +421,18 @@ def private_predict(
             prior=prior)
     return [_decode(llm.tokenizer, [*forced_of[p], *t]) for p, t in zip(prefixes, tokens,
                                                                         strict=True)]
+
+
+def _packed_engine_fits(model: Any) -> bool:
+    """Whether the packed engine drives ``model`` exactly; if not, one warning line naming
+    the model type and the reason (public: the model's configuration only, never data)."""
+    reason = decoding_stack.unsupported_reason(model)
+    if reason is None:
+        return True
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    logger.warning("private prediction: packed engine unavailable for model_type=%r (%s); "
+                   "falling back to the slower reference engine", model_type, reason)
+    return False
 
 
 def _decode(tokenizer: Any, tokens: list[int]) -> str:
