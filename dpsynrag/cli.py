@@ -319,10 +319,10 @@ def _build_error_code(error: BaseException) -> int | None:
     from dpsynrag.accounting.ledger import BudgetExceededError, ReleaseMismatchError
     from dpsynrag.accounting.planner import PlanError
     from dpsynrag.accounting.signing import SigningKeyError
+    from dpsynrag.io.errors import InputError
     from dpsynrag.pipeline import cli_build
     from dpsynrag.pipeline.build import BuildError
     from dpsynrag.pipeline.config import ConfigError
-    from dpsynrag.pipeline.inputs import InputError
     from dpsynrag.pipeline.preflight import PreflightError
     from dpsynrag.pipeline.state import StateError
 

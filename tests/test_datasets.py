@@ -23,7 +23,8 @@ from dpsynrag.eval.datasets import (
     write_clinic_dataset,
     write_support_dataset,
 )
-from dpsynrag.pipeline.inputs import InputError, read_documents
+from dpsynrag.io.errors import InputError
+from dpsynrag.io.reader import read_documents
 
 GENERIC_TOKENS = {"syndrome", "fever", "disease", "acute", "chronic", "familial", "benign",
                   "juvenile", "migrating"}

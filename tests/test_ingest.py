@@ -15,15 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpsynrag.io.errors import InputError
+from dpsynrag.io.ids import content_id
+from dpsynrag.io.reader import read_documents
+from dpsynrag.io.units import bound_one_unit, bound_units, unit_rank
 from dpsynrag.pipeline.beam_ingest import run_ingest
-from dpsynrag.pipeline.inputs import (
-    InputError,
-    bound_one_unit,
-    bound_units,
-    content_id,
-    read_documents,
-    unit_rank,
-)
 from dpsynrag.transforms.ingest import IngestSettings
 
 WORDS = ["fever", "cough", "naïve", "café", "Zürich", "漢字", "🙂", "rash", "ache", "nausea",

@@ -1,4 +1,4 @@
-"""Tests of dpsynrag.pipeline.inputs: formats, errors without private text, skips, units."""
+"""Tests of the in-process reader (dpsynrag.io): formats, errors without private text, units."""
 
 from __future__ import annotations
 
@@ -11,17 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dpsynrag.pipeline.inputs import (
-    SKIP_REASONS,
-    InputDocuments,
-    InputError,
-    bound_units,
-    content_id,
-    content_key,
-    input_fingerprint,
-    normalise_text,
-    read_documents,
-)
+from dpsynrag.io.documents import SKIP_REASONS, InputDocuments
+from dpsynrag.io.errors import InputError
+from dpsynrag.io.fingerprint import input_fingerprint
+from dpsynrag.io.ids import content_id, content_key
+from dpsynrag.io.reader import read_documents
+from dpsynrag.io.text import normalise_text
+from dpsynrag.io.units import bound_units
 
 SECRET = "Zebulon Quartermaine has hepatic frobnosis"  # must never appear in an error
 

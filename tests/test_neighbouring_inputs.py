@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from dpsynrag.io.documents import InputDocuments
+from dpsynrag.io.reader import read_documents
+from dpsynrag.io.units import bound_units
 from dpsynrag.pipeline.beam_ingest import run_ingest
-from dpsynrag.pipeline.inputs import InputDocuments, bound_units, read_documents
 from dpsynrag.transforms.ingest import IngestSettings
 
 UNITS, PER_UNIT, MAX_CHARS = 50, 3, 120

@@ -248,7 +248,8 @@ def test_item6_cli_query_without_a_cap_exits_2_and_reads_nothing(tmp_path: Path,
 @pytest.mark.parametrize("rule", ["pick", "concat"])
 def test_item4_from_path_bounds_units_like_the_build(tmp_path: Path, rule: str) -> None:
     from dpsynrag.accounting.corpus_ledger import privacy_unit_definition
-    from dpsynrag.pipeline.inputs import bound_units, read_documents
+    from dpsynrag.io.reader import read_documents
+    from dpsynrag.io.units import bound_units
 
     notes = _notes(tmp_path)
     corpus = PrivateCorpus.from_path(notes, HashEmbedder(), unit_column="person",

@@ -75,6 +75,7 @@ from dpsynrag.accounting.conversions import Conversion, epsilon_for, rho_for
 from dpsynrag.accounting.costs import dp_spend_of, spend_of
 from dpsynrag.accounting.ledger import BudgetExceededError, LedgerError, ReleaseMismatchError
 from dpsynrag.accounting.signing import default_key_path
+from dpsynrag.io.units import UNIT_BOUND_RULES
 
 SCHEMA_VERSION = 2  # 2: privacy unit in meta, the ``consumed`` table of used receipts
 _UPGRADABLE_SCHEMAS = ("1",)
@@ -84,7 +85,6 @@ KINDS = ("build", "query")
 BUSY_TIMEOUT_S = 600.0  # writers wait for each other; a transaction here lasts milliseconds
 _EPSILON_SLACK = 1e-12  # relative float round-off allowed when comparing with the cap
 RECORD_UNIT = "record"
-UNIT_BOUND_RULES = ("pick", "concat")  # the rules of dpsynrag.pipeline.inputs.bound_one_unit
 _UNIT_META = "privacy_unit"
 
 __all__ = [

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsynrag.pipeline.inputs import InputError
+from dpsynrag.io.errors import InputError
 
 __all__ = [
     "SUPPORT_SYMPTOMS",

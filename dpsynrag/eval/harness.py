@@ -145,7 +145,7 @@ def load_data(settings: EvalSettings, work: Path) -> EvalData:
     notes_path, queries_path = root / "notes.jsonl", root / "queries.jsonl"
     if not (notes_path.is_file() and queries_path.is_file()):
         raise EvalError(f"{root}: expected notes.jsonl and queries.jsonl (see 'dpsynrag dataset')")
-    from dpsynrag.pipeline.inputs import read_documents
+    from dpsynrag.io.reader import read_documents
 
     docs = read_documents(notes_path)
     items = load_qa_jsonl(queries_path)

@@ -3,7 +3,7 @@
 Read (JSONL, CSV, Parquet, a directory of ``.txt``; a local path, a directory, or a file
 pattern on any filesystem Beam has, e.g. ``gs://bucket/notes/*.jsonl`` when Beam's GCP extra
 is installed), validate and normalise every record exactly as ``build-corpus`` does in
-process (:mod:`dpsynrag.pipeline.inputs`), give records without ids their content-derived
+process (the readers of :mod:`dpsynrag.io`), give records without ids their content-derived
 ids, make shared ids unique (identical records collapse; no record is dropped because another
 has its id: :func:`dpsynrag.transforms.ingest.resolve_ids`), group by privacy unit and bound
 each unit to one document (:func:`dpsynrag.transforms.ingest.bound_unit`), then write
@@ -35,7 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpsynrag.pipeline.inputs import SKIP_REASONS, InputError
+from dpsynrag.io.documents import SKIP_REASONS
+from dpsynrag.io.errors import InputError
 from dpsynrag.transforms.ingest import (
     Document,
     IngestSettings,

@@ -141,7 +141,7 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     for none) before any private computation; a resumed build finds its charge and pays
     nothing more, and a cap the build does not fit in refuses it (``BudgetRefusedError``).
     """
-    from dpsynrag.pipeline.inputs import input_fingerprint
+    from dpsynrag.io.fingerprint import input_fingerprint
 
     started = time.monotonic()
     out_dir = Path(out_dir)
@@ -231,7 +231,8 @@ def read_input(input_path: str | Path, config: BuildConfig,
     """
     import tempfile
 
-    from dpsynrag.pipeline.inputs import bound_units, read_documents
+    from dpsynrag.io.reader import read_documents
+    from dpsynrag.io.units import bound_units
 
     if config.ingest == "inline":
         docs = read_documents(Path(input_path), text_column=config.text_column,

@@ -69,9 +69,9 @@ def add_ingest_parser(subparsers: Any, positive_int: Any) -> None:
 
 
 def run_ingest_command(args: argparse.Namespace) -> int:
+    from dpsynrag.io.errors import InputError
     from dpsynrag.pipeline.beam_ingest import parse_beam_options, run_ingest
     from dpsynrag.pipeline.cli_tools import ToolError
-    from dpsynrag.pipeline.inputs import InputError
     from dpsynrag.transforms.ingest import IngestSettings
 
     settings = IngestSettings(text_column=args.text_column, id_column=args.id_column,

@@ -111,8 +111,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_query(args: argparse.Namespace) -> int:
     from dpsynrag.accounting.ledger import LedgerError
+    from dpsynrag.io.errors import InputError
     from dpsynrag.pipeline.cli_tools import ToolError
-    from dpsynrag.pipeline.inputs import InputError
     from dpsynrag.query.private_corpus import QueryInputError
     from dpsynrag.query.service import QueryService, make_settings
 

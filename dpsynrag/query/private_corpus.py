@@ -8,7 +8,7 @@ Three choices matter for privacy and are fixed here, not by callers:
 
 * **One document per privacy unit.** ``from_path`` reads the input like the build and, with
   a unit column, bounds each unit to one document by the build's own rule
-  (``pipeline.inputs.bound_units``, ``pick`` or ``concat``): every sensitivity of the
+  (``io.units.bound_units``, ``pick`` or ``concat``): every sensitivity of the
   query-time mechanisms counts one document per unit. ``privacy_unit`` names that unit
   (``privacy_unit_definition``); a charge and its receipt must name the same one.
 * **Exact retrieval.** Similarities are computed against every document (no approximate
@@ -100,7 +100,8 @@ class PrivateCorpus:
         looks at each unit's own records only: adding or removing a unit changes one
         document. Errors name the file and row, never text.
         """
-        from dpsynrag.pipeline.inputs import bound_units, read_documents
+        from dpsynrag.io.reader import read_documents
+        from dpsynrag.io.units import bound_units
 
         definition = privacy_unit_definition(unit_column, unit_bound)
         docs = read_documents(path, text_column=text_column, id_column=id_column,

@@ -1,63 +1,52 @@
 """Ingest, record by record: parse one input file, validate, bound each privacy unit.
 
-These are the pure functions the Beam ingest (:mod:`dpsynrag.pipeline.beam_ingest`) applies;
-they reuse the validation and normalisation of :mod:`dpsynrag.pipeline.inputs`, so a record
-ingested by Beam becomes exactly the document the in-process reader makes of it.
+These are the pure functions the Beam ingest (:mod:`dpsynrag.pipeline.beam_ingest`) applies.
+They read every format with the readers of :mod:`dpsynrag.io` that ``build-corpus``'s
+in-process reader (:mod:`dpsynrag.io.reader`) uses too, with the same checks and
+normalisation, so a record ingested by Beam becomes exactly the document the in-process reader
+makes of it. Here a bad record is a bad row, counted, instead of an error.
 
 Ingest is not a DP mechanism and releases nothing: it only bounds every privacy unit to one
 document (sensitivity 1 for every later stage) by a rule that looks at that unit's own
 records and nothing else. Its counts (records read, skipped, bad, dropped) are private.
 
-Ids and duplicates follow :mod:`dpsynrag.pipeline.inputs` exactly: without an id column a
-record's id is content-derived (:func:`~dpsynrag.pipeline.inputs.content_id`), never its
-position; records sharing an id are resolved by
-:func:`~dpsynrag.pipeline.inputs.resolve_id_group` (identical ones collapse, counted as the
-skip ``"duplicate"``; the others get distinct ``~dup-`` ids). A shared id is never a bad row,
-so adding a record can never remove another unit's record.
+Ids and duplicates follow :mod:`dpsynrag.io.ids` exactly: without an id column a record's id
+is content-derived (:func:`~dpsynrag.io.ids.content_id`), never its position; records sharing
+an id are resolved by :func:`~dpsynrag.io.ids.resolve_id_group` (identical ones collapse,
+counted as the skip ``"duplicate"``; the others get distinct ``~dup-`` ids). A shared id is
+never a bad row, so adding a record can never remove another unit's record.
 
 Unit bounding rules (``unit_bound``), both in the order of
-``sha256(unit ‖ 0x00 ‖ sha256(text))`` (:func:`~dpsynrag.pipeline.inputs.unit_rank`): a
-function of each record itself, never of its place or id:
+``sha256(unit ‖ 0x00 ‖ sha256(text))`` (:func:`~dpsynrag.io.units.unit_rank`): a function of
+each record itself, never of its place or id:
 
 * ``pick`` (default): keep the first record in that order; the rule of
-  :func:`dpsynrag.pipeline.inputs.bound_units`.
+  :func:`dpsynrag.io.units.bound_units`.
 * ``concat``: join the unit's texts, in that order, with a blank line between them,
   appending each record only if the result stays within ``max_chars``; the document takes the
   id of the unit's first record in that order.
 
-Encodings: a file starting with a UTF-8 or UTF-16 byte-order mark is decoded as such; any
-other file is UTF-8, line by line (JSON Lines, CSV) or whole (``.txt``). A line that is not
-valid UTF-8 is a bad row, or is decoded with ``fallback_encoding`` (e.g. ``cp1252``) when one
-is given (counted as ``decoded_with_fallback``).
+Encodings (:mod:`dpsynrag.io.decoding`): a file starting with a UTF-8 or UTF-16 byte-order
+mark is decoded as such; any other file is UTF-8, line by line (JSON Lines, CSV) or whole
+(``.txt``). A line that is not valid UTF-8 is a bad row, or is decoded with
+``fallback_encoding`` (e.g. ``cp1252``) when one is given (counted as
+``decoded_with_fallback``).
 """
 
 from __future__ import annotations
 
 import codecs
-import csv
 import hashlib
-import io
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import BinaryIO
 
-from dpsynrag.pipeline.inputs import (
-    UNIT_BOUND_RULES,
-    Columns,
-    CsvLayout,
-    IdPresence,
-    InputError,
-    RawRecord,
-    accept_record,
-    bound_one_unit,
-    id_group,
-    jsonl_record,
-    open_parquet,
-    parquet_columns,
-    parquet_records,
-    resolve_id_group,
-    unlimited_csv_fields,
-)
+from dpsynrag.io import csv_rows, jsonl, parquet, txt
+from dpsynrag.io.decoding import Decoding
+from dpsynrag.io.errors import InputError
+from dpsynrag.io.ids import id_group, resolve_id_group
+from dpsynrag.io.records import BadRow, Columns, RawRecord, accept_record
+from dpsynrag.io.units import UNIT_BOUND_RULES, bound_one_unit
 
 __all__ = [
     "FORMATS",
@@ -74,11 +63,10 @@ __all__ = [
     "shard_of",
 ]
 
-FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
-           ".parquet": "parquet", ".txt": "txt"}
+FORMATS = {**dict.fromkeys(jsonl.SUFFIXES, "jsonl"), **dict.fromkeys(csv_rows.SUFFIXES, "csv"),
+           **dict.fromkeys(parquet.SUFFIXES, "parquet"), txt.SUFFIX: "txt"}
 _SHARD_DOMAIN = b"dpsynrag/ingest-shard/v1\x00"
-_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16"),
-         (codecs.BOM_UTF16_BE, "utf-16"))
+_STOPS = {"file": " (the file is not read)", "rest": " (the rest of the file is not read)"}
 
 
 @dataclass(frozen=True)
@@ -106,6 +94,10 @@ class IngestSettings:
     def columns(self) -> Columns:
         return Columns(self.text_column, self.id_column, self.unit_column)
 
+    @property
+    def decoding(self) -> Decoding:
+        return Decoding(self.fallback_encoding, utf16=True)
+
 
 @dataclass(frozen=True)
 class Parsed:
@@ -115,7 +107,7 @@ class Parsed:
     value or, without one, the content-derived id (made unique later by
     :func:`resolve_ids`); ``unit`` is None when there is no unit column (the record is its own
     unit, named by its final id). ``skip`` is a reason of
-    :data:`dpsynrag.pipeline.inputs.SKIP_REASONS` or None. ``position`` only orders the
+    :data:`dpsynrag.io.documents.SKIP_REASONS` or None. ``position`` only orders the
     output rows; no rule that decides what is kept looks at it.
     """
 
@@ -154,64 +146,9 @@ def format_of(name: str) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------ decoding
-def _bom_encoding(head: bytes) -> tuple[str | None, int]:
-    for bom, encoding in _BOMS:
-        if head.startswith(bom):
-            return encoding, (len(bom) if encoding == "utf-8" else 0)
-    return None, 0
-
-
-@dataclass(frozen=True)
-class _Line:
-    number: int
-    text: str
-    problem: str | None = None
-    fallback: bool = False
-
-
-def _decoded_lines(handle: BinaryIO, file: str, fallback: str | None,
-                   keep_bad: bool) -> Iterator[_Line]:
-    """Lines of a text file (terminators kept), decoded per the module docstring.
-
-    A line that is not valid UTF-8 (and no fallback) comes with ``problem`` set and, when
-    ``keep_bad``, its text decoded with ``surrogateescape`` (for the CSV parser to go on).
-    """
-    stream = io.BufferedReader(handle) if not hasattr(handle, "peek") else handle
-    encoding, skip = _bom_encoding(stream.peek(4)[:4])
-    if encoding == "utf-16":
-        text = io.TextIOWrapper(stream, encoding="utf-16", newline="")
-        try:
-            for number, line in enumerate(text, start=1):
-                yield _Line(number, line)
-        except UnicodeDecodeError:
-            yield _Line(-1, "", "not valid UTF-16 after its byte-order mark")
-        return
-    stream.read(skip)
-    offset = skip
-    for number, raw in enumerate(stream, start=1):
-        try:
-            yield _Line(number, raw.decode("utf-8"))
-        except UnicodeDecodeError as error:
-            if fallback is not None:
-                yield _Line(number, raw.decode(fallback, errors="replace"), fallback=True)
-            else:
-                yield _Line(number, raw.decode("utf-8", "surrogateescape") if keep_bad else "",
-                            f"not valid UTF-8 (byte offset {offset + error.start} in the file)")
-        offset += len(raw)
-
-
-def _has_surrogates(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 # ------------------------------------------------------------------ parsing
 class _FileParser:
-    """Turns the raw records of one file into :class:`Parsed` records, bad rows included."""
+    """Turns what the readers yield for one file into :class:`Parsed` records."""
 
     def __init__(self, file_index: int, file: str, settings: IngestSettings) -> None:
         self.file_index = file_index
@@ -219,24 +156,21 @@ class _FileParser:
         self.settings = settings
         self.position = 0
 
-    def bad(self, where: str, problem: str, *, count: bool = True) -> Parsed:
-        if count:
-            self.position += 1
-        return Parsed(self.file_index, max(self.position, 1), self.file, where, problem=problem)
-
-    def record(self, make: Callable[[], RawRecord], where: str, fallback: bool = False
-               ) -> Parsed:
+    def parsed(self, item: RawRecord | BadRow, default_where: str) -> Parsed:
         self.position += 1
+        if isinstance(item, BadRow):
+            return Parsed(self.file_index, self.position, self.file,
+                          item.where or default_where,
+                          problem=item.problem + _STOPS.get(item.stops or "", ""))
         try:
-            raw = make()
             doc_id, unit, text, skip = accept_record(
-                raw, self.settings.unit_column is not None, self.settings.min_chars,
+                item, self.settings.unit_column is not None, self.settings.min_chars,
                 self.settings.max_chars)
         except InputError as error:
-            return Parsed(self.file_index, self.position, self.file, error.where or where,
+            return Parsed(self.file_index, self.position, self.file, error.where or item.where,
                           problem=error.problem)
-        return Parsed(self.file_index, self.position, self.file, where, doc_id=doc_id,
-                      unit=unit, text=text, skip=skip, fallback=fallback)
+        return Parsed(self.file_index, self.position, self.file, item.where, doc_id=doc_id,
+                      unit=unit, text=text, skip=skip, fallback=item.fallback)
 
 
 def parse_file(file_index: int, file: str, kind: str, open_binary: Callable[[], BinaryIO],
@@ -245,114 +179,28 @@ def parse_file(file_index: int, file: str, kind: str, open_binary: Callable[[], 
     :class:`InputError`: a problem becomes a bad row; a problem that makes the rest of the
     file unreadable ends the file with one bad row saying so)."""
     parser = _FileParser(file_index, file, settings)
+    cols, decoding = settings.columns, settings.decoding
     with open_binary() as handle:
+        items: Iterable[RawRecord | BadRow]
         if kind == "jsonl":
-            yield from _parse_jsonl(parser, handle)
+            items = jsonl.read_jsonl(handle, file, cols, decoding)
         elif kind == "csv":
-            yield from _parse_csv(parser, handle)
+            items = csv_rows.read_csv(handle, file, cols, decoding)
         elif kind == "parquet":
-            yield from _parse_parquet(parser, handle)
+            items = parquet.read_parquet(handle, file, cols)
         elif kind == "txt":
-            yield _parse_txt(parser, handle, relative_name)
+            items = [txt.read_txt(handle.read(), file, relative_name, decoding)]
         else:
             raise ValueError(f"unknown input format {kind!r}")
-
-
-def _parse_jsonl(parser: _FileParser, handle: BinaryIO) -> Iterator[Parsed]:
-    cols, ids = parser.settings.columns, IdPresence()
-    for line in _decoded_lines(handle, parser.file, parser.settings.fallback_encoding, False):
-        where = f"line {line.number}"
-        if line.number < 0:
-            yield parser.bad("end of file", line.problem or "", count=False)
-            return
-        if line.problem is not None:
-            yield parser.bad(where, line.problem)
-        elif line.text.strip():
-            yield parser.record(
-                lambda t=line.text, w=where: jsonl_record(t, parser.file, w, cols, ids),
-                where, line.fallback)
-
-
-def _parse_csv(parser: _FileParser, handle: BinaryIO) -> Iterator[Parsed]:
-    cols = parser.settings.columns
-    lines = _decoded_lines(handle, parser.file, parser.settings.fallback_encoding, True)
-    bad_lines: set[int] = set()
-    fallback_lines: set[int] = set()
-
-    def texts() -> Iterator[str]:
-        for line in lines:
-            if line.number < 0:
-                raise csv.Error(line.problem)
-            if line.problem is not None:
-                bad_lines.add(line.number)
-            if line.fallback:
-                fallback_lines.add(line.number)
-            yield line.text
-
-    with unlimited_csv_fields():
-        reader = csv.reader(texts(), strict=True)
-        start = 1
-        try:
-            header = next(reader, None)
-            if header is None:
-                yield parser.bad("line 1", "empty file (no header row)")
-                return
-            try:
-                layout = CsvLayout(header, parser.file, cols)
-            except InputError as error:
-                yield parser.bad("line 1", error.problem + " (the file is not read)")
-                return
-            start = reader.line_num + 1
-            for row in reader:
-                first, start = start, reader.line_num + 1
-                if not row:
-                    continue
-                where = f"line {first}"
-                span = set(range(first, start))
-                if span & bad_lines or any(_has_surrogates(cell) for cell in row):
-                    yield parser.bad(where, "not valid UTF-8")
-                    continue
-                yield parser.record(lambda r=row, w=where: layout.record(r, parser.file, w),
-                                    where, bool(span & fallback_lines))
-        except csv.Error as error:
-            yield parser.bad(f"line {start}", f"malformed CSV: {error} (the rest of the file "
-                                              "is not read)")
-
-
-def _parse_parquet(parser: _FileParser, handle: BinaryIO) -> Iterator[Parsed]:
-    try:
-        parquet = open_parquet(handle, parser.file)
-        wanted = parquet_columns(parquet.schema_arrow, parser.file, parser.settings.columns)
-        for raw in parquet_records(parquet, parser.file, wanted):
-            yield parser.record(lambda r=raw: r, raw.where)
-    except InputError as error:
-        suffix = " (the rest of the file is not read)" if parser.position else \
-            " (the file is not read)"
-        yield parser.bad(error.where or "file", error.problem + suffix)
-
-
-def _parse_txt(parser: _FileParser, handle: BinaryIO, relative_name: str) -> Parsed:
-    data = handle.read()
-    encoding, skip = _bom_encoding(data[:4])
-    where = f"file {relative_name}"
-    fallback = False
-    try:
-        text = data[skip:].decode(encoding or "utf-8")
-    except UnicodeDecodeError as error:
-        if parser.settings.fallback_encoding is None or encoding == "utf-16":
-            return parser.bad(where, f"not valid {(encoding or 'utf-8').upper()} "
-                                     f"(byte offset {error.start + skip})")
-        text, fallback = data.decode(parser.settings.fallback_encoding, errors="replace"), True
-    doc_id = relative_name[: -len(".txt")] if relative_name.lower().endswith(".txt") \
-        else relative_name
-    return parser.record(lambda: RawRecord(parser.file, where, text, doc_id, None), where,
-                         fallback)
+        default_where = "file" if kind == "parquet" else "line 1"
+        for item in items:
+            yield parser.parsed(item, default_where)
 
 
 # ------------------------------------------------------------------ ids, units, shards
 def resolve_ids(group: str, records: Iterable[Parsed]) -> list[tuple[Parsed, int, bool]]:
     """Unique ids for the records of one id group
-    (:func:`~dpsynrag.pipeline.inputs.resolve_id_group`, as the in-process reader does).
+    (:func:`~dpsynrag.io.ids.resolve_id_group`, as the in-process reader does).
 
     Returns, per distinct content, ``(record, collapsed, renamed)``: the record with its final
     id, its unit set (the final id without a unit column) and ``order`` the smallest of the
@@ -373,7 +221,7 @@ def resolve_ids(group: str, records: Iterable[Parsed]) -> list[tuple[Parsed, int
 
 def bound_unit(unit: str, records: Iterable[Parsed], rule: str, max_chars: int | None
                ) -> tuple[Document, int]:
-    """One document for the unit (:func:`~dpsynrag.pipeline.inputs.bound_one_unit`) and how
+    """One document for the unit (:func:`~dpsynrag.io.units.bound_one_unit`) and how
     many of its records were dropped or merged away. Looks at this unit's records only."""
     ordered = sorted(records, key=lambda r: r.order)
     doc_id, text, used = bound_one_unit(unit, [(r.doc_id or "", r.text) for r in ordered],

@@ -1,0 +1,72 @@
+"""JSON Lines: one object per line, read line by line; blank lines are not records.
+
+A JSON array file is refused with a hint. ``.jsonl``, ``.ndjson`` and ``.json`` files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import BinaryIO
+
+from dpsynrag.io.decoding import Decoding, decoded_lines
+from dpsynrag.io.errors import InputError
+from dpsynrag.io.records import (
+    NO_ID,
+    BadRow,
+    Columns,
+    IdPresence,
+    RawRecord,
+    describe_names,
+    json_type,
+)
+
+__all__ = ["SUFFIXES", "jsonl_record", "read_jsonl"]
+
+SUFFIXES = (".jsonl", ".ndjson", ".json")
+
+
+def jsonl_record(line: str, file: str, where: str, cols: Columns,
+                 ids: IdPresence) -> RawRecord:
+    """Parse one non-blank JSON Lines line into a raw record (InputError when it is bad)."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as error:
+        hint = ""
+        if line.strip() in ("[", "[]") or line.lstrip().startswith("[{"):
+            hint = " (this looks like a JSON array; expected one JSON object per line)"
+        raise InputError(file, where, f"malformed JSON: {error.msg} at column "
+                                      f"{error.colno}{hint}") from None
+    if not isinstance(obj, dict):
+        hint = " (expected one JSON object per line)" if isinstance(obj, list) else ""
+        raise InputError(file, where, f"expected a JSON object, found {json_type(obj)}{hint}")
+    if cols.text not in obj:
+        raise InputError(file, where, f"missing text column {cols.text!r} "
+                                      f"(columns found: {describe_names(obj)})")
+    if cols.unit is not None and cols.unit not in obj:
+        raise InputError(file, where, f"missing unit column {cols.unit!r} "
+                                      f"(columns found: {describe_names(obj)})")
+    use_id = ids.check(cols.id is not None and cols.id in obj, file, where, cols, obj)
+    return RawRecord(file, where, obj[cols.text], obj[cols.id] if use_id else NO_ID,
+                     obj[cols.unit] if cols.unit is not None else None)
+
+
+def read_jsonl(handle: BinaryIO, file: str, cols: Columns,
+               decoding: Decoding) -> Iterator[RawRecord | BadRow]:
+    """Every record of one JSON Lines file, in file order; a bad line is a :class:`BadRow`."""
+    ids = IdPresence()
+    for line in decoded_lines(handle, decoding, keep_bad=False):
+        if line.number < 0:
+            yield BadRow("end of file", line.problem or "")
+            return
+        where = f"line {line.number}"
+        if line.problem is not None:
+            yield BadRow(where, line.problem)
+        elif line.text.strip():
+            try:
+                record = jsonl_record(line.text, file, where, cols, ids)
+            except InputError as error:
+                yield BadRow.of(error)
+            else:
+                yield replace(record, fallback=True) if line.fallback else record
