@@ -21,8 +21,9 @@ from test_private_prediction import WORDS, tiny_llm
 
 from dpsynrag.accounting.clipping import clip_logits
 from dpsynrag.accounting.rng import secure_rng
-from dpsynrag.eval import rag
+from dpsynrag.models import greedy
 from dpsynrag.models.llm import LoadedLLM
+from dpsynrag.prompts.rag import answer_prompt
 from dpsynrag.transforms import decoding_reference, decoding_stack, keywords
 from dpsynrag.transforms import private_prediction as pp
 
@@ -256,7 +257,7 @@ def _row_shapes(calls: list[tuple[torch.Tensor, torch.Tensor]],
 
 def _rag_prompts(seed: int, count: int) -> list[str]:
     rs = np.random.default_rng(seed)
-    return [rag.answer_prompt("patient fever", [" ".join(rs.choice(WORDS[:-8], int(n)))])
+    return [answer_prompt("patient fever", [" ".join(rs.choice(WORDS[:-8], int(n)))])
             for n in rs.integers(2, 12, size=count)]
 
 
@@ -269,10 +270,10 @@ def test_batch_invariance_rag_answers_do_not_depend_on_other_prompts(
     kwargs = {"max_new_tokens": 6, "batch_size": batch_size, "pad_multiple": 16}
     extra = prompts[0] + " red"
     with _generate_calls(llm) as calls:
-        base = rag.answer_questions(llm, prompts, **kwargs)
+        base = greedy.answer_questions(llm, prompts, **kwargs)
         base_calls = list(calls)
         calls.clear()
-        more = rag.answer_questions(llm, [*prompts, extra], **kwargs)
+        more = greedy.answer_questions(llm, [*prompts, extra], **kwargs)
         more_calls = list(calls)
     assert more[:len(prompts)] == base
     rows = 1 if batch_size is None else batch_size  # CPU default: one prompt per call
@@ -294,10 +295,10 @@ def test_batch_invariance_keyword_answers_keep_their_shapes(llm: LoadedLLM) -> N
     same = [p for p in prompts if len(p) <= pad]
     kwargs = {"max_new_tokens": 5, "batch_size": 2, "pad_multiple": pad}
     with _generate_calls(llm) as calls:
-        alone = keywords.generate_greedy(llm, [prompts[0]], **kwargs)
+        alone = greedy.generate_greedy(llm, [prompts[0]], **kwargs)
         alone_calls = list(calls)
         calls.clear()
-        together = keywords.generate_greedy(llm, same, **kwargs)
+        together = greedy.generate_greedy(llm, same, **kwargs)
         together_calls = list(calls)
     assert together[0] == alone[0]
     for _ids, mask in [*alone_calls, *together_calls]:

@@ -12,14 +12,10 @@ import pytest
 import torch
 from test_private_prediction import tiny_llm
 
-from dpsynrag.eval.rag import (
-    DEFAULT_INSTRUCTION,
-    CorpusIndex,
-    answer_prompt,
-    answer_questions,
-    no_context_prompt,
-)
+from dpsynrag.eval.rag import CorpusIndex
+from dpsynrag.models.greedy import answer_questions
 from dpsynrag.models.llm import LoadedLLM
+from dpsynrag.prompts.rag import DEFAULT_INSTRUCTION, answer_prompt, no_context_prompt
 from dpsynrag.transforms.emit import write_output
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 from tiny_models import make_tiny_llm
 
+from dpsynrag.models.greedy import generate_greedy
 from dpsynrag.models.llm import LoadedLLM
+from dpsynrag.prompts.templates import load_prompt
 from dpsynrag.transforms.keywords import (
-    generate_greedy,
     inflected_form,
     keyword_prompt,
     llm_keywords,
-    load_prompt,
     normalise_keywords,
     parse_keyword_answer,
     statistical_keywords,

@@ -16,9 +16,10 @@ from dpsynrag.accounting.conversions import rho_for
 from dpsynrag.accounting.corpus_ledger import CorpusLedger
 from dpsynrag.accounting.costs import spend_of
 from dpsynrag.accounting.rng import secure_rng
+from dpsynrag.prompts.query import document_prompt
+from dpsynrag.prompts.rag import no_context_prompt
 from dpsynrag.query import dp_ksa, dp_rag, sparse_vote
 from dpsynrag.query.private_corpus import PrivateCorpus
-from dpsynrag.query.prompts import document_prompt, no_context_prompt
 from dpsynrag.query.service import QueryService, make_settings
 from dpsynrag.transforms.private_prediction import aggregated_logits, render_prompt
 
@@ -223,7 +224,7 @@ def test_ksa_fails_the_test_on_spread_answers_and_falls_back_to_non_rag(
                  for s in range(50))
     assert passes == 0  # gap <= 2 everywhere: a pass has probability <= delta_ptr
     prompts: list[list[str]] = []
-    monkeypatch.setattr("dpsynrag.eval.rag.answer_questions",
+    monkeypatch.setattr("dpsynrag.query.dp_ksa.answer_questions",
                         lambda _llm, p, **_k: prompts.append(list(p)) or ["x"] * len(p))
     releases: list[dp_ksa.KeywordRelease] = []
     corpus = _corpus(5)

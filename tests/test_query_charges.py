@@ -133,7 +133,7 @@ def test_item6_a_receipt_is_used_once_and_a_second_use_is_refused_before_any_mod
     corpus = _corpus()
     with CorpusLedger(tmp_path / "l.sqlite") as ledger:
         [receipt] = _receipts(ledger, method, settings, 1)
-        monkeypatch.setattr("dpsynrag.eval.rag.answer_questions",
+        monkeypatch.setattr("dpsynrag.query.dp_ksa.answer_questions",
                             lambda _llm, p, **_k: ["x"] * len(p))
         [reply] = _call(method, settings, corpus, ["what is it"], llm=tiny_llm(),
                         embedder=HashEmbedder(), receipts=[receipt])

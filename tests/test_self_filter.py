@@ -10,10 +10,10 @@ import torch
 from tiny_models import make_tiny_llm
 
 from dpsynrag.models.llm import LoadedLLM
+from dpsynrag.prompts.templates import load_prompt
 from dpsynrag.transforms.self_filter import (
     answer_token_ids,
     decision_logits,
-    load_prompt,
     self_filter,
 )
 
@@ -80,7 +80,7 @@ def test_answer_tokens(llm: LoadedLLM) -> None:
 @pytest.mark.parametrize("batch_size", [1, 3, 16, 64])
 def test_batched_equals_row_by_row(llm: LoadedLLM, batch_size: int) -> None:
     items = texts()
-    prompt = load_prompt()
+    prompt = load_prompt("self_filter")
     expected = reference_logits(llm, items, prompt)
     got = decision_logits(llm, items, batch_size=batch_size)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

@@ -45,8 +45,8 @@ from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.planner import DEFAULT_VOCAB_SIZE, PlanError, consensus_rows
 from dpsynrag.accounting.rng import RandomSource, secure_rng
 from dpsynrag.pipeline.runners import Runner
+from dpsynrag.prompts.templates import PLACEHOLDER
 from dpsynrag.transforms.prediction_release import PartitionTokenSampler
-from dpsynrag.transforms.private_prediction import PLACEHOLDER
 
 __all__ = [
     "GROUP",

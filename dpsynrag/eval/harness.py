@@ -171,7 +171,9 @@ def measure_corpus(texts: Sequence[str] | None, data: EvalData, runner: Any, *, 
         verbatim_spans,
         weighted_recall_at_k,
     )
-    from dpsynrag.eval.rag import CorpusIndex, answer_prompt, answer_questions, no_context_prompt
+    from dpsynrag.eval.rag import CorpusIndex
+    from dpsynrag.models.greedy import answer_questions
+    from dpsynrag.prompts.rag import answer_prompt, no_context_prompt
 
     worker = runner.worker
     result: dict[str, Any] = {}

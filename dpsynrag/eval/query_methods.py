@@ -40,7 +40,7 @@ def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: f
     """Accuracy, leakage and spend of ``method`` at ``epsilon`` per query (one run)."""
     from dpsynrag.accounting.corpus_ledger import CorpusLedger
     from dpsynrag.eval.metrics import accuracy, name_leaks
-    from dpsynrag.eval.rag import DEFAULT_INSTRUCTION
+    from dpsynrag.prompts.rag import DEFAULT_INSTRUCTION
     from dpsynrag.query.private_corpus import PrivateCorpus
     from dpsynrag.query.service import QueryService, make_settings
 

@@ -1,12 +1,9 @@
-"""RAG evaluation: retrieve from a corpus (private or synthetic), prompt, answer greedily.
+"""RAG evaluation's retrieval: a corpus (private or synthetic) and its exact FAISS index.
 
-* :class:`CorpusIndex`: texts and a ``faiss.IndexFlatIP`` over their unit-normalised
-  embeddings; built from texts with an embedder, or loaded from a build's output directory
-  (``corpus.parquet`` + ``index.faiss``, see :mod:`dpsynrag.transforms.emit`).
-* :func:`answer_prompt` / :func:`no_context_prompt`: the user messages of the evaluation.
-* :func:`answer_questions`: greedy (temperature 0) batched answers of a :class:`LoadedLLM`,
-  each computed with shapes that depend on its own prompt only (batch invariance: DP-KSA's
-  one-document answers are votes).
+:class:`CorpusIndex`: texts and a ``faiss.IndexFlatIP`` over their unit-normalised embeddings;
+built from texts with an embedder, or loaded from a build's output directory
+(``corpus.parquet`` + ``index.faiss``, see :mod:`dpsynrag.transforms.emit`). The prompts are
+:mod:`dpsynrag.prompts.rag`'s, the greedy answers :mod:`dpsynrag.models.greedy`'s.
 
 Queries and prompts are public by the privacy model; nothing here spends privacy budget.
 """
@@ -20,19 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from dpsynrag.models.llm import LoadedLLM
 from dpsynrag.transforms.emit import CORPUS_FILE, INDEX_FILE, MANIFEST_FILE
 
-__all__ = [
-    "DEFAULT_INSTRUCTION",
-    "CorpusIndex",
-    "answer_prompt",
-    "answer_questions",
-    "no_context_prompt",
-]
-
-DEFAULT_INSTRUCTION = "Answer with the name of the disease only."
-DEFAULT_BATCH_GPU = 8
+__all__ = ["CorpusIndex"]
 
 
 def _unit_rows(vectors: Any, rows: int) -> np.ndarray:
@@ -155,70 +142,3 @@ class CorpusIndex:
             texts = [texts[i] for i in rows]
             vectors = vectors[rows] if len(rows) else np.zeros((0, index.d), dtype=np.float32)
         return cls(texts, embedder, vectors=vectors, ids=ids)
-
-
-def _context_block(contexts: Sequence[str]) -> str:
-    return "\n".join(f"[{i}] {' '.join(str(c).split())}" for i, c in enumerate(contexts, 1))
-
-
-def answer_prompt(question: str, contexts: Sequence[str], *,
-                  instruction: str = DEFAULT_INSTRUCTION) -> str:
-    """The user message: numbered context passages, then the question and ``instruction``.
-
-    Whitespace inside each passage is collapsed to single spaces. With no contexts this is
-    :func:`no_context_prompt`.
-    """
-    if isinstance(contexts, str):
-        raise TypeError("contexts must be a sequence of passages, not a string")
-    if not contexts:
-        return no_context_prompt(question, instruction=instruction)
-    return (f"Context:\n{_context_block(contexts)}\n\n"
-            f"Question: {question.strip()}\n{instruction.strip()}")
-
-
-def no_context_prompt(question: str, *, instruction: str = DEFAULT_INSTRUCTION) -> str:
-    """The user message without retrieval: the question and ``instruction``."""
-    return f"Question: {question.strip()}\n{instruction.strip()}"
-
-
-def answer_questions(llm: LoadedLLM, prompts: Sequence[str], *, max_new_tokens: int = 24,
-                     batch_size: int | None = None, pad_multiple: int = 16) -> list[str]:
-    """Greedy (temperature 0) answers to user messages, one stripped string per prompt.
-
-    Each prompt becomes one chat user turn (``llm.chat_prompt_ids``); prompts are bucketed by
-    length (the next multiple of ``pad_multiple`` above it) and left-padded with an attention
-    mask, and every batch has exactly ``batch_size`` rows (filler rows complete a short one),
-    so a prompt's shapes, and hence its answer, do not depend on the other prompts (batch
-    invariance, see ``_greedy``). ``batch_size`` defaults to 1 on CPU (no filler rows to
-    compute) and 8 on CUDA. Decoding stops at EOS or after ``max_new_tokens``; only new
-    tokens are decoded.
-    """
-    if batch_size is None:
-        batch_size = DEFAULT_BATCH_GPU if str(llm.device).startswith("cuda") else 1
-    if isinstance(prompts, str):
-        raise TypeError("prompts must be a list of strings, not a string")
-    for name, value in (("max_new_tokens", max_new_tokens), ("batch_size", batch_size),
-                        ("pad_multiple", pad_multiple)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if not prompts:
-        return []
-    ids = [llm.chat_prompt_ids(str(p)) for p in prompts]
-    return [a.strip() for a in _greedy(llm, ids, max_new_tokens, batch_size, pad_multiple)]
-
-
-def _greedy(llm: LoadedLLM, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-            batch_size: int, pad_multiple: int) -> list[str]:
-    """Greedy completions of token-id prompts with fixed shapes: ``generate_greedy``.
-
-    Every generate call is ``batch_size`` rows (a short batch is filled with copies of its
-    first row) by a width that is a function of the prompt's own length (always at least one
-    padding token). DP-KSA's one-document answers are votes: a prompt's answer must not
-    depend on which other documents' prompts are answered with it, or one added document
-    could flip another's near-tie argmax (on a GPU, a different batch shape rounds
-    differently).
-    """
-    from dpsynrag.transforms.keywords import generate_greedy
-
-    return generate_greedy(llm, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                           pad_multiple=pad_multiple)

@@ -559,13 +559,12 @@ def _public_config(config: BuildConfig) -> dict[str, Any]:
     import hashlib
     from importlib.metadata import version
 
-    from dpsynrag.transforms.keywords import load_prompt as load_keyword_prompt
-    from dpsynrag.transforms.self_filter import load_prompt as load_filter_prompt
+    from dpsynrag.prompts.templates import load_prompt
 
     prompts = {
         "rephrase": config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT,
-        "keywords": config.keyword_prompt or load_keyword_prompt("keywords"),
-        "self_filter": config.filter_prompt or load_filter_prompt("self_filter"),
+        "keywords": config.keyword_prompt or load_prompt("keywords"),
+        "self_filter": config.filter_prompt or load_prompt("self_filter"),
     }
     public = dict(config.released_options())
     # Never released: the seed regenerates the whole noise stream (a seeded build's

@@ -41,13 +41,10 @@ from dpsynrag.accounting.conversions import rho_for
 from dpsynrag.accounting.corpus_ledger import ChargeReceipt, consume_receipts
 from dpsynrag.accounting.ptr import find_best_k, ptr_stable_gap
 from dpsynrag.accounting.rng import RandomSource
+from dpsynrag.models.greedy import answer_questions
+from dpsynrag.prompts.query import keyword_prompt, sanitize_question, single_document_prompt
+from dpsynrag.prompts.rag import no_context_prompt
 from dpsynrag.query.private_corpus import PrivateCorpus
-from dpsynrag.query.prompts import (
-    keyword_prompt,
-    no_context_prompt,
-    sanitize_question,
-    single_document_prompt,
-)
 
 _WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
 
@@ -154,8 +151,6 @@ def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: Any, embedder: 
     they are private, and this function (the charged release) is the only place they may go.
     ``releases`` receives each query's KeywordRelease.
     """
-    from dpsynrag.eval.rag import answer_questions
-
     consume_receipts(receipts, questions=len(questions), method="dp-ksa",
                      mechanisms=settings.mechanisms(), privacy_unit=corpus.privacy_unit)
     questions = [sanitize_question(q) for q in questions]
@@ -178,8 +173,6 @@ def ensemble_responses(questions: Sequence[str], corpus: PrivateCorpus, llm: Any
     PRIVATE output that releases nothing by itself: it must only be kept 0600 (the
     evaluation's cache) or passed to ``answer``, whose receipts pay for the release.
     """
-    from dpsynrag.eval.rag import answer_questions
-
     questions = [sanitize_question(q) for q in questions]
     vectors = embedder.encode(list(questions))
     prompts: list[str] = []

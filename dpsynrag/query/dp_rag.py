@@ -48,13 +48,9 @@ from dpsynrag.accounting.threshold import (
     top_p_interval_log_weights,
 )
 from dpsynrag.accounting.token_sampling import sample_tokens
+from dpsynrag.prompts.query import collapse, document_prompt, sanitize_question
+from dpsynrag.prompts.rag import no_context_prompt
 from dpsynrag.query.private_corpus import PrivateCorpus
-from dpsynrag.query.prompts import (
-    collapse,
-    document_prompt,
-    no_context_prompt,
-    sanitize_question,
-)
 from dpsynrag.query.public_stream import PublicStream
 from dpsynrag.transforms.private_prediction import private_predict, response_prefix_ids
 

@@ -42,8 +42,9 @@ from dpsynrag.accounting.corpus_ledger import ChargeReceipt, consume_receipts
 from dpsynrag.accounting.limited_domain import limited_domain_top1
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.accounting.sparse_vector import SparseVectorBelow
+from dpsynrag.prompts.query import collapse, document_prompt, sanitize_question
+from dpsynrag.prompts.rag import no_context_prompt
 from dpsynrag.query.private_corpus import PrivateCorpus
-from dpsynrag.query.prompts import collapse, document_prompt, no_context_prompt, sanitize_question
 from dpsynrag.query.public_stream import PublicStream
 from dpsynrag.transforms.private_prediction import private_predict, response_prefix_ids
 

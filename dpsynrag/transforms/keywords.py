@@ -21,11 +21,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from importlib import resources
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dpsynrag.models.greedy import generate_greedy
+from dpsynrag.prompts.templates import load_prompt
 from dpsynrag.transforms.vocabulary import PublicVocabulary
 
 if TYPE_CHECKING:
@@ -47,12 +48,6 @@ _ECHO = re.compile(
 
 
 # ---------------------------------------------------------------------------- prompt
-def load_prompt(name: str) -> str:
-    """The prompt template ``dpsynrag/prompts/<name>.txt`` (public), trailing newline removed."""
-    text = resources.files("dpsynrag.prompts").joinpath(f"{name}.txt").read_text("utf-8")
-    return text.rstrip("\n")
-
-
 def keyword_prompt(document: str, K: int, template: str | None = None) -> str:
     """The keyword prompt for one document: ``{K}`` then ``{document}`` substituted.
 
@@ -260,7 +255,7 @@ def llm_keywords(
     (real documents only; for progress bars, carries no text).
 
     Batch independence (the sensitivity argument needs each document's keywords to depend on
-    that document alone): see ``generate_greedy``. ``batch_size=1`` is the simplest strict
+    that document alone): see :mod:`dpsynrag.models.greedy`. ``batch_size=1`` is the simplest strict
     setting. No sampling: nothing here is random.
     """
     K = _check_k(K)
@@ -272,75 +267,6 @@ def llm_keywords(
                               batch_size=batch_size, pad_multiple=pad_multiple,
                               on_batch=on_batch)
     return [parse_keyword_answer(answer, vocab, K) for answer in answers]
-
-
-def generate_greedy(
-    llm: LoadedLLM,
-    prompts: Sequence[Sequence[int]],
-    *,
-    max_new_tokens: int,
-    batch_size: int,
-    pad_multiple: int,
-    on_batch: Callable[[int], None] | None = None,
-) -> list[str]:
-    """Greedy completions of token-id prompts, batched with fixed shapes.
-
-    Batch independence (a greedy answer that feeds a vote or a histogram must depend on its
-    own prompt alone): every generate call has the fixed shape ``batch_size`` x a width
-    bucket. A prompt of n tokens is left-padded to ``bucket_width(n, pad_multiple)`` (a
-    function of n only, always at least one padding token, so every batch takes the masked
-    attention path whatever its other rows are), prompts are batched with others of the same
-    bucket, and a short last batch is filled with copies of its first row (their output is
-    discarded). So each row is computed with the same shapes, mask layout and kernels
-    whatever the other rows are (rows never mix in a causal LM).
-    """
-    import torch
-
-    tokenizer, model = llm.tokenizer, llm.model
-    eos = sorted(llm.eos_token_ids)
-    pad = tokenizer.pad_token_id
-    if pad is None:
-        pad = eos[0] if eos else 0
-    buckets: dict[int, list[int]] = {}
-    for i, ids in enumerate(prompts):
-        if not ids:
-            raise ValueError("empty prompt")
-        buckets.setdefault(bucket_width(len(ids), pad_multiple), []).append(i)
-    answers: list[str] = [""] * len(prompts)
-    for width in sorted(buckets):
-        members = buckets[width]
-        for start in range(0, len(members), batch_size):
-            rows = members[start:start + batch_size]
-            batch = [list(prompts[i]) for i in rows]
-            batch += [batch[0]] * (batch_size - len(batch))  # filler rows: output discarded
-            input_ids = torch.full((batch_size, width), pad, dtype=torch.long)
-            mask = torch.zeros((batch_size, width), dtype=torch.long)
-            for r, ids in enumerate(batch):
-                input_ids[r, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-                mask[r, width - len(ids):] = 1
-            with torch.inference_mode():
-                out = model.generate(
-                    input_ids=input_ids.to(llm.device), attention_mask=mask.to(llm.device),
-                    do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
-                    pad_token_id=pad, eos_token_id=eos or None, temperature=None, top_p=None,
-                    top_k=None)
-            generated = out[:, width:].tolist()
-            for r, i in enumerate(rows):
-                tokens = generated[r]
-                for n, token in enumerate(tokens):
-                    if token in eos:
-                        tokens = tokens[:n]
-                        break
-                answers[i] = tokenizer.decode(tokens, skip_special_tokens=True)
-            if on_batch is not None:
-                on_batch(len(rows))
-    return answers
-
-
-def bucket_width(length: int, pad_multiple: int) -> int:
-    """Padded width of a prompt of ``length`` tokens: the next multiple of ``pad_multiple``
-    strictly above ``length`` (at least one padding token). A function of the length only."""
-    return (length // pad_multiple + 1) * pad_multiple
 
 
 def _check_k(K: int) -> int:

@@ -56,12 +56,12 @@ import torch
 from dpsynrag.accounting.clipping import clip_logits
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.accounting.token_sampling import sample_tokens
+from dpsynrag.prompts.templates import PLACEHOLDER
 from dpsynrag.transforms import decoding_stack
 from dpsynrag.transforms.decoding_packed import PackedEngine, RowTransform, StepReport
 from dpsynrag.transforms.decoding_reference import reference_tokens
 from dpsynrag.transforms.public_prior import PublicPrior, PublicPriorSettings
 
-PLACEHOLDER = "{document}"
 # marks the document's place when the chat template is rendered to text (never tokenised)
 _MARK = "\ue000dpsynrag-document\ue000"
 DEFAULT_BATCH_ROWS_CPU = 128

@@ -16,30 +16,16 @@ logits are those of the text run on its own (up to float round-off).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
 
 import torch
 
-PLACEHOLDER = "{document}"
+from dpsynrag.prompts.templates import PLACEHOLDER, load_prompt
+
 YES_VARIANTS = ("YES", "Yes", "yes", " YES", " Yes", " yes")
 NO_VARIANTS = ("NO", "No", "no", " NO", " No", " no")
 
-__all__ = ["answer_token_ids", "decision_logits", "load_prompt", "self_filter"]
-
-
-def load_prompt(name: str = "self_filter") -> str:
-    """A packaged prompt template (``dpsynrag/prompts/<name>.txt``) as text.
-
-    The file's final newline is not part of the prompt.
-    """
-    if not name.replace("_", "").replace("-", "").isalnum():
-        raise ValueError(f"not a prompt name: {name!r}")
-    try:
-        text = resources.files("dpsynrag.prompts").joinpath(f"{name}.txt").read_text("utf-8")
-    except FileNotFoundError:
-        raise ValueError(f"no packaged prompt named {name!r}") from None
-    return text[:-1] if text.endswith("\n") else text
+__all__ = ["answer_token_ids", "decision_logits", "self_filter"]
 
 
 def _check_prompt(prompt: str) -> str:

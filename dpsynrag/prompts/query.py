@@ -1,18 +1,24 @@
-"""Prompt templates shared by the query-time mechanisms (all public).
+"""Prompts of the query-time mechanisms (all public).
 
-They match the evaluation's RAG prompts (``dpsynrag.eval.rag``) so that a mechanism's answers
-differ from plain RAG only by the mechanism: one numbered context passage, the question, an
-instruction. The no-context prompt is exactly the non-RAG baseline's (DP-KSA's fallback must
-be identical to it).
+They match the RAG prompts (:mod:`dpsynrag.prompts.rag`): one numbered context passage, the
+question, an instruction. The no-context prompt is exactly the non-RAG baseline's
+(:func:`dpsynrag.prompts.rag.no_context_prompt`; DP-KSA's fallback must be identical to it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dpsynrag.eval.rag import answer_prompt
-from dpsynrag.eval.rag import no_context_prompt as _no_context_prompt
-from dpsynrag.transforms.private_prediction import PLACEHOLDER
+from dpsynrag.prompts.rag import answer_prompt
+from dpsynrag.prompts.templates import PLACEHOLDER
+
+__all__ = [
+    "collapse",
+    "document_prompt",
+    "keyword_prompt",
+    "sanitize_question",
+    "single_document_prompt",
+]
 
 
 def sanitize_question(question: str) -> str:
@@ -33,11 +39,6 @@ def document_prompt(question: str, instruction: str) -> str:
 def single_document_prompt(question: str, document: str, instruction: str) -> str:
     """The same prompt with the document filled in (DP-KSA's per-document answers)."""
     return answer_prompt(question, [collapse(document)], instruction=instruction)
-
-
-def no_context_prompt(question: str, instruction: str) -> str:
-    """The non-RAG prompt: question and instruction only."""
-    return _no_context_prompt(question, instruction=instruction)
 
 
 def keyword_prompt(question: str, keywords: Iterable[str], instruction: str) -> str:
