@@ -36,7 +36,8 @@ from dpsynrag.accounting.signing import (
     sign_document,
     verify_signature,
 )
-from dpsynrag.transforms.emit import output_file_hashes, write_output
+from dpsynrag.io.output_files import output_file_hashes
+from dpsynrag.transforms.emit import write_output
 from dpsynrag.transforms.retrieval import retrieval_rho, retrieve_cluster
 
 DELTA = 1e-3

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import dpsynrag
-from dpsynrag.transforms.emit import output_file_hashes, sha256_file, write_output
+from dpsynrag.io.output_files import output_file_hashes, sha256_file
+from dpsynrag.transforms.emit import write_output
 
 TEXTS = [
     "The patient was diagnosed with asthma and given an inhaler.",

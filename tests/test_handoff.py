@@ -26,7 +26,8 @@ from dpsynrag.handoff import (
     to_langchain_faiss,
     to_llamaindex,
 )
-from dpsynrag.transforms.emit import sha256_file, write_output
+from dpsynrag.io.output_files import sha256_file
+from dpsynrag.transforms.emit import write_output
 
 TEXTS = [
     "The patient was diagnosed with asthma and was given a blue inhaler.",

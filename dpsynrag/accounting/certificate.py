@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -56,12 +55,15 @@ from dpsynrag.accounting.signing import (
     load_public_key,
     verify_signature,
 )
+from dpsynrag.io.output_files import (
+    CERTIFICATE_FILE,
+    MANIFEST_FILE,
+    REQUIRED_OUTPUT_FILES,
+    sha256_file,
+)
 
 CERTIFICATE_FORMAT = "dpsynrag-certificate"
 CERTIFICATE_FORMAT_VERSION = 1
-CERTIFICATE_FILE = "certificate.json"
-MANIFEST_FILE = "manifest.json"
-REQUIRED_OUTPUT_FILES = ("corpus.parquet", "index.faiss", MANIFEST_FILE)
 NEIGHBOURING = ("add or remove one privacy unit (default one record; --unit-column groups "
                 "records)")
 COMPOSITION_RULE = (
@@ -86,7 +88,6 @@ REL_TOL = 1e-9
 _CROSS_CHECK_ORDERS = tuple(float(1.0 + 10.0 ** (e / 100.0)) for e in range(-300, 301))
 
 __all__ = [
-    "CERTIFICATE_FILE",
     "CERTIFICATE_FORMAT",
     "CERTIFICATE_FORMAT_VERSION",
     "SEEDED_PROBLEM",
@@ -255,7 +256,7 @@ def build_certificate(
     """The unsigned certificate of a build (sign it with ``signing.sign_document``).
 
     ``output_files`` maps file names in the output directory to their sha256 (include
-    ``manifest.json``; ``emit.output_file_hashes`` computes them). ``config`` must hold
+    ``manifest.json``; ``io.output_files.output_file_hashes`` computes them). ``config`` must hold
     public settings only (no seed, no paths: ``ValueError`` if it holds a ``seed``).
     ``seeded`` is also set when the ledger saw a seeded random source. ``ValueError`` if the
     releases' approximate delta (``Ledger.total_delta``) is not below ``delta``.
@@ -341,11 +342,6 @@ def _read_json(path: Path, what: str, problems: list[str]) -> dict[str, Any] | N
     return doc
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
 def _check_hashes(out_dir: Path, files: Any, source: str, problems: list[str]) -> None:
     if not isinstance(files, dict):
         problems.append(f"{source}: the file list is missing or malformed")
@@ -360,7 +356,7 @@ def _check_hashes(out_dir: Path, files: Any, source: str, problems: list[str]) -
         if not path.is_file():
             problems.append(f"{source}: {name} is missing")
             continue
-        if not isinstance(expected, str) or _sha256(path) != expected:
+        if not isinstance(expected, str) or sha256_file(path) != expected:
             problems.append(f"{source}: {name} does not match its recorded sha256")
 
 

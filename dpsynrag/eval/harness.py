@@ -242,6 +242,7 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Any, work: Pa
                    method: str, epsilon: float, run: int) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
+    from dpsynrag.io.output_files import CORPUS_FILE
     from dpsynrag.pipeline.build import make_plan, run_build
 
     config = _build_config(settings, method, epsilon, run)
@@ -252,7 +253,7 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Any, work: Pa
     summary = run_build(data.notes_path, out, config, state_dir=work / "state" / name,
                         force=True, runner=runner,
                         corpus_ledger=work / "ledgers" / f"{name}.sqlite")
-    table = pq.read_table(out / "corpus.parquet").to_pylist()
+    table = pq.read_table(out / CORPUS_FILE).to_pylist()
     texts = [row["text"] for row in table if row["kept"]]
     result = measure_corpus(texts, data, runner, k=settings.rag_k,
                             end_to_end=settings.end_to_end, synthetic=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsynrag.transforms.emit import CORPUS_FILE, INDEX_FILE, MANIFEST_FILE
+from dpsynrag.io.output_files import CORPUS_FILE, INDEX_FILE, MANIFEST_FILE
 
 __all__ = ["CorpusIndex"]
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
 
-from dpsynrag.transforms.emit import (
+from dpsynrag.io.output_files import (
+    CERTIFICATE_FILE,
     CORPUS_FILE,
     INDEX_FILE,
     MANIFEST_FILE,
@@ -136,8 +137,6 @@ def load_corpus(directory: str | os.PathLike[str], *,
 
 
 def _refuse_seeded(out: Path) -> None:
-    from dpsynrag.accounting.certificate import CERTIFICATE_FILE
-
     path = out / CERTIFICATE_FILE
     if not path.exists():
         return

@@ -516,7 +516,8 @@ def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: Budg
           force: bool) -> None:
     from dpsynrag.accounting.certificate import build_certificate, write_certificate
     from dpsynrag.accounting.signing import sign_document
-    from dpsynrag.transforms.emit import output_file_hashes, write_output
+    from dpsynrag.io.output_files import output_file_hashes
+    from dpsynrag.transforms.emit import write_output
 
     out_dir = out_dir.expanduser().absolute()
     out_dir.parent.mkdir(parents=True, exist_ok=True)

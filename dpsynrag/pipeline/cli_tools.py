@@ -75,11 +75,12 @@ def add_verify_parser(subparsers: Any) -> None:
 
 def run_verify(args: argparse.Namespace) -> int:
     from dpsynrag.accounting.certificate import verify_output
+    from dpsynrag.io.output_files import CERTIFICATE_FILE
 
     if not args.out_dir.is_dir():
         raise ToolError(f"{args.out_dir}: not a directory", 2)
     problems = verify_output(args.out_dir, args.public_key, allow_seeded=args.allow_seeded)
-    certificate = _read_json(args.out_dir / "certificate.json")
+    certificate = _read_json(args.out_dir / CERTIFICATE_FILE)
     if not isinstance(certificate, dict):
         certificate = {}
     guarantee = certificate.get("guarantee", {})

@@ -20,7 +20,6 @@ The caller writes into a fresh temporary directory and renames it when complete 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,40 +28,18 @@ from typing import Any
 import numpy as np
 
 import dpsynrag
+from dpsynrag.io.output_files import (
+    CORPUS_FILE,
+    INDEX_FILE,
+    MANIFEST_FILE,
+    RESERVED_FILES,
+    sha256_file,
+)
 
-CORPUS_FILE = "corpus.parquet"
-INDEX_FILE = "index.faiss"
-MANIFEST_FILE = "manifest.json"
-CERTIFICATE_FILE = "certificate.json"
-RESERVED_FILES = frozenset({CORPUS_FILE, INDEX_FILE, MANIFEST_FILE, CERTIFICATE_FILE})
 MANIFEST_FORMAT = "dpsynrag-output"
 MANIFEST_FORMAT_VERSION = 1
 
-__all__ = [
-    "CERTIFICATE_FILE",
-    "CORPUS_FILE",
-    "INDEX_FILE",
-    "MANIFEST_FILE",
-    "output_file_hashes",
-    "sha256_file",
-    "write_output",
-]
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes (read in 1 MiB blocks)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def output_file_hashes(out_dir: str | Path) -> dict[str, str]:
-    """sha256 of every regular file in ``out_dir`` except the certificate (for the certificate)."""
-    directory = Path(out_dir)
-    return {p.name: sha256_file(p) for p in sorted(directory.iterdir())
-            if p.is_file() and not p.is_symlink() and p.name != CERTIFICATE_FILE}
+__all__ = ["write_output"]
 
 
 def _check_name(name: str) -> None:
