@@ -18,18 +18,9 @@ from typing import Any
 import numpy as np
 
 from dpsynrag.io.output_files import CORPUS_FILE, INDEX_FILE, MANIFEST_FILE
+from dpsynrag.models.vectors import unit_rows
 
 __all__ = ["CorpusIndex"]
-
-
-def _unit_rows(vectors: Any, rows: int) -> np.ndarray:
-    array = np.asarray(vectors, dtype=np.float32)
-    if array.ndim != 2 or array.shape[0] != rows:
-        raise ValueError(f"embeddings have shape {array.shape}, expected ({rows}, dimension)")
-    if not np.isfinite(array).all():
-        raise ValueError("embeddings contain NaN or infinite values")
-    norms = np.linalg.norm(array, axis=1, keepdims=True)
-    return np.ascontiguousarray(array / np.where(norms > 0, norms, 1.0), dtype=np.float32)
 
 
 class CorpusIndex:
@@ -55,7 +46,7 @@ class CorpusIndex:
         if vectors is None:
             vectors = (embedder.encode(self.texts) if self.texts
                        else np.zeros((0, self._embedder_dimension(embedder)), np.float32))
-        unit = _unit_rows(vectors, len(self.texts))
+        unit = unit_rows(vectors, rows=len(self.texts))
         self.dimension = int(unit.shape[1])
         self.index = faiss.IndexFlatIP(self.dimension)
         if len(self.texts):
@@ -86,7 +77,7 @@ class CorpusIndex:
             return []
         if not self.texts:
             return [[] for _ in queries]
-        vectors = _unit_rows(self.embedder.encode(queries), len(queries))
+        vectors = unit_rows(self.embedder.encode(queries), rows=len(queries))
         if vectors.shape[1] != self.dimension:
             raise ValueError(f"query embeddings have dimension {vectors.shape[1]}, the index "
                              f"{self.dimension}")

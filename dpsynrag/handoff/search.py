@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dpsynrag.handoff.files import CorpusSource, LoadedCorpus, ensure_loaded
+from dpsynrag.models.vectors import unit_rows
 
 
 class Hit(NamedTuple):
@@ -25,13 +26,7 @@ def _unit_queries(query_vectors: Any, dimension: int) -> np.ndarray:
     array = np.asarray(query_vectors, dtype=np.float32)
     if array.ndim == 1:
         array = array[np.newaxis, :]
-    if array.ndim != 2 or array.shape[1] != dimension:
-        raise ValueError(f"query vectors have shape {array.shape}, the index expects "
-                         f"(n, {dimension})")
-    if not np.isfinite(array).all():
-        raise ValueError("query vectors contain NaN or infinite values")
-    norms = np.linalg.norm(array, axis=1, keepdims=True)
-    return np.ascontiguousarray(array / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+    return unit_rows(array, dimension=dimension, what="query vectors")
 
 
 def search(corpus: CorpusSource, query_vectors: Any, k: int, *,

@@ -18,6 +18,7 @@ from dpsynrag.models.locate import (
     existing_local_path,
     packaged_embedder_dir,
 )
+from dpsynrag.models.vectors import scale_to_unit
 
 
 @dataclass
@@ -55,9 +56,8 @@ class LoadedEmbedder:
                 list(texts), batch_size=batch_size, convert_to_numpy=True,
                 normalize_embeddings=False, show_progress_bar=False)
         vectors = np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1)
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         # A zero vector (possible only for degenerate models) stays zero rather than NaN.
-        return (vectors / np.where(norms > 0, norms, 1.0)).astype(np.float32, copy=False)
+        return scale_to_unit(vectors).astype(np.float32, copy=False)
 
 
 def load_embedder(path: str | Path | None = None, device: str | torch.device | None = None, *,

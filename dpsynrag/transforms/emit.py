@@ -35,6 +35,7 @@ from dpsynrag.io.output_files import (
     RESERVED_FILES,
     sha256_file,
 )
+from dpsynrag.models.vectors import unit_rows
 
 MANIFEST_FORMAT = "dpsynrag-output"
 MANIFEST_FORMAT_VERSION = 1
@@ -46,17 +47,6 @@ def _check_name(name: str) -> None:
     if (not name or name in RESERVED_FILES or "/" in name or "\\" in name
             or name.startswith(".") or name != Path(name).name):
         raise ValueError(f"extra file name {name!r} is reserved or not a plain file name")
-
-
-def _unit_float32(vectors: np.ndarray, rows: int, dimension: int) -> np.ndarray:
-    array = np.asarray(vectors, dtype=np.float32)
-    if array.shape != (rows, dimension):
-        raise ValueError(f"the embedder returned shape {array.shape}, expected "
-                         f"({rows}, {dimension})")
-    if not np.isfinite(array).all():
-        raise ValueError("the embedder returned NaN or infinite values")
-    norms = np.linalg.norm(array, axis=1, keepdims=True)
-    return np.ascontiguousarray(array / np.where(norms > 0, norms, 1.0), dtype=np.float32)
 
 
 def write_output(
@@ -110,7 +100,7 @@ def write_output(
     vectors = (np.zeros((0, dimension), dtype=np.float32) if n == 0
                else embedder.encode(list(map(str, texts))))
     index = faiss.IndexFlatIP(dimension)
-    index.add(_unit_float32(vectors, n, dimension))
+    index.add(unit_rows(vectors, rows=n, dimension=dimension, what="the embedder's vectors"))
     faiss.write_index(index, str(out / INDEX_FILE))
 
     for name, content in extras.items():

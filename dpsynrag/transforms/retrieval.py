@@ -50,6 +50,7 @@ import numpy as np
 from dpsynrag.accounting.ledger import Charge, Ledger
 from dpsynrag.accounting.noise import discrete_gaussian
 from dpsynrag.accounting.threshold import exponential_threshold
+from dpsynrag.models.vectors import scale_to_unit
 
 GROUP = "clusters"
 MEAN_STAGE = "c-noisy-sum"
@@ -145,8 +146,7 @@ def _unit_rows(member_embeddings: np.ndarray) -> np.ndarray:
                          "shape (0, dimension) for an empty cluster")
     if not np.isfinite(emb).all():
         raise ValueError("member_embeddings contain NaN or infinite values")
-    norms = np.linalg.norm(emb, axis=1, keepdims=True)
-    return emb / np.where(norms > 0, norms, 1.0)
+    return scale_to_unit(emb)
 
 
 def similarities(unit_embeddings: np.ndarray, noisy_sum: np.ndarray) -> np.ndarray:
