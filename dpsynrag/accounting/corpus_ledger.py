@@ -58,15 +58,14 @@ thresholds, and neither do its error messages.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +74,14 @@ from dpsynrag.accounting.conversions import Conversion, epsilon_for, rho_for
 from dpsynrag.accounting.costs import dp_spend_of, spend_of
 from dpsynrag.accounting.ledger import BudgetExceededError, LedgerError, ReleaseMismatchError
 from dpsynrag.accounting.signing import default_key_path
+from dpsynrag.accounting.sqlite_store import (
+    connect,
+    create_private_file,
+    make_private_dirs,
+    read_snapshot,
+    utc_now,
+    write_transaction,
+)
 from dpsynrag.io.units import UNIT_BOUND_RULES
 
 SCHEMA_VERSION = 2  # 2: privacy unit in meta, the ``consumed`` table of used receipts
@@ -328,15 +335,11 @@ class CorpusLedger:
         if not self.path.exists():
             if not create:
                 raise FileNotFoundError(f"{self.path}: no corpus ledger here")
-            _make_private_dirs(self.path.parent)
-            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+            make_private_dirs(self.path.parent)
+            create_private_file(self.path)
         self._lock = threading.RLock()
         try:
-            self._db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S,
-                                       isolation_level=None, check_same_thread=False)
-            self._db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            self._db = connect(self.path, timeout_s=BUSY_TIMEOUT_S)
             self._init_schema()
         except sqlite3.DatabaseError as error:
             raise LedgerError(f"{self.path}: not a usable corpus ledger ({error})") from None
@@ -351,7 +354,7 @@ class CorpusLedger:
                     self._db.execute(statement)
                 for key, value in (("ledger", LEDGER_KIND),
                                    ("schema_version", str(SCHEMA_VERSION)),
-                                   ("created", _now())):
+                                   ("created", utc_now())):
                     self._db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
                                      (key, value))
         meta = self._meta()
@@ -382,7 +385,7 @@ class CorpusLedger:
             for statement in _TABLES:
                 self._db.execute(statement)
             self._db.execute("INSERT OR IGNORE INTO consumed (key, consumed_at) "
-                             "SELECT key, ? FROM charges WHERE kind = 'query'", (_now(),))
+                             "SELECT key, ? FROM charges WHERE kind = 'query'", (utc_now(),))
             self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                              (str(SCHEMA_VERSION),))
 
@@ -392,27 +395,11 @@ class CorpusLedger:
         except sqlite3.OperationalError:  # no meta table: some other SQLite file
             return {}
 
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """One write transaction; BEGIN IMMEDIATE takes the write lock before the first read."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[None]:
+        return write_transaction(self._db, self._lock)
 
-    @contextmanager
-    def _snapshot(self) -> Iterator[None]:
-        """One read transaction: every read inside sees the same committed state."""
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                yield
-            finally:
-                self._db.execute("COMMIT")
+    def _snapshot(self) -> AbstractContextManager[None]:
+        return read_snapshot(self._db, self._lock)
 
     # ------------------------------------------------------------------ cap
     @property
@@ -448,7 +435,7 @@ class CorpusLedger:
                     epsilon, delta, conversion.value):
                 return current
             rho, delta_approx, eps_dp = self._totals()
-            new = Cap(epsilon, delta, conversion.value, _now())
+            new = Cap(epsilon, delta, conversion.value, utc_now())
             if not _fits(rho, delta_approx, new, eps_dp):
                 spent = _epsilon_at(rho, delta_approx, delta, conversion, eps_dp)
                 raise CapError(
@@ -592,7 +579,7 @@ class CorpusLedger:
                 privacy_unit: str) -> LedgerEntry:
         """Insert one accepted charge (inside ``charge``'s transaction); the first one also
         records the ledger's privacy unit."""
-        now = _now()
+        now = utc_now()
         cursor = self._db.execute(
             "INSERT INTO charges (key, kind, method, mechanisms, rho, delta, "
             "description, charged_at, epsilon_dp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -629,7 +616,7 @@ class CorpusLedger:
                 raise ReceiptError(f"receipt {receipt.key!r} was charged for another "
                                    f"computation than this {method} query (method, "
                                    "mechanisms or privacy unit differ); nothing was computed")
-        now = _now()
+        now = utc_now()
         with self._transaction():
             recorded = self._meta().get(_UNIT_META)
             for receipt in receipts:
@@ -668,7 +655,7 @@ class CorpusLedger:
             "epsilon_would_be, cap_epsilon, cap_delta, conversion, refused_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (key, kind, method, canonical, rho, delta, reason, would_be, cap.epsilon,
-             cap.delta, cap.conversion, _now()))
+             cap.delta, cap.conversion, utc_now()))
 
     def _totals(self) -> tuple[float, float, float]:
         """(sum of rho, sum of delta, sum of DP-currency epsilon), exactly rounded sums."""
@@ -930,17 +917,3 @@ def _json_float(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else value
 
 
-def _make_private_dirs(directory: Path) -> None:
-    """Create ``directory`` and its missing parents, each with mode 0700."""
-    missing = []
-    while not directory.exists():
-        missing.append(directory)
-        if directory.parent == directory:
-            break
-        directory = directory.parent
-    for path in reversed(missing):
-        path.mkdir(mode=0o700, exist_ok=True)
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")

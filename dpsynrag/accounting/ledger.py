@@ -28,12 +28,10 @@ tests and the budget planner.
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 import json
 import math
 import os
-import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +48,12 @@ from dpsynrag.accounting.costs import (
     mechanism_sensitivity,
 )
 from dpsynrag.accounting.rng import RandomSource, secure_rng
+from dpsynrag.accounting.sqlite_store import (
+    connect,
+    create_private_file,
+    utc_now,
+    write_transaction,
+)
 
 SCHEMA_VERSION = 1
 _RHO_SLACK = 1e-12  # float round-off allowed when comparing a total against a budget
@@ -182,14 +186,9 @@ class Ledger:
         self.path = None if path is None else Path(path)
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            if not self.path.exists():
-                fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
-                os.close(fd)
-        self._db = sqlite3.connect(":memory:" if self.path is None else str(self.path),
-                                   check_same_thread=False, isolation_level=None)
+            create_private_file(self.path)
+        self._db = connect(self.path)
         self._lock = threading.RLock()
-        self._db.execute("PRAGMA journal_mode=WAL" if self.path else "PRAGMA journal_mode=MEMORY")
-        self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
         self._init_meta(rho_budget, seeded)
         self._totals = self._load_totals()
@@ -199,7 +198,7 @@ class Ledger:
         meta = self._meta()
         if "schema_version" not in meta:
             self._set_meta("schema_version", str(SCHEMA_VERSION))
-            self._set_meta("created", _now())
+            self._set_meta("created", utc_now())
         elif int(meta["schema_version"]) != SCHEMA_VERSION:
             raise LedgerError(f"{self.path}: ledger schema {meta['schema_version']} is not "
                               f"{SCHEMA_VERSION}; it was written by another dpsynrag version")
@@ -351,21 +350,19 @@ class Ledger:
                 raise LedgerError("the same key appears twice in one batch of releases")
             self._check_budget(fresh)
             results: list[Any] = []
-            self._db.execute("BEGIN IMMEDIATE")
             try:
-                for key, charge in fresh:
-                    self._insert_charge(key, charge)
-                for key, _charge, draw in requests:
-                    previous = stored[key]
-                    if previous is not None and previous[0]:
-                        results.append(previous[1])
-                        continue
-                    value = draw(self.rng)
-                    self._store_value(key, value)
-                    results.append(value)
-                self._db.execute("COMMIT")
+                with write_transaction(self._db, self._lock):
+                    for key, charge in fresh:
+                        self._insert_charge(key, charge)
+                    for key, _charge, draw in requests:
+                        previous = stored[key]
+                        if previous is not None and previous[0]:
+                            results.append(previous[1])
+                            continue
+                        value = draw(self.rng)
+                        self._store_value(key, value)
+                        results.append(value)
             except BaseException:
-                self._db.execute("ROLLBACK")
                 self._totals = self._load_totals()
                 raise
             for _key, charge in fresh:
@@ -423,11 +420,11 @@ class Ledger:
             " rho, grp, part, charged_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (key, charge.stage, charge.mechanism, charge.canonical_params(),
              float(charge.sensitivity), charge.sensitivity_norm, charge.rho, charge.group,
-             charge.partition, _now()))
+             charge.partition, utc_now()))
 
     def _store_value(self, key: str, value: Any) -> None:
         self._db.execute("UPDATE releases SET value = ?, released_at = ? WHERE key = ?",
-                         (encode_value(value), _now(), key))
+                         (encode_value(value), utc_now(), key))
 
     # ------------------------------------------------------------------ reading
     def releases(self) -> list[Release]:
@@ -461,10 +458,6 @@ class Ledger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")
 
 
 # ---------------------------------------------------------------------- value encoding
