@@ -600,6 +600,3 @@ class _EmbedderProxy:
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         return self._runner.embed(texts, lambda _n: None)
 
-
-def epsilon_of(rho: float, delta: float, conversion: str) -> float:
-    return epsilon_for(rho, delta, Conversion(conversion)) if math.isfinite(rho) else math.inf

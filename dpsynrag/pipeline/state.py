@@ -139,14 +139,6 @@ class BuildState:
         write_private(self._meta_path, json.dumps(self._meta, indent=1).encode())
 
     # ------------------------------------------------------------------ stages
-    def is_finished(self, stage: str) -> bool:
-        return stage in self._meta["finished"]
-
-    def finish(self, stage: str) -> None:
-        if stage not in self._meta["finished"]:
-            self._meta["finished"].append(stage)
-            self._save_meta()
-
     def save(self, name: str, value: Any) -> None:
         """Store a private intermediate as JSON (0600)."""
         write_private(self.directory / f"{name}.json", json.dumps(value).encode())
