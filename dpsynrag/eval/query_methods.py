@@ -92,6 +92,7 @@ def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: f
 def _ksa_responses(work: Path, questions: list[str], corpus: Any, worker: Any,
                    settings: Any) -> list[list[str]]:
     """The ensemble answers (private), cached 0600 in ``work/state`` (0700)."""
+    from dpsynrag.io.private_files import write_private
     from dpsynrag.query import dp_ksa
 
     key = f"ksa-responses-n{settings.ensemble}-t{settings.answer_tokens}.json"
@@ -103,7 +104,7 @@ def _ksa_responses(work: Path, questions: list[str], corpus: Any, worker: Any,
             return stored["responses"]
     responses = dp_ksa.ensemble_responses(questions, corpus, worker.llm, worker.embedder,
                                           settings)
-    _write_private(cache, json.dumps({"questions": questions, "responses": responses}))
+    write_private(cache, json.dumps({"questions": questions, "responses": responses}).encode())
     return responses
 
 
@@ -115,18 +116,3 @@ def _private_dir(path: Path) -> Path:
         directory.mkdir(mode=0o700, exist_ok=True)
     os.chmod(path, 0o700)
     return path
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` as a 0600 file, atomically (never readable by others, even
-    for a moment: the temporary file is created 0600 too)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # before writing: O_CREAT keeps the mode of a leftover file
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

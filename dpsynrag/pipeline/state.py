@@ -23,6 +23,8 @@ import shutil
 from pathlib import Path
 from typing import IO, Any
 
+from dpsynrag.io.private_files import write_private
+
 STATE_VERSION = 1
 
 
@@ -35,19 +37,6 @@ def default_state_dir(out_dir: Path) -> Path:
     resolved = out_dir.expanduser().resolve()
     digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
     return Path.cwd() / ".dpsynrag-state" / f"{resolved.name}-{digest}"
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (a temporary file, fsync, rename), owner-only.
-    The temporary name carries the process id, so two processes writing one path (the query
-    embedding cache) never write into each other's file."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def _exclusive_lock(path: Path, held_message: str) -> IO[str]:

@@ -158,7 +158,7 @@ def cached_vectors(cache_dir: Path, ids: Sequence[str], texts: Sequence[str],
         vectors = np.load(path, allow_pickle=False)
         if vectors.ndim == 2 and vectors.shape[0] == len(texts):
             return vectors
-    from dpsynrag.pipeline.state import write_private
+    from dpsynrag.io.private_files import write_private
 
     vectors = np.asarray(embedder.encode(list(texts)), dtype=np.float32)
     cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
