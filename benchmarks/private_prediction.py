@@ -605,8 +605,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.reference_groups:
         subset = groups if args.reference_groups < 0 else groups[: args.reference_groups]
         reference = run_reference(llm, subset, args.tokens)
-    cuda = torch.device(llm.device).type == "cuda"
-    rows = args.batch_rows or (1024 if cuda else 128)
+    rows = args.batch_rows or prediction_module.DEFAULT_BATCH_ROWS_CPU
+    if engine["engine"] == "packed":  # the rows private_predict chose (free memory on CUDA)
+        rows = prediction_module.packed_memory_plan(
+            llm, decoding_stack.DecoderStack(llm.model), max_new_tokens=args.tokens,
+            prefix_len=prefix_length, batch_rows=args.batch_rows)[0]
     context = float(np.mean(prompt_lengths)) + args.tokens / 2
     per_row = flops_per_row_token(llm, context)
     rates = {name: round(matmul_rate(llm, getattr(torch, name), rows), 1)

@@ -1,9 +1,11 @@
 """A tiny randomly initialised Llama with a word-level tokenizer and a chat template, for tests
-(no download, a few KB of weights). Each test module passes its own word list."""
+(no download, a few KB of weights). Each test module passes its own word list. The
+``save_*`` helpers write a tiny LLM or embedder to a directory, for runners that load by path."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
@@ -109,3 +111,37 @@ def make_tiny_family_llm(kind: str, words: Sequence[str], *, vocab_size: int = 3
     model = _family_model(kind, max(vocab_size, len(vocab)), vocab["<|im_end|>"])
     return LoadedLLM(model=model, tokenizer=tokenizer, device=torch.device("cpu"),
                      dtype=torch.float32)
+
+
+def save_tiny_llm(directory: Path, words: Sequence[str], *,
+                  specials: Sequence[str] = ("<unk>", "<|im_start|>", "<|im_end|>",
+                                             "<|endoftext|>"), seed: int = 0) -> Path:
+    """``make_tiny_llm``'s model and tokenizer saved as a Hugging Face directory, for runners
+    that load models by path (Ray actors)."""
+    llm = make_tiny_llm(words, specials=specials, seed=seed)
+    llm.model.save_pretrained(directory)
+    llm.tokenizer.save_pretrained(directory)
+    return directory
+
+
+def save_tiny_embedder(directory: Path, words: Sequence[str], *, seed: int = 0) -> Path:
+    """A 1-layer BERT (hidden 16, mean pooling, 128 tokens at most) over ``words``, saved as a
+    sentence-transformers directory."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer import modules as st_modules
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    raw = directory.with_name(directory.name + "-raw")
+    raw.mkdir(parents=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted({w.lower() for w in words})]
+    (raw / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    torch.manual_seed(seed)
+    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1,
+                         num_attention_heads=2, intermediate_size=32,
+                         max_position_embeddings=128)).save_pretrained(raw)
+    BertTokenizer(vocab_file=str(raw / "vocab.txt")).save_pretrained(raw)
+    transformer = st_modules.Transformer(str(raw), max_seq_length=128)
+    model = SentenceTransformer(modules=[transformer, st_modules.Pooling(16, pooling_mode="mean")],
+                                device="cpu")
+    model.save(str(directory))
+    return directory

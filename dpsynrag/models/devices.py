@@ -58,3 +58,16 @@ def quiet_model_loading() -> None:
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()
+
+
+def free_cuda_memory(device: torch.device) -> int:
+    """Free bytes on a CUDA ``device`` (``torch.cuda.mem_get_info``), after PyTorch's cache of
+    unused blocks is handed back, so earlier work's cached blocks do not count as used.
+
+    Call it before any document reaches the model: the packed engine's batch size is a public
+    function of this number (``transforms.engine_memory``).
+    """
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    free, _total = torch.cuda.mem_get_info(device)
+    return int(free)

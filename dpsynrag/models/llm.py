@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from dpsynrag.models.cache import converted_gguf, hash_index
-from dpsynrag.models.devices import resolve_device, resolve_dtype
+from dpsynrag.models.devices import free_cuda_memory, resolve_device, resolve_dtype
 from dpsynrag.models.errors import ModelLoadError
 from dpsynrag.models.hashing import weights_sha256
 from dpsynrag.models.locate import existing_local_path, packaged_llm_file
@@ -26,7 +26,9 @@ class LoadedLLM:
     ``model`` is a Hugging Face causal LM in eval mode on ``device``; ``tokenizer`` has a chat
     template (or a plain "User: ... Assistant:" prompt is used). ``identity`` names the weights
     (a file or directory name, ``source`` "packaged" or "local", and the weights' sha256) for
-    certificates; it never includes private data.
+    certificates; it never includes private data. ``free_memory`` is the free bytes of a
+    CUDA device measured by ``load_llm`` right after loading, before any document (``None`` on
+    CPU or when built elsewhere); the packed engine's batch size is computed from it.
     """
 
     model: Any
@@ -34,6 +36,7 @@ class LoadedLLM:
     device: torch.device
     dtype: torch.dtype
     identity: dict[str, str] = field(default_factory=dict)
+    free_memory: int | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -96,8 +99,10 @@ def load_llm(path: str | Path | None = None, device: str | torch.device | None =
             model_dir, sha = local, weights_sha256(local, hash_index(cache_dir))
         identity = {"name": local.name, "source": "local", "sha256": sha}
     model, tokenizer = _load_from_dir(model_dir, torch_device, torch_dtype)
+    # measured once, now, before any document reaches the model (``transforms.engine_memory``)
+    free = free_cuda_memory(torch_device) if torch_device.type == "cuda" else None
     return LoadedLLM(model=model, tokenizer=tokenizer, device=torch_device, dtype=torch_dtype,
-                     identity=identity)
+                     identity=identity, free_memory=free)
 
 
 def _check_model_dir(directory: Path) -> None:

@@ -118,14 +118,15 @@ def make_runner(config: BuildConfig, llm: Any = None, embedder: Any = None,
     """``llm``/``embedder`` objects override the config's paths (in-process runs only).
 
     ``state_dir`` is the build's private state directory: a local Ray cluster keeps its
-    session files (object spills, logs) under it, never in a shared ``/tmp``."""
+    session files (object spills, logs) under it, never in a shared ``/tmp``. A seeded (test)
+    build answers its Ray actors in turn, so that its draws do not depend on their timing."""
     llm_source = llm if llm is not None else config.model
     embedder_source = embedder if embedder is not None else config.embedder
     if config.runner == "local" or llm is not None or embedder is not None:
         return LocalRunner(llm_source, embedder_source, config.device, config.dtype)
     return RayRunner(llm_source, embedder_source, address=config.ray_address,
                      workers=config.workers, device=config.device, dtype=config.dtype,
-                     state_dir=state_dir)
+                     state_dir=state_dir, ordered=config.seeded)
 
 
 def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,

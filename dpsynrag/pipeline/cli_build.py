@@ -193,9 +193,10 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     g.add_argument("--runner", choices=["ray", "local"], help="ray (default) or local (one "
                    "process, no Ray)")
     g.add_argument("--ray-address", help="attach to a Ray cluster (default: start a local one)")
-    g.add_argument("--workers", type=pos_int, help="model workers (default: one per GPU, else 1)")
+    g.add_argument("--workers", type=pos_int, help="model actors (default: one per free GPU, "
+                   "else 1); CPU actors share one node's free CPUs (runbooks/ray-cluster.md)")
     g.add_argument("--batch-rows", type=pos_int, help="rows decoded together per worker "
-                   "(default 128 on CPU, 1024 on GPU)")
+                   "(default 128 on CPU; on GPU sized from free memory)")
     g.add_argument("--seed", type=int, help="TESTS ONLY: seeded noise; the certificate then says "
                    "'not for release'")
     g = parser.add_argument_group("state, signing and reporting")

@@ -5,14 +5,19 @@ actor per GPU (or one per machine's CPUs when there is no GPU), local by default
 cluster of ``--ray-address``, shards the deterministic stages across them, and relays each
 private-prediction step: the worker sends its summed clipped votes, the driver's sampler (the
 ledger) releases the tokens, the runner sends them back. All noise is drawn in the driver.
+
+With several workers the driver answers whichever worker's votes arrive first, so the order of
+the ledger's draws depends on timing; ``ordered=True`` (what a seeded build uses) answers the
+workers in turn instead, so a seeded build draws the same values whatever the timing.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,14 +53,17 @@ def _chunks(n: int, size: int = CHUNK_DOCS) -> list[range]:
 
 
 def _relay_prediction(worker_calls: list[tuple[Any, list[int]]], sampler: DriverSampler,
-                      n_groups: int, get_next: Callable[[list[Any]], tuple[int, tuple]],
+                      n_groups: int, get_next: Callable[[dict[int, Any]], tuple[int, tuple]],
                       send: Callable[[int, Any], None], request: Callable[[int], Any]) -> list[str]:
-    """The driver loop shared by both runners: answer each worker's votes with tokens."""
+    """The driver loop shared by both runners: answer each worker's votes with tokens.
+
+    ``get_next`` receives the pending requests by worker index and returns the index and the
+    message of the one to handle next."""
     texts: list[str | None] = [None] * n_groups
     pending = {index: request(index) for index in range(len(worker_calls))}
     try:
         while pending:
-            index, message = get_next([pending[i] for i in pending])
+            index, message = get_next(dict(pending))
             del pending[index]
             shard = worker_calls[index][1]
             kind = message[0]
@@ -75,6 +83,14 @@ def _relay_prediction(worker_calls: list[tuple[Any, list[int]]], sampler: Driver
             send(index, None)
         raise
     return [t if t is not None else "" for t in texts]
+
+
+def _next_in_turn(pending: Collection[int], last: int | None) -> int:
+    """The worker handled next in ordered mode: the first pending index after ``last``,
+    cyclically. Every worker has one request pending at a time, so its steps interleave as
+    worker 0 step s, worker 1 step s, ..., worker 0 step s + 1: the order of one worker."""
+    later = [index for index in pending if last is None or index > last]
+    return min(later) if later else min(pending)
 
 
 def _balanced_shards(groups: Sequence[Sequence[str]], n: int) -> list[list[int]]:
@@ -197,8 +213,12 @@ def _keep_signal_handlers() -> Iterator[None]:
 def _actor_layout(ray: Any, workers: int | None, device: str | None
                   ) -> tuple[int, dict[str, Any]]:
     """How many model actors, with which resources: one per free GPU, else CPU actors that
-    fit the free CPUs of one node (a Ray job's driver may hold some; an actor asking for a
-    whole cluster's CPUs would never be placed)."""
+    share the free CPUs of one node (a Ray job's driver may hold some; an actor asking for a
+    whole cluster's CPUs would never be placed).
+
+    CPU actors get whole CPUs when there are enough (``cpus // count`` each), else equal
+    fractions, rounded down to Ray's resource granularity (0.0001) so that ``count`` of them
+    fit: ``--workers 2`` on a node with one free CPU gives two actors of 0.5 CPU."""
     free = ray.available_resources()
     gpus = int(free.get("GPU", 0)) if device in (None, "cuda") else 0
     count = workers or (gpus if gpus > 0 else 1)
@@ -206,8 +226,12 @@ def _actor_layout(ray: Any, workers: int | None, device: str | None
         return count, {"num_gpus": 1, "num_cpus": 1}
     node_cpus = max((node.get("Resources", {}).get("CPU", 0) for node in ray.nodes()
                      if node.get("Alive")), default=1)
-    cpus = max(1, int(min(free.get("CPU", 1), node_cpus)))
-    return count, {"num_cpus": max(1, cpus // count)}
+    available = min(free.get("CPU", 1), node_cpus)
+    cpus = int(available)
+    if cpus >= count:
+        return count, {"num_cpus": cpus // count}
+    share = math.floor(max(available, 1) / count * 10_000) / 10_000
+    return count, {"num_cpus": max(share, 0.0001)}
 
 
 # Ray puts Unix sockets under <temp dir>/session_<date>_<time>_<us>_<pid>/sockets/, and a
@@ -241,6 +265,15 @@ def _starts_local_ray(address: str | None) -> bool:
 class RayRunner:
     """Model workers as Ray actors: GPU actors where the cluster has GPUs, else CPU actors.
 
+    ``workers`` actors (default: one per free GPU, else one), laid out by
+    :func:`_actor_layout`. Private prediction splits the groups into one contiguous shard per
+    actor (:func:`_balanced_shards`); the deterministic stages go to the actors in chunks.
+    ``ordered`` answers the actors' votes in turn rather than as they arrive: the ledger's
+    draws then come in an order fixed by the shards, whatever the timing, so a seeded build is
+    reproducible; when each actor's engine holds all its groups at once, it is the order in
+    which one actor asks for them. It keeps the driver's draws from overlapping the actors'
+    compute, so only seeded builds use it (``make_runner``).
+
     A local cluster that this runner starts keeps its temp, log, socket and spill files in
     a 0700 directory (:func:`private_ray_temp_dir`). A cluster it connects to
     (``--ray-address``) is a trust boundary the operator owns: its nodes see private
@@ -250,10 +283,11 @@ class RayRunner:
     def __init__(self, llm: str | None = None, embedder: str | None = None, *,
                  address: str | None = None, workers: int | None = None,
                  device: str | None = None, dtype: str | None = None,
-                 state_dir: Path | None = None) -> None:
+                 state_dir: Path | None = None, ordered: bool = False) -> None:
         import ray
 
         self._ray = ray
+        self.ordered = ordered
         self._owns_ray = not ray.is_initialized()
         self._temp_dir: Path | None = None
         if self._owns_ray:
@@ -334,15 +368,20 @@ class RayRunner:
             public_prior=None if public_prior is None else public_prior.subset(shard))
             for worker, shard in calls])
         owner: dict[Any, int] = {}
+        last: list[int | None] = [None]
 
         def request(index: int) -> Any:
             ref = calls[index][0].next_request.remote()
             owner[ref] = index
             return ref
 
-        def get_next(pending: list[Any]) -> tuple[int, tuple]:
-            ready, _ = ray.wait(pending, num_returns=1)
-            return owner.pop(ready[0]), ray.get(ready[0])
+        def get_next(pending: dict[int, Any]) -> tuple[int, tuple]:
+            if self.ordered:
+                index = last[0] = _next_in_turn(pending, last[0])
+                ref = pending[index]
+            else:
+                [ref], _ = ray.wait(list(pending.values()), num_returns=1)
+            return owner.pop(ref), ray.get(ref)
 
         def send(index: int, tokens: Any) -> None:
             calls[index][0].give_tokens.remote(None if tokens is None else

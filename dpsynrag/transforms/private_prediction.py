@@ -60,19 +60,26 @@ from dpsynrag.prompts.templates import PLACEHOLDER
 from dpsynrag.transforms import decoding_stack
 from dpsynrag.transforms.decoding_packed import PackedEngine, RowTransform, StepReport
 from dpsynrag.transforms.decoding_reference import reference_tokens
+from dpsynrag.transforms.engine_memory import (
+    MIN_ROWS,
+    EngineMemoryError,
+    ModelSizes,
+    free_memory,
+    plan_engine_memory,
+    planned_width,
+)
 from dpsynrag.transforms.public_prior import PublicPrior, PublicPriorSettings
 
 # marks the document's place when the chat template is rendered to text (never tokenised)
 _MARK = "\ue000dpsynrag-document\ue000"
-DEFAULT_BATCH_ROWS_CPU = 128
-DEFAULT_BATCH_ROWS_GPU = 1024
+DEFAULT_BATCH_ROWS_CPU = 128  # on CUDA the rows come from free memory (engine_memory)
 
 Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
 logger = logging.getLogger(__name__)
 
 __all__ = ["PromptLayout", "StepReport", "aggregated_logits", "aggregated_prior_votes",
-           "candidate_ids", "document_row_ids", "private_predict", "prompt_layout",
-           "public_prefix_length", "render_prompt"]
+           "candidate_ids", "document_row_ids", "packed_memory_plan", "private_predict",
+           "prompt_layout", "public_prefix_length", "render_prompt"]
 
 
 def render_prompt(prompt: str, document: str) -> str:
@@ -343,8 +350,9 @@ def private_predict(
     An empty group is still sampled (from the zero vector) for up to ``max_new_tokens`` steps.
 
     ``batch_rows`` is the fixed number of rows of every packed decode call (default 128 on
-    CPU, 1024 on GPU; rows in flight are bounded by it, raised to the largest group, whose
-    rows must decode in the same step). ``response_prefix`` is public
+    CPU; on CUDA sized from the free memory measured when the model was loaded, see
+    ``packed_memory_plan``; rows in flight are bounded by it, raised to the largest group,
+    whose rows must decode in the same step). ``response_prefix`` is public
     text that every reply starts with (appended after the chat prompt, part of the returned
     text): it costs nothing, since it does not depend on the data, and spares the first
     sampled tokens, which otherwise need a consensus of their own. A sequence gives one public
@@ -372,6 +380,8 @@ def private_predict(
         raise ValueError("the prompt must contain the placeholder {document} exactly once")
     if batch_rows is not None and batch_rows < 1:
         raise ValueError("batch_rows must be positive")
+    if torch.device(llm.device).type == "cuda":
+        free_memory(llm)  # kept on llm: measured before this call reads any document
     if sampler is None:
         def sampler(votes: torch.Tensor, _active: list[int]) -> np.ndarray:
             return sample_tokens(votes, temperature, rng)
@@ -403,16 +413,17 @@ def private_predict(
         llm, public_prior, prompts, prefixes, clip=clip, temperature=temperature)
     packed = engine == "packed" or (engine == "auto" and _packed_engine_fits(llm.model))
     if packed:
-        if batch_rows is None:
-            batch_rows = DEFAULT_BATCH_ROWS_GPU if device.type == "cuda" else \
-                DEFAULT_BATCH_ROWS_CPU
         # public: a function of the prompts, never of the rows (see the module docstring)
         prefix_len = public_prefix_length(list(layouts.values()))
         some_prefix = next(iter(layouts.values())).prefix if layouts else ()
+        stack = decoding_stack.DecoderStack(llm.model)
+        rows_per_chunk, cache_bytes = packed_memory_plan(
+            llm, stack, max_new_tokens=max_new_tokens, prefix_len=prefix_len,
+            batch_rows=batch_rows)
         tokens = PackedEngine(
-            decoding_stack.DecoderStack(llm.model), rows, prefix_len=prefix_len,
-            prefix_ids=list(some_prefix[:prefix_len]), max_new_tokens=max_new_tokens, clip=clip,
-            sampler=sampler, eos_ids=eos, batch_rows=batch_rows, vocab_size=llm.vocab_size,
+            stack, rows, prefix_len=prefix_len, prefix_ids=list(some_prefix[:prefix_len]),
+            max_new_tokens=max_new_tokens, clip=clip, sampler=sampler, eos_ids=eos,
+            batch_rows=rows_per_chunk, vocab_size=llm.vocab_size, doc_cache_bytes=cache_bytes,
             on_step=on_step, row_transform=row_transform, prior=prior).run()
     else:
         tokens = reference_tokens(
@@ -421,6 +432,34 @@ def private_predict(
             prior=prior)
     return [_decode(llm.tokenizer, [*forced_of[p], *t]) for p, t in zip(prefixes, tokens,
                                                                         strict=True)]
+
+
+def packed_memory_plan(
+    llm: Any, stack: decoding_stack.DecoderStack, *, max_new_tokens: int, prefix_len: int,
+    batch_rows: int | None = None,
+) -> tuple[int, int | None]:
+    """``(batch_rows, doc_cache_bytes)`` for the packed engine; both public.
+
+    On CPU: ``batch_rows`` or ``DEFAULT_BATCH_ROWS_CPU``, and the engine's own cache bound
+    (``None``). On CUDA: ``engine_memory.plan_engine_memory`` over the free memory measured
+    once (``engine_memory.free_memory``), the model's sizes, T and the public prefix length;
+    an explicit ``batch_rows`` wins and the cache gets a share of what it leaves. When not
+    even the minimum fits at the planned slot width (shorter rows may still fit), one warning
+    (public numbers only) and ``MIN_ROWS`` rows with the smallest cache.
+    """
+    if torch.device(llm.device).type != "cuda":
+        return (DEFAULT_BATCH_ROWS_CPU if batch_rows is None else batch_rows), None
+    sizes = ModelSizes.of(stack, llm.model.config)
+    free = free_memory(llm)
+    width = planned_width(max_new_tokens)
+    try:
+        plan = plan_engine_memory(free, sizes, width=width, prefix_len=prefix_len,
+                                  batch_rows=batch_rows)
+    except EngineMemoryError as error:
+        logger.warning("private prediction: %s; trying %d rows", error, MIN_ROWS)
+        plan = plan_engine_memory(free, sizes, width=width, prefix_len=prefix_len,
+                                  batch_rows=MIN_ROWS)
+    return plan.batch_rows, plan.doc_cache_bytes
 
 
 def _packed_engine_fits(model: Any) -> bool:

@@ -1,0 +1,185 @@
+"""Scale-out (issue 17): the Ray runner with more than one model actor.
+
+The layout of the actors and the order in which ordered mode answers them are tested without
+Ray. Then a local Ray cluster (2 CPUs, its own temporary directory) runs the same seeded build
+with one and with two CPU model actors; tiny models are saved to disk so that every actor
+loads its own copy by path, as on a cluster. Both must release exactly the same: every ledger
+release (name, parameters, value), the rho spent and the synthetic texts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from test_private_prediction import SPECIALS, WORDS
+from tiny_models import save_tiny_embedder, save_tiny_llm
+
+from dpsynrag.accounting.certificate import verify_output
+from dpsynrag.accounting.ledger import Ledger
+from dpsynrag.accounting.signing import generate_keypair
+from dpsynrag.eval.datasets import write_clinic_dataset
+from dpsynrag.pipeline import runners
+from dpsynrag.pipeline.build import BuildSummary, run_build
+from dpsynrag.pipeline.config import make_config
+from dpsynrag.transforms.prediction_release import PartitionTokenSampler
+
+TINY = {"keywords": "statistical", "R": 6, "k": 8, "L": 2, "T": 5, "no_filter": True,
+        "seed": 3, "runner": "ray", "device": "cpu"}
+
+
+# ---------------------------------------------------------------------- without Ray
+class _FakeRay:
+    """``available_resources`` and ``nodes`` of a cluster, for ``_actor_layout``."""
+
+    def __init__(self, free: dict[str, float], node_cpus: list[float]) -> None:
+        self.free, self.node_cpus = free, node_cpus
+
+    def available_resources(self) -> dict[str, float]:
+        return dict(self.free)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"Alive": True, "Resources": {"CPU": cpus}} for cpus in self.node_cpus]
+
+
+def test_actor_layout_one_actor_per_free_gpu_else_cpu_actors_that_fit_one_node() -> None:
+    layout = runners._actor_layout
+    gpus = _FakeRay({"CPU": 32.0, "GPU": 4.0}, [16.0, 16.0])
+    assert layout(gpus, None, None) == (4, {"num_gpus": 1, "num_cpus": 1})
+    assert layout(gpus, 2, "cuda") == (2, {"num_gpus": 1, "num_cpus": 1})
+    assert layout(gpus, None, "cpu") == (1, {"num_cpus": 16})  # one node's CPUs, not 32
+    two_cpus = _FakeRay({"CPU": 2.0}, [2.0])
+    assert layout(two_cpus, None, None) == (1, {"num_cpus": 2})
+    assert layout(two_cpus, 2, None) == (2, {"num_cpus": 1})
+    # more actors than free CPUs (a Ray job's driver holds one): equal fractions that fit
+    assert layout(_FakeRay({"CPU": 1.0}, [2.0]), 2, None) == (2, {"num_cpus": 0.5})
+    count, options = layout(two_cpus, 3, "cpu")
+    assert count == 3 and 0 < options["num_cpus"] < 1 and 3 * options["num_cpus"] <= 2.0
+    assert options["num_cpus"] == round(options["num_cpus"], 4)  # Ray's granularity
+
+
+def test_ordered_mode_answers_the_workers_in_turn() -> None:
+    """Each worker has one request pending; in turn means step-major: 0, 1, 2, 0, 1, 2, ..."""
+    turn = runners._next_in_turn
+    order, last = [], None
+    for pending in ({0, 1, 2}, {0, 1, 2}, {0, 1, 2}, {0, 1, 2}, {0, 2}, {0, 2}, {2}):
+        last = turn(pending, last)
+        order.append(last)
+    assert order == [0, 1, 2, 0, 2, 0, 2]
+
+
+# ---------------------------------------------------------------------- a local Ray cluster
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    """A local 2-CPU Ray cluster for this module, in a private temporary directory; each
+    actor computes with one thread, so that float results do not depend on thread counts."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("Ray is already initialised in this process")
+    temp_dir, _ = runners.private_ray_temp_dir(None)
+    env = {**runners._worker_env(), "OMP_NUM_THREADS": "1"}
+    with runners._keep_signal_handlers():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=str(temp_dir),
+                 logging_level="warning", runtime_env={"env_vars": env})
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("ray-inputs")
+    notes = write_clinic_dataset(root / "data", n_notes=80, n_diseases=5, seed=11)["notes"]
+    generate_keypair(root / "key.pem", root / "key.pem.pub")
+    return {"notes": notes, "key": root / "key.pem",
+            "llm": save_tiny_llm(root / "tiny-llm", WORDS, specials=SPECIALS),
+            "embedder": save_tiny_embedder(root / "tiny-embedder", WORDS)}
+
+
+def _build(inputs: dict[str, Path], tmp: Path, workers: int,
+           monkeypatch: pytest.MonkeyPatch) -> tuple[BuildSummary, list[list[int]], int]:
+    """A seeded build through ``make_runner`` (a Ray runner of ``workers`` actors on the
+    module's cluster). Returns the summary, the groups of every call to the token sampler,
+    and the number of model actors the runner had."""
+    calls: list[list[int]] = []
+    actors: list[int] = []
+    sample, close = PartitionTokenSampler.__call__, runners.RayRunner.close
+
+    def recording_sample(self: PartitionTokenSampler, votes: np.ndarray,
+                         active: list[int]) -> np.ndarray:
+        calls.append(list(active))
+        return sample(self, votes, active)
+
+    def counting_close(self: runners.RayRunner) -> None:
+        actors.append(len(self.workers))
+        close(self)
+
+    config = make_config(None, {**TINY, "workers": workers, "model": str(inputs["llm"]),
+                                "embedder": str(inputs["embedder"])})
+    with monkeypatch.context() as patch:
+        patch.setattr(PartitionTokenSampler, "__call__", recording_sample)
+        patch.setattr(runners.RayRunner, "close", counting_close)
+        summary = run_build(inputs["notes"], tmp / f"out-{workers}", config,
+                            state_dir=tmp / f"state-{workers}", signing_key=inputs["key"],
+                            corpus_ledger=False)
+    assert actors == [workers]  # run_build made the runner and closed it
+    return summary, calls, actors[0]
+
+
+def _ledger(state: Path) -> tuple[dict[str, dict[str, Any]], float]:
+    """Every release of a build's ledger by name (its recorded row and its value), and the
+    total rho."""
+    with Ledger(state / "ledger.sqlite") as ledger:
+        releases = {}
+        for release in ledger.releases():
+            value = ledger.released_value(release.key)
+            releases[release.key] = {**dataclasses.asdict(release), "value": (
+                value.tolist() if isinstance(value, np.ndarray) else value)}
+        return releases, ledger.total_rho()
+
+
+@pytest.mark.slow
+def test_two_cpu_actors_release_exactly_what_one_actor_releases(
+        ray_cluster: Any, inputs: dict[str, Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    started = time.monotonic()
+    one, one_calls, _ = _build(inputs, tmp_path, 1, monkeypatch)
+    two, two_calls, actors = _build(inputs, tmp_path, 2, monkeypatch)
+    print(f"two seeded builds (1 and 2 actors): {time.monotonic() - started:.1f} s")
+    assert actors == 2
+    groups = one.synthetic_texts
+    assert groups == two.synthetic_texts == TINY["R"]
+    # one actor asks for every group's token at each step; two actors shared stage (d):
+    # their first calls are two disjoint halves, every later call is within one of them, and
+    # answered in turn they ask for the draws in the order one actor does
+    assert one_calls[0] == list(range(groups))
+    first, second = set(two_calls[0]), set(two_calls[1])
+    assert first and second and not first & second and first | second == set(range(groups))
+    assert all(set(c) <= first or set(c) <= second for c in two_calls)
+    assert len(two_calls) > len(one_calls)
+    assert [g for c in two_calls for g in c] == [g for c in one_calls for g in c]
+    # the same ledger: every release, its parameters and value; the same rho
+    releases_one, rho_one = _ledger(tmp_path / "state-1")
+    releases_two, rho_two = _ledger(tmp_path / "state-2")
+    assert any(key.endswith("/token/000") for key in releases_one)
+    assert releases_two.keys() == releases_one.keys()
+    for key, release in releases_one.items():
+        assert releases_two[key] == release, key
+    assert rho_two == rho_one == two.rho_spent == one.rho_spent > 0
+    # the same synthetic texts, cluster by cluster
+    table_one = pq.read_table(tmp_path / "out-1" / "corpus.parquet").to_pydict()
+    table_two = pq.read_table(tmp_path / "out-2" / "corpus.parquet").to_pydict()
+    for column in ("id", "text", "tokens", "cluster_keyword"):
+        assert table_two[column] == table_one[column], column
+    assert any(text.strip() for text in table_two["text"])
+    assert verify_output(tmp_path / "out-2", inputs["key"].with_name("key.pem.pub"),
+                         allow_seeded=True) == []
