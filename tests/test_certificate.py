@@ -661,3 +661,28 @@ def test_facts_plan_violations_are_reported(tmp_path: Path, key: Path) -> None:
     for text in ("phrase release's sigma", "phrase release's threshold",
                  "over the planned delta_phrases", "sigma_C"):
         assert any(text in p for p in problems), text
+
+
+# ---------------------------------------------------------------------- older builds
+OLD_BUILD = Path(__file__).parent / "data" / "certificate-d08ac16"
+
+
+def test_a_certificate_written_by_d08ac16_still_verifies(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A token build made by commit d08ac16 (200 fictitious notes, R 3, T 3, statistical
+    keywords, no filter) with its public key: verify re-derives its epsilon with today's code;
+    a changed byte in its corpus fails the file hashes."""
+    import shutil
+
+    from dpsynrag.cli import main
+
+    out = tmp_path / "corpus"
+    shutil.copytree(OLD_BUILD, out)
+    key = out / "signing-key.pub"
+    assert main(["verify", str(out), "--public-key", str(key), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True and not report["seeded"]
+    data = bytearray((out / "corpus.parquet").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (out / "corpus.parquet").write_bytes(bytes(data))
+    assert main(["verify", str(out), "--public-key", str(key)]) != 0
