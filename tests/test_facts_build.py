@@ -204,3 +204,43 @@ def test_token_writer_options_are_checked() -> None:
     assert make_config(None, {"writer": "tokens", "T": 8}).generate == "facts"
     # a template facts build keeps its fingerprint: the writer options are not released
     assert "writer" not in make_config(None, FACTS).released_options()
+
+
+def test_writer_keeps_note_appends_the_released_note_at_no_cost(clinic: Path,
+                                                                 tmp_path: Path) -> None:
+    """Issue 15: --writer-keeps-note makes each text the writer's reply followed by its
+    cluster's template note; the same released values, so the same rho and releases."""
+    from test_build import tiny_llm
+
+    options = {**FACTS, "writer": "tokens", "T": 3, "public_top_k": 5, "seed": 7}
+    tables, spent, released = [], [], []
+    for keeps in (False, True):
+        config = make_config(None, {**options, "writer_keeps_note": keeps})
+        out = tmp_path / f"out-{keeps}"
+        summary = run_build(clinic, out, config, state_dir=tmp_path / f"state-{keeps}",
+                            signing_key=None, runner=LocalRunner(tiny_llm(), HashEmbedder()),
+                            corpus_ledger=tmp_path / f"corpus-{keeps}.sqlite", force=True)
+        ledger = Ledger(tmp_path / f"state-{keeps}" / "ledger.sqlite")
+        released.append([(r.key, r.rho, r.partition) for r in ledger.releases()])
+        ledger.close()
+        spent.append(summary.rho_spent)
+        tables.append(pq.read_table(out / "corpus.parquet").to_pylist())
+    assert spent[0] == spent[1] and released[0] == released[1]
+    replies, combined = tables
+    assert len(replies) == len(combined) >= 1
+    for reply, row in zip(replies, combined, strict=True):
+        assert row["text"].startswith(reply["text"].strip())
+        note = row["text"][len(reply["text"].strip()):].strip()
+        assert note.startswith("Reported:")  # the template's default lead word
+    assert make_config(None, {**options, "writer_keeps_note": True}).fingerprint() != \
+        make_config(None, options).fingerprint()
+
+
+def test_writer_keeps_note_is_checked() -> None:
+    with pytest.raises(ConfigError, match="--writer-keeps-note applies"):
+        make_config(None, {**FACTS, "writer_keeps_note": True})
+    with pytest.raises(ConfigError, match="true or false"):
+        make_config(None, {**FACTS, "writer": "tokens", "writer_keeps_note": "yes"})
+    # writer builds made before the option keep their fingerprint
+    plain = make_config(None, {**FACTS, "writer": "tokens"})
+    assert "writer_keeps_note" not in plain.released_options()

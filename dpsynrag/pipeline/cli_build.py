@@ -145,6 +145,10 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                    help="facts with --writer tokens: share of the rho left after the keyword "
                         "histogram for the token writer (default 0.3; the cluster facts get "
                         "1 - share-phrases - share-tokens)")
+    g.add_argument("--writer-keeps-note", action=argparse.BooleanOptionalAction,
+                   help="facts with --writer tokens: each corpus text is the writer's reply "
+                        "followed by the cluster's released template note (free: post-"
+                        "processing of released values; default off)")
     g.add_argument("--facts-label", help="facts: public lead word of every note, e.g. "
                    "'Symptoms' (default 'Reported')")
     g = parser.add_argument_group("stages")
@@ -233,6 +237,7 @@ CONFIG_FLAGS = ("text_column", "id_column", "unit_column", "max_chars", "unit_bo
                 "keywords", "rephrase_prompt", "response_prefix", "keyword_prompt",
                 "filter_prompt", "no_filter", "no_retrieval", "generate", "K_e", "K_s", "R_f",
                 "share_phrases", "delta_phrases", "facts_label", "writer", "share_tokens",
+                "writer_keeps_note",
                 "public_prior", "public_top_k", "public_temperature", "public_document",
                 "model", "embedder", "device", "dtype", "runner", "ray_address", "workers",
                 "batch_rows", "seed")

@@ -92,6 +92,9 @@ class BuildConfig:
     # response_prefix, public_top_k and public_temperature; costs L T (c/tau)^2 / 2)
     writer: str = "template"
     share_tokens: float = 0.3  # facts with --writer tokens: share of the rho after the histogram
+    # facts with --writer tokens: each corpus text is the writer's reply followed by the
+    # cluster's released template note (post-processing of released values: free)
+    writer_keeps_note: bool = False
     # models and execution (not part of the fingerprint unless they change the output)
     model: str | None = None
     embedder: str | None = None
@@ -106,7 +109,7 @@ class BuildConfig:
 
     # options only one generation mode reads
     FACTS_ONLY = ("K_e", "K_s", "R_f", "share_phrases", "delta_phrases", "facts_label",
-                  "writer", "share_tokens")
+                  "writer", "share_tokens", "writer_keeps_note")
     TOKENS_ONLY = ("K", "R", "k", "T", "eps_theta", "rho_mean", "clip", "keywords",
                    "rephrase_prompt", "response_prefix", "keyword_prompt", "filter_prompt",
                    "no_filter", "no_retrieval", "public_prior", "public_top_k",
@@ -184,6 +187,11 @@ class BuildConfig:
                               "--writer tokens)")
         if self.writer == "tokens" and self.generate != "facts":
             raise ConfigError("--writer applies to --generate facts")
+        if not isinstance(self.writer_keeps_note, bool):
+            raise ConfigError(f"--writer-keeps-note must be true or false, got "
+                              f"{self.writer_keeps_note!r}")
+        if self.writer_keeps_note and not self.facts_writer_tokens:
+            raise ConfigError("--writer-keeps-note applies to --generate facts --writer tokens")
         if self.keywords not in ("llm", "statistical"):
             raise ConfigError(f"--keywords must be 'llm' or 'statistical', got {self.keywords!r}")
         if self.unit_bound not in ("pick", "concat"):
@@ -216,6 +224,8 @@ class BuildConfig:
             skip |= set(self.PUBLIC_PRIOR)                           # the new sampler
         if self.writer == "template":
             skip |= {"writer", "share_tokens"}
+        if not self.writer_keeps_note:  # writer builds made before the option keep theirs
+            skip.add("writer_keeps_note")
         return {k: v for k, v in asdict(self).items() if k not in skip}
 
     def fingerprint(self) -> str:

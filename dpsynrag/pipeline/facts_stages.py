@@ -129,6 +129,8 @@ def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
         notes, tokens = token_writer(members, written, notes, config, plan, state, ledger,
                                      runner, progress, log)
         seconds["f4_token_writer"] = time.monotonic() - t0
+        if config.writer_keeps_note:
+            notes = with_released_notes(notes, written)
         return {"texts": notes, "tokens": tokens, "kept": [True] * len(notes),
                 "cluster_keywords": [item.anchor for item in written],
                 "vocabulary_sha256": vocab.sha256, "clusters": len(anchors)}
@@ -197,6 +199,18 @@ def token_writer(groups: list[list[str]], written: list[Any], notes: list[str],
         charge_unstarted(ledger, sampler)
     state.save("synthetic", {"texts": texts, "tokens": token_counts})
     return list(texts), token_counts
+
+
+def with_released_notes(replies: list[str], written: list[Any]) -> list[str]:
+    """``--writer-keeps-note``: each writer reply followed by its cluster's template note.
+
+    Privacy cost: none. The reply is a released token sequence and the note is written from
+    the cluster's released facts (``write_notes``), so the text is post-processing.
+    """
+    from dpsynrag.transforms.fact_writer import write_notes
+
+    return [f"{reply.strip()}\n{note}".strip()
+            for reply, note in zip(replies, write_notes(written), strict=True)]
 
 
 def fact_keywords(texts: list[str], vocab: PublicVocabulary, K_s: int) -> list[list[str]]:
