@@ -46,9 +46,10 @@ from typing import Any
 
 import numpy as np
 
+from dpsynrag.accounting.composition import Node, ParallelGroup, Repeated, Sequential, compose
 from dpsynrag.accounting.conversions import CONVERSION_REFERENCES, Conversion, epsilon_for
-from dpsynrag.accounting.costs import mechanism_delta, mechanism_rho, mechanism_sensitivity
 from dpsynrag.accounting.ledger import Ledger, Release
+from dpsynrag.accounting.mechanisms import Mechanism, from_record
 from dpsynrag.accounting.signing import (
     SignatureError,
     SigningKeyError,
@@ -124,8 +125,9 @@ def _entry_key(release: Release) -> tuple[str, str, str, float, str]:
             float(release.sensitivity), release.sensitivity_norm)
 
 
-def _top_sum(values: list[float], overlap: int) -> float:
-    return math.fsum(sorted(values, reverse=True)[:overlap])
+def _partition_node(entries: list[tuple[Mechanism, int]]) -> Sequential:
+    """One partition's releases (mechanism, count) as a composition node."""
+    return Sequential(tuple(Repeated(event, count) for event, count in entries))
 
 
 def dp_accounting_epsilon(rho: float, delta: float) -> float | None:
@@ -144,55 +146,61 @@ def _mechanisms(ledger: Ledger) -> tuple[list[dict[str, Any]], list[dict[str, An
                                          dict[str, Any]]:
     """(sequential entries, parallel-group entries, composition) from the ledger."""
     sequential: list[dict[str, Any]] = []
-    partitions: dict[str, dict[str, dict[tuple, dict[str, Any]]]] = {}
+    partitions: dict[str, dict[str, dict[tuple[str, str, str, float, str],
+                                         tuple[Mechanism, dict[str, Any]]]]] = {}
+    seq_nodes: list[Mechanism] = []
     groups = ledger.parallel_groups()
     for release in ledger.releases():
-        delta = release.delta
+        event = release.event
+        delta = event.cost.delta
         if release.group is None:
             sequential.append({
                 "key": release.key, "stage": release.stage, "mechanism": release.mechanism,
                 "params": release.params, "sensitivity": release.sensitivity,
-                "sensitivity_norm": release.sensitivity_norm, "rho": release.rho,
+                "sensitivity_norm": release.sensitivity_norm, "rho": event.cost.rho,
                 **({"delta": delta} if delta else {})})
+            seq_nodes.append(event)
             continue
         entries = partitions.setdefault(release.group, {}).setdefault(release.partition or "",
                                                                       {})
-        entry = entries.get(_entry_key(release))
-        if entry is None:
-            entries[_entry_key(release)] = {
+        found = entries.get(_entry_key(release))
+        if found is None:
+            entries[_entry_key(release)] = (event, {
                 "stage": release.stage, "mechanism": release.mechanism,
                 "params": release.params, "sensitivity": release.sensitivity,
                 "sensitivity_norm": release.sensitivity_norm, "count": 1,
-                "rho_each": release.rho, **({"delta_each": delta} if delta else {})}
+                "rho_each": event.cost.rho, **({"delta_each": delta} if delta else {})})
         else:
-            entry["count"] += 1
+            found[1]["count"] += 1
     group_entries: list[dict[str, Any]] = []
     group_rho: dict[str, Any] = {}
-    group_delta = 0.0
+    group_nodes: list[Node] = []
     for name in sorted(groups):
         group = groups[name]
         parts = []
-        part_deltas = []
+        part_nodes = []
         for part_name in sorted(partitions.get(name, {})):
-            releases = list(partitions[name][part_name].values())
-            rho = math.fsum(e["count"] * e["rho_each"] for e in releases)
-            parts.append({"partition": part_name, "rho": rho, "releases": releases})
-            part_deltas.append(math.fsum(e["count"] * e.get("delta_each", 0.0)
-                                         for e in releases))
-        rho = _top_sum([p["rho"] for p in parts], group.max_overlap)
-        delta = _top_sum(part_deltas, group.max_overlap)
-        group_delta += delta
+            found_entries = list(partitions[name][part_name].values())
+            node = _partition_node([(ev, e["count"]) for ev, e in found_entries])
+            releases = [e for _, e in found_entries]
+            parts.append({"partition": part_name, "rho": compose(node).rho,
+                          "releases": releases})
+            part_nodes.append(node)
+        group_node = ParallelGroup(group.max_overlap, tuple(part_nodes), name)
+        group_nodes.append(group_node)
+        cost = compose(group_node)
+        rho, delta = cost.rho, cost.delta
         group_entries.append({"name": name, "max_overlap": group.max_overlap,
                               "description": group.description, "rho": rho,
                               "partitions": parts, **({"delta": delta} if delta else {})})
         group_rho[name] = {"max_overlap": group.max_overlap, "partitions": len(parts),
                            "rho": rho, **({"delta": delta} if delta else {})}
-    rho_sequential = math.fsum(e["rho"] for e in sequential)
-    recomputed = rho_sequential + math.fsum(g["rho"] for g in group_rho.values())
+    rho_sequential = compose(Sequential(tuple(seq_nodes))).rho
+    total = compose(Sequential((*seq_nodes, *group_nodes)))
     rho_total = ledger.total_rho()
-    if not math.isclose(recomputed, rho_total, rel_tol=REL_TOL, abs_tol=1e-15):
+    if not math.isclose(total.rho, rho_total, rel_tol=REL_TOL, abs_tol=1e-15):
         raise RuntimeError("the certificate's composition disagrees with the ledger's total")
-    delta_total = math.fsum(e.get("delta", 0.0) for e in sequential) + group_delta
+    delta_total = total.delta
     if not math.isclose(delta_total, ledger.total_delta(), rel_tol=REL_TOL, abs_tol=1e-300):
         raise RuntimeError("the certificate's approximate delta disagrees with the ledger's")
     composition = {"rule": COMPOSITION_RULE, "rho_sequential": rho_sequential,
@@ -360,12 +368,14 @@ def _check_hashes(out_dir: Path, files: Any, source: str, problems: list[str]) -
             problems.append(f"{source}: {name} does not match its recorded sha256")
 
 
-def _check_entry(entry: Any, what: str, rho_field: str, problems: list[str]) -> float | None:
-    """Re-derive one mechanism entry's rho and sensitivity; return the re-derived rho."""
+def _check_entry(entry: Any, what: str, rho_field: str,
+                 problems: list[str]) -> Mechanism | None:
+    """Re-derive one mechanism entry's rho and sensitivity; return its typed mechanism."""
     try:
         mechanism, params = entry["mechanism"], entry["params"]
-        rho = mechanism_rho(mechanism, params)
-        norm, sensitivity = mechanism_sensitivity(mechanism, params)
+        event = from_record(mechanism, params)
+        rho = event.cost.rho
+        norm, sensitivity = event.norm, event.sensitivity()
         recorded = entry[rho_field]
     except (KeyError, TypeError, ValueError) as error:
         problems.append(f"{what}: malformed mechanism entry ({error})")
@@ -378,23 +388,20 @@ def _check_entry(entry: Any, what: str, rho_field: str, problems: list[str]) -> 
         problems.append(f"{what}: recorded sensitivity {entry.get('sensitivity_norm')!r} "
                         f"{entry.get('sensitivity')!r} but {mechanism} is calibrated to "
                         f"{norm} {sensitivity!r}")
-    return rho
+    return event
 
 
-def _check_entry_delta(entry: Any, what: str, delta_field: str, problems: list[str]) -> float:
-    """Re-derive one entry's approximate delta; return it (0.0 if it cannot be derived).
+def _check_entry_delta(entry: dict[str, Any], event: Mechanism, what: str, delta_field: str,
+                       problems: list[str]) -> None:
+    """Compare one entry's recorded approximate delta with its mechanism's.
 
     An entry without ``delta_field`` records 0 (older certificates, zCDP mechanisms).
     """
-    try:
-        delta = mechanism_delta(entry["mechanism"], entry["params"])
-    except (KeyError, TypeError, ValueError):
-        return 0.0  # already reported by _check_entry
+    delta = event.cost.delta
     recorded = entry.get(delta_field, 0.0)
     if not _close(recorded, delta):
         problems.append(f"{what}: recorded {delta_field} {recorded!r} but {entry['mechanism']} "
                         f"with these parameters has approximate delta {delta!r}")
-    return delta
 
 
 def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
@@ -410,15 +417,15 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
     if not isinstance(sequential, list) or not isinstance(groups, list):
         problems.append("certificate: the mechanism lists are malformed")
         return
-    seq_rhos = []
-    seq_deltas = []
+    seq_nodes: list[Node] = []
     for i, entry in enumerate(sequential):
         key = entry.get("key", i) if isinstance(entry, dict) else i
-        rho = _check_entry(entry, f"mechanism {key}", "rho", problems)
-        seq_rhos.append(0.0 if rho is None else rho)
-        if rho is not None:
-            seq_deltas.append(_check_entry_delta(entry, f"mechanism {key}", "delta", problems))
-    rho_sequential = math.fsum(seq_rhos)
+        event = _check_entry(entry, f"mechanism {key}", "rho", problems)
+        if event is not None:
+            seq_nodes.append(event)
+            _check_entry_delta(entry, event, f"mechanism {key}", "delta", problems)
+    seq_cost = compose(Sequential(tuple(seq_nodes)))
+    rho_sequential = seq_cost.rho
     if not _close(composition.get("rho_sequential"), rho_sequential):
         problems.append(f"composition: rho_sequential {composition.get('rho_sequential')!r} "
                         f"but the sequential mechanisms add up to {rho_sequential!r}")
@@ -426,8 +433,7 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
     if not isinstance(recorded_groups, dict):
         recorded_groups = {}
         problems.append("composition: parallel_groups is missing or malformed")
-    group_total = []
-    group_deltas = []
+    group_nodes: list[Node] = []
     seen = set()
     for group in groups:
         try:
@@ -440,54 +446,53 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
             problems.append(f"parallel group: malformed ({error})")
             continue
         seen.add(name)
-        part_rhos = []
-        part_deltas = []
+        part_nodes: list[Node] = []
         for part in parts:
             try:
                 part_name, releases = part["partition"], part["releases"]
             except (KeyError, TypeError):
                 problems.append(f"group {name}: malformed partition")
                 continue
-            costs = []
-            deltas = []
+            entries: list[tuple[Mechanism, int]] = []
             for entry in releases:
                 what = f"group {name} {part_name} {entry.get('stage', '?')}" \
                     if isinstance(entry, dict) else f"group {name} {part_name}"
-                rho_each = _check_entry(entry, what, "rho_each", problems)
+                event = _check_entry(entry, what, "rho_each", problems)
                 count = entry.get("count") if isinstance(entry, dict) else None
                 if not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
                     problems.append(f"{what}: count must be a positive integer")
                     continue
-                if rho_each is not None:
-                    costs.append(count * rho_each)
-                    deltas.append(count * _check_entry_delta(entry, what, "delta_each",
-                                                             problems))
-            part_rho = math.fsum(costs)
-            part_deltas.append(math.fsum(deltas))
+                if event is not None:
+                    entries.append((event, count))
+                    _check_entry_delta(entry, event, what, "delta_each", problems)
+            node = _partition_node(entries)
+            part_rho = compose(node).rho
             if not _close(part.get("rho"), part_rho):
                 problems.append(f"group {name} {part_name}: rho {part.get('rho')!r} but its "
                                 f"releases add up to {part_rho!r}")
-            part_rhos.append(part_rho)
-        rho = _top_sum(part_rhos, overlap)
-        group_total.append(rho)
+            part_nodes.append(node)
+        group_node = ParallelGroup(overlap, tuple(part_nodes), str(name))
+        group_nodes.append(group_node)
+        cost = compose(group_node)
+        rho = cost.rho
         recorded = recorded_groups.get(name)
         if not _close(group.get("rho"), rho) or not isinstance(recorded, dict) \
                 or not _close(recorded.get("rho"), rho) or recorded.get("max_overlap") != overlap:
             problems.append(f"group {name}: recorded rho does not equal the sum of its "
                             f"{overlap} most expensive partitions ({rho!r})")
-        delta = _top_sum(part_deltas, overlap)
-        group_deltas.append(delta)
+        delta = cost.delta
         if not _close(group.get("delta", 0.0), delta) or (
                 isinstance(recorded, dict) and not _close(recorded.get("delta", 0.0), delta)):
             problems.append(f"group {name}: recorded delta does not equal the sum of its "
                             f"{overlap} largest partition deltas ({delta!r})")
     for name in set(recorded_groups) - seen:
         problems.append(f"composition: group {name} has no mechanism entries")
-    rho_total = rho_sequential + math.fsum(group_total)
+    total = compose(Sequential((*seq_nodes, *group_nodes)))
+    rho_total = total.rho
     if not _close(composition.get("rho_total"), rho_total):
         problems.append(f"composition: rho_total {composition.get('rho_total')!r} but the "
                         f"mechanisms compose to {rho_total!r}")
-    delta_approx = math.fsum(seq_deltas) + math.fsum(group_deltas)
+    delta_approx = total.delta
     if not _close(composition.get("delta_approx_total", 0.0), delta_approx):
         problems.append(f"composition: delta_approx_total "
                         f"{composition.get('delta_approx_total', 0.0)!r} but the mechanisms' "
