@@ -46,10 +46,18 @@ from typing import Any
 
 import numpy as np
 
-from dpsynrag.accounting.composition import Node, ParallelGroup, Repeated, Sequential, compose
+from dpsynrag.accounting.composition import (
+    Node,
+    ParallelGroup,
+    Repeated,
+    Sequential,
+    compose,
+    leaves,
+)
 from dpsynrag.accounting.conversions import CONVERSION_REFERENCES, Conversion, epsilon_for
 from dpsynrag.accounting.ledger import Ledger, Release
 from dpsynrag.accounting.mechanisms import Mechanism, from_record
+from dpsynrag.accounting.planner import CLUSTERS_GROUP, plan_from_dict
 from dpsynrag.accounting.signing import (
     SignatureError,
     SigningKeyError,
@@ -434,6 +442,7 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
         recorded_groups = {}
         problems.append("composition: parallel_groups is missing or malformed")
     group_nodes: list[Node] = []
+    group_names: list[str] = []
     seen = set()
     for group in groups:
         try:
@@ -473,6 +482,7 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
             part_nodes.append(node)
         group_node = ParallelGroup(overlap, tuple(part_nodes), str(name))
         group_nodes.append(group_node)
+        group_names.append(str(name))
         cost = compose(group_node)
         rho = cost.rho
         recorded = recorded_groups.get(name)
@@ -489,6 +499,7 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
         problems.append(f"composition: group {name} has no mechanism entries")
     total = compose(Sequential((*seq_nodes, *group_nodes)))
     rho_total = total.rho
+    _check_mechanisms_cross(Sequential((*seq_nodes, *group_nodes)), problems)
     if not _close(composition.get("rho_total"), rho_total):
         problems.append(f"composition: rho_total {composition.get('rho_total')!r} but the "
                         f"mechanisms compose to {rho_total!r}")
@@ -501,6 +512,9 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
     plan = cert.get("plan")
     if isinstance(plan, dict):
         _check_plan(plan, rho_total, sequential, groups, problems)
+        config = cert.get("config")
+        _check_plan_events(plan, config if isinstance(config, dict) else {},
+                           dict(zip(group_names, group_nodes, strict=True)), problems)
 
 
 def _plan_number(plan: dict[str, Any], name: str) -> float | None:
@@ -561,6 +575,63 @@ def _check_plan(plan: dict[str, Any], rho_total: float, sequential: list[Any],
             if isinstance(tokens_planned, int) and tokens != tokens_planned:
                 problems.append(f"plan: {name} is charged {tokens} token draws, not T = "
                                 f"{tokens_planned} (the worst case must be charged)")
+
+
+def _check_mechanisms_cross(tree: Sequential, problems: list[str]) -> None:
+    """Each distinct mechanism's rho against dp-accounting's, where it has an event."""
+    from dpsynrag.accounting.dp_accounting_check import cross_check
+
+    distinct = {leaf.mechanism for leaf in leaves(tree)}
+    for event in sorted(distinct, key=repr):
+        for check in cross_check(event):
+            if not check.agrees():
+                problems.append(f"cross-check: {check.mechanism} costs rho {check.rho!r} here but "
+                                f"{check.dp_accounting_rho!r} by dp-accounting")
+
+
+def _check_plan_events(plan_record: dict[str, Any], config: dict[str, Any],
+                       groups: dict[str, Node], problems: list[str]) -> None:
+    """The releases against the plan's own description of the build (``plan.events``).
+
+    The plan's mechanisms must compose to its ``rho_total``; every partition of the plan's
+    parallel group must cost no more than the planned cluster, and, in the token mode, exactly
+    as much (every cluster pays the worst case: all T draws, EOS or not); the group must
+    declare the plan's L. A plan recorded without all its fields (older builds) is skipped.
+    """
+    plan = plan_from_dict(plan_record)
+    if plan is None:
+        return
+    clip = config.get("clip")
+    clip = float(clip) if isinstance(clip, int | float) and not isinstance(clip, bool) else None
+    try:
+        planned = plan.events(clip) if clip is not None or plan.generate == "facts" else None
+    except ValueError as error:
+        problems.append(f"plan: its mechanisms are not valid ({error})")
+        return
+    if planned is None:
+        return
+    if not _close(compose(planned).rho, plan.rho_total):
+        problems.append(f"plan: its mechanisms compose to rho {compose(planned).rho!r}, not its "
+                        f"rho_total {plan.rho_total!r}")
+    group = planned.children[-1]
+    if not isinstance(group, ParallelGroup):
+        return
+    cluster = compose(group.partitions[0])
+    recorded = groups.get(group.name)
+    if not isinstance(recorded, ParallelGroup):
+        return
+    if recorded.max_overlap != group.max_overlap:
+        problems.append(f"plan: L is {group.max_overlap} but group {group.name} declares "
+                        f"max_overlap {recorded.max_overlap}")
+    exact = group.name == CLUSTERS_GROUP
+    for i, part in enumerate(recorded.partitions):
+        cost = compose(part)
+        over = cost.rho > cluster.rho * (1 + REL_TOL) + 1e-15 \
+            or cost.delta > cluster.delta * (1 + REL_TOL) + 1e-300
+        if over or (exact and not (_close(cost.rho, cluster.rho)
+                                   and _close(cost.delta, cluster.delta))):
+            problems.append(f"plan: partition {i} of group {group.name} costs rho "
+                            f"{cost.rho!r}, the planned cluster {cluster.rho!r}")
 
 
 def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[Any],
