@@ -269,3 +269,38 @@ def ledger_top_sum(values: Sequence[float], overlap: int) -> float:
 def certificate_top_sum(values: Sequence[float], overlap: int) -> float:
     """accounting/certificate.py ``_top_sum``, as of a622f4a."""
     return math.fsum(sorted(values, reverse=True)[:overlap])
+
+
+# ---------------------------------------------------------------------- the old build dicts
+def corpus_ledger_mechanisms(config: Any, plan: Any) -> list[dict[str, Any]]:
+    """pipeline/build.py ``corpus_ledger_mechanisms`` as of a622f4a (the second shape)."""
+    if config.generate == "facts":
+        return [
+            {"mechanism": "discrete_gaussian",
+             "params": {"sigma": plan.sigma_h, "l2_sensitivity": math.sqrt(config.K_s)},
+             "count": 1},
+            {"mechanism": "partition_selection",
+             "params": {"sigma": plan.sigma_A, "max_items": config.K_e,
+                        "threshold": plan.tau_A, "delta": plan.delta_phrases}, "count": 1},
+            {"mechanism": "discrete_gaussian",
+             "params": {"sigma": plan.sigma_C,
+                        "l2_sensitivity": math.sqrt(config.K_e + config.K_s)},
+             "count": config.L},
+            *([{"mechanism": "token_softmax",
+                "params": {"clip": config.clip, "temperature": config.clip / plan.c_over_tau,
+                           "tokens": config.T}, "count": config.L}]
+              if config.facts_writer_tokens else [])]
+    temperature = config.clip / plan.c_over_tau
+    mechanisms: list[dict[str, Any]] = [
+        {"mechanism": "discrete_gaussian",
+         "params": {"sigma": plan.sigma_h, "l2_sensitivity": math.sqrt(config.K)}, "count": 1}]
+    if not config.no_retrieval:
+        mechanisms += [
+            {"mechanism": "discrete_gaussian",
+             "params": {"sigma": plan.sigma_mu, "l2_sensitivity": 1.0}, "count": config.L},
+            {"mechanism": "exponential_threshold", "params": {"epsilon": config.eps_theta},
+             "count": config.L}]
+    mechanisms.append({"mechanism": "token_softmax",
+                       "params": {"clip": config.clip, "temperature": temperature,
+                                  "tokens": config.T}, "count": config.L})
+    return mechanisms
