@@ -57,7 +57,12 @@ from dpsynrag.accounting.composition import (
 from dpsynrag.accounting.conversions import CONVERSION_REFERENCES, Conversion, epsilon_for
 from dpsynrag.accounting.ledger import Ledger, Release
 from dpsynrag.accounting.mechanisms import Mechanism, from_record
-from dpsynrag.accounting.planner import CLUSTERS_GROUP, plan_from_dict
+from dpsynrag.accounting.planner import (
+    CLUSTERS_GROUP,
+    FACT_CLUSTERS_GROUP,
+    FactsBudgetPlan,
+    plan_from_dict,
+)
 from dpsynrag.accounting.signing import (
     SignatureError,
     SigningKeyError,
@@ -312,7 +317,8 @@ def build_certificate(
     }
     if is_seeded:
         certificate["notice"] = SEEDED_NOTICE
-    return _jsonable(certificate)
+    result: dict[str, Any] = _jsonable(certificate)
+    return result
 
 
 def write_certificate(out_dir: Path, certificate: Mapping[str, Any]) -> Path:
@@ -517,6 +523,12 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
                            dict(zip(group_names, group_nodes, strict=True)), problems)
 
 
+def _params_of(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry's ``params`` when it is a JSON object, else {} (a malformed entry)."""
+    params = entry.get("params")
+    return params if isinstance(params, dict) else {}
+
+
 def _plan_number(plan: dict[str, Any], name: str) -> float | None:
     value = plan.get(name)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
@@ -557,7 +569,7 @@ def _check_plan(plan: dict[str, Any], rho_total: float, sequential: list[Any],
                         if isinstance(e, dict)]
             tokens = 0
             for entry in releases:
-                params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+                params = _params_of(entry)
                 stage, count = entry.get("stage"), entry.get("count", 0)
                 if stage in expected:
                     field, value = expected[stage]
@@ -601,14 +613,16 @@ def _check_plan_events(plan_record: dict[str, Any], config: dict[str, Any],
     plan = plan_from_dict(plan_record)
     if plan is None:
         return
-    clip = config.get("clip")
-    clip = float(clip) if isinstance(clip, int | float) and not isinstance(clip, bool) else None
+    recorded_clip = config.get("clip")
+    clip = float(recorded_clip) if isinstance(recorded_clip, int | float) \
+        and not isinstance(recorded_clip, bool) else None
+    if not isinstance(plan, FactsBudgetPlan) and clip is None:
+        return  # a token plan's draws need the recorded clip
     try:
-        planned = plan.events(clip) if clip is not None or plan.generate == "facts" else None
+        planned = plan.events(clip) if isinstance(plan, FactsBudgetPlan) \
+            else plan.events(clip or 0.0)
     except ValueError as error:
         problems.append(f"plan: its mechanisms are not valid ({error})")
-        return
-    if planned is None:
         return
     if not _close(compose(planned).rho, plan.rho_total):
         problems.append(f"plan: its mechanisms compose to rho {compose(planned).rho!r}, not its "
@@ -643,7 +657,7 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
     for entry in sequential:
         if not isinstance(entry, dict) or entry.get("mechanism") != "partition_selection":
             continue
-        params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+        params = _params_of(entry)
         for field, value in expected.items():
             if value is not None and not _close(params.get(field), value):
                 problems.append(f"plan: the phrase release's {field} is not the planned one")
@@ -658,14 +672,17 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
     if sigma_c is None or k_e is None or k_s is None:
         return
     for group in groups:
-        if not isinstance(group, dict) or group.get("name") != "clusters":
+        # the facts build releases its fact histograms in the "fact-clusters" group
+        if not isinstance(group, dict) or group.get("name") not in (CLUSTERS_GROUP,
+                                                                     FACT_CLUSTERS_GROUP):
             continue
         for part in group.get("partitions", []):
             for entry in part.get("releases", []) if isinstance(part, dict) else []:
-                params = entry.get("params") if isinstance(entry, dict) else None
-                if isinstance(params, dict) and entry.get("mechanism") == "discrete_gaussian" \
-                        and _close(params.get("l2_sensitivity"), math.sqrt(k_e + k_s)) \
-                        and not _close(params.get("sigma"), sigma_c):
+                entry_params = entry.get("params") if isinstance(entry, dict) else None
+                if isinstance(entry_params, dict) \
+                        and entry.get("mechanism") == "discrete_gaussian" \
+                        and _close(entry_params.get("l2_sensitivity"), math.sqrt(k_e + k_s)) \
+                        and not _close(entry_params.get("sigma"), sigma_c):
                     problems.append(f"plan: {part.get('partition')} fact histogram sigma is not "
                                     "the planned sigma_C")
 
@@ -685,7 +702,7 @@ def _check_writer_tokens(plan: dict[str, Any], groups: list[Any], problems: list
             for entry in part.get("releases", []):
                 if not isinstance(entry, dict) or entry.get("mechanism") != "token_softmax":
                     continue
-                params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+                params = _params_of(entry)
                 each, count = params.get("tokens", 1), entry.get("count", 0)
                 if isinstance(each, int) and isinstance(count, int):
                     tokens += each * count
@@ -748,10 +765,10 @@ def _check_guarantee(guarantee: dict[str, Any], rho_total: float, delta_approx: 
                                 f"{expected!r}")
     cross = guarantee.get("cross_check")
     if isinstance(cross, dict):
-        expected = dp_accounting_epsilon(rho_total, at) if rho_total > 0 else 0.0
-        if expected is not None and not _close(cross.get("epsilon"), expected):
+        cross_expected = dp_accounting_epsilon(rho_total, at) if rho_total > 0 else 0.0
+        if cross_expected is not None and not _close(cross.get("epsilon"), cross_expected):
             problems.append(f"guarantee: dp-accounting cross-check {cross.get('epsilon')!r}, "
-                            f"recomputed {expected!r}")
+                            f"recomputed {cross_expected!r}")
 
 
 SEEDED_PROBLEM = ("certificate: seeded build: its noise came from a reproducible seed, so "

@@ -108,7 +108,7 @@ def _freeze(value: Any) -> FrozenJson:
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
     if value is None or isinstance(value, str | int | float | bool):
-        return value  # type: ignore[no-any-return]
+        return value
     raise ValueError(f"a mechanism parameter must be a JSON scalar or list, got "
                      f"{type(value).__name__}")
 
@@ -173,9 +173,9 @@ class Mechanism(ABC):
                 kwargs[field.name] = params[field.name]
             elif field.default is MISSING:
                 raise ValueError(f"mechanism {cls.name!r} needs parameter '{field.name}'")
-        info = tuple(sorted((str(k), _freeze(v)) for k, v in params.items()
-                            if k not in kwargs))
-        return cls(**kwargs, info=info)
+        kwargs["info"] = tuple(sorted((str(k), _freeze(v)) for k, v in params.items()
+                                      if k not in kwargs))
+        return cls(**kwargs)
 
 
 # ---------------------------------------------------------------------- the mechanisms
