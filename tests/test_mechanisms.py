@@ -11,7 +11,9 @@ import itertools
 import json
 import math
 import random
+import shutil
 from dataclasses import FrozenInstanceError
+from pathlib import Path
 
 import legacy_costs
 import pytest
@@ -24,7 +26,7 @@ from dpsynrag.accounting.composition import (
     records,
 )
 from dpsynrag.accounting.costs import spend_of
-from dpsynrag.accounting.ledger import Charge, Ledger
+from dpsynrag.accounting.ledger import Charge, Ledger, ReleaseMismatchError
 from dpsynrag.accounting.mechanisms import (
     MECHANISMS,
     DiscreteGaussian,
@@ -288,3 +290,42 @@ def test_plan_events_write_the_old_corpus_ledger_dicts(config: BuildConfig) -> N
     events = plan.events(config.clip)
     assert compose(events).rho == pytest.approx(plan.rho_total, rel=1e-12)
     assert spend_of(new)[0] == pytest.approx(compose(events).rho, rel=1e-15)
+
+
+# ---------------------------------------------------------------------- old ledgers
+OLD_LEDGER = Path(__file__).parent / "data" / "ledger-a622f4a"
+
+
+def test_a_ledger_written_before_the_refactor_totals_and_resumes_the_same(
+        tmp_path: Path) -> None:
+    """A build ledger written by a622f4a (make_ledger.py beside it: a histogram, a phrase
+    release, 8 clusters in a group of overlap 3 with Gaussian sums, thresholds, tokens, token
+    reserves and LimitedDomain): every row's recorded rho is today's to the last bit; the totals
+    agree to 1e-15 (the old ledger summed left to right, compose() uses math.fsum: they may
+    differ in the last bit); stored values come back on resume without a charge, and other
+    parameters are refused."""
+    path = tmp_path / "ledger.sqlite"
+    shutil.copyfile(OLD_LEDGER / "ledger.sqlite", path)
+    path.chmod(0o600)
+    old_rho, old_delta = json.loads((OLD_LEDGER / "totals.json").read_text())
+    with Ledger(path) as ledger:
+        releases = ledger.releases()
+        assert len(releases) > 40
+        for release in releases:
+            assert release.rho == release.event.cost.rho  # the recorded column, bit for bit
+        assert ledger.total_rho() == pytest.approx(old_rho, rel=1e-15, abs=0)
+        assert ledger.total_delta() == pytest.approx(old_delta, rel=1e-15, abs=0)
+        mean = Charge("c-noisy-sum", "gaussian", {"sigma": 7.453559924999299,
+                                                  "l2_sensitivity": 1.0, "grid_bits": 24},
+                      1.0, "l2", "clusters", "cluster/00003")
+        before = ledger.total_rho()
+        assert ledger.release("cluster/00003/mean", mean, lambda rng: "redrawn") == [0]
+        assert ledger.total_rho() == before
+        other = Charge("c-noisy-sum", "gaussian", {"sigma": 7.0, "l2_sensitivity": 1.0,
+                                                   "grid_bits": 24},
+                       1.0, "l2", "clusters", "cluster/00003")
+        with pytest.raises(ReleaseMismatchError):
+            ledger.release("cluster/00003/mean", other, lambda rng: 0)
+        groups = [n for n in ledger.events().children if isinstance(n, ParallelGroup)]
+        assert [(g.name, g.max_overlap, len(g.partitions)) for g in groups] == [
+            ("clusters", 3, 8)]
