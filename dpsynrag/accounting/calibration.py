@@ -141,7 +141,8 @@ def pure_dp_rdp(epsilon: float, alpha: np.ndarray) -> np.ndarray:
     """
     alpha = np.asarray(alpha, dtype=np.float64)
     log_ratio = _log_cosh((alpha - 0.5) * epsilon) - _log_cosh(np.asarray(epsilon / 2.0))
-    return np.minimum(alpha * epsilon**2 / 2.0, log_ratio / (alpha - 1.0))
+    curve: np.ndarray = np.minimum(alpha * epsilon**2 / 2.0, log_ratio / (alpha - 1.0))
+    return curve
 
 
 def dp_ksa_epsilon_rdp(

@@ -46,9 +46,23 @@ from typing import Any
 
 import numpy as np
 
+from dpsynrag.accounting.composition import (
+    Node,
+    ParallelGroup,
+    Repeated,
+    Sequential,
+    compose,
+    leaves,
+)
 from dpsynrag.accounting.conversions import CONVERSION_REFERENCES, Conversion, epsilon_for
-from dpsynrag.accounting.costs import mechanism_delta, mechanism_rho, mechanism_sensitivity
 from dpsynrag.accounting.ledger import Ledger, Release
+from dpsynrag.accounting.mechanisms import Mechanism, from_record
+from dpsynrag.accounting.planner import (
+    CLUSTERS_GROUP,
+    FACT_CLUSTERS_GROUP,
+    FactsBudgetPlan,
+    plan_from_dict,
+)
 from dpsynrag.accounting.signing import (
     SignatureError,
     SigningKeyError,
@@ -124,8 +138,9 @@ def _entry_key(release: Release) -> tuple[str, str, str, float, str]:
             float(release.sensitivity), release.sensitivity_norm)
 
 
-def _top_sum(values: list[float], overlap: int) -> float:
-    return math.fsum(sorted(values, reverse=True)[:overlap])
+def _partition_node(entries: list[tuple[Mechanism, int]]) -> Sequential:
+    """One partition's releases (mechanism, count) as a composition node."""
+    return Sequential(tuple(Repeated(event, count) for event, count in entries))
 
 
 def dp_accounting_epsilon(rho: float, delta: float) -> float | None:
@@ -144,55 +159,61 @@ def _mechanisms(ledger: Ledger) -> tuple[list[dict[str, Any]], list[dict[str, An
                                          dict[str, Any]]:
     """(sequential entries, parallel-group entries, composition) from the ledger."""
     sequential: list[dict[str, Any]] = []
-    partitions: dict[str, dict[str, dict[tuple, dict[str, Any]]]] = {}
+    partitions: dict[str, dict[str, dict[tuple[str, str, str, float, str],
+                                         tuple[Mechanism, dict[str, Any]]]]] = {}
+    seq_nodes: list[Mechanism] = []
     groups = ledger.parallel_groups()
     for release in ledger.releases():
-        delta = release.delta
+        event = release.event
+        delta = event.cost.delta
         if release.group is None:
             sequential.append({
                 "key": release.key, "stage": release.stage, "mechanism": release.mechanism,
                 "params": release.params, "sensitivity": release.sensitivity,
-                "sensitivity_norm": release.sensitivity_norm, "rho": release.rho,
+                "sensitivity_norm": release.sensitivity_norm, "rho": event.cost.rho,
                 **({"delta": delta} if delta else {})})
+            seq_nodes.append(event)
             continue
         entries = partitions.setdefault(release.group, {}).setdefault(release.partition or "",
                                                                       {})
-        entry = entries.get(_entry_key(release))
-        if entry is None:
-            entries[_entry_key(release)] = {
+        found = entries.get(_entry_key(release))
+        if found is None:
+            entries[_entry_key(release)] = (event, {
                 "stage": release.stage, "mechanism": release.mechanism,
                 "params": release.params, "sensitivity": release.sensitivity,
                 "sensitivity_norm": release.sensitivity_norm, "count": 1,
-                "rho_each": release.rho, **({"delta_each": delta} if delta else {})}
+                "rho_each": event.cost.rho, **({"delta_each": delta} if delta else {})})
         else:
-            entry["count"] += 1
+            found[1]["count"] += 1
     group_entries: list[dict[str, Any]] = []
     group_rho: dict[str, Any] = {}
-    group_delta = 0.0
+    group_nodes: list[Node] = []
     for name in sorted(groups):
         group = groups[name]
         parts = []
-        part_deltas = []
+        part_nodes = []
         for part_name in sorted(partitions.get(name, {})):
-            releases = list(partitions[name][part_name].values())
-            rho = math.fsum(e["count"] * e["rho_each"] for e in releases)
-            parts.append({"partition": part_name, "rho": rho, "releases": releases})
-            part_deltas.append(math.fsum(e["count"] * e.get("delta_each", 0.0)
-                                         for e in releases))
-        rho = _top_sum([p["rho"] for p in parts], group.max_overlap)
-        delta = _top_sum(part_deltas, group.max_overlap)
-        group_delta += delta
+            found_entries = list(partitions[name][part_name].values())
+            node = _partition_node([(ev, e["count"]) for ev, e in found_entries])
+            releases = [e for _, e in found_entries]
+            parts.append({"partition": part_name, "rho": compose(node).rho,
+                          "releases": releases})
+            part_nodes.append(node)
+        group_node = ParallelGroup(group.max_overlap, tuple(part_nodes), name)
+        group_nodes.append(group_node)
+        cost = compose(group_node)
+        rho, delta = cost.rho, cost.delta
         group_entries.append({"name": name, "max_overlap": group.max_overlap,
                               "description": group.description, "rho": rho,
                               "partitions": parts, **({"delta": delta} if delta else {})})
         group_rho[name] = {"max_overlap": group.max_overlap, "partitions": len(parts),
                            "rho": rho, **({"delta": delta} if delta else {})}
-    rho_sequential = math.fsum(e["rho"] for e in sequential)
-    recomputed = rho_sequential + math.fsum(g["rho"] for g in group_rho.values())
+    rho_sequential = compose(Sequential(tuple(seq_nodes))).rho
+    total = compose(Sequential((*seq_nodes, *group_nodes)))
     rho_total = ledger.total_rho()
-    if not math.isclose(recomputed, rho_total, rel_tol=REL_TOL, abs_tol=1e-15):
+    if not math.isclose(total.rho, rho_total, rel_tol=REL_TOL, abs_tol=1e-15):
         raise RuntimeError("the certificate's composition disagrees with the ledger's total")
-    delta_total = math.fsum(e.get("delta", 0.0) for e in sequential) + group_delta
+    delta_total = total.delta
     if not math.isclose(delta_total, ledger.total_delta(), rel_tol=REL_TOL, abs_tol=1e-300):
         raise RuntimeError("the certificate's approximate delta disagrees with the ledger's")
     composition = {"rule": COMPOSITION_RULE, "rho_sequential": rho_sequential,
@@ -296,7 +317,8 @@ def build_certificate(
     }
     if is_seeded:
         certificate["notice"] = SEEDED_NOTICE
-    return _jsonable(certificate)
+    result: dict[str, Any] = _jsonable(certificate)
+    return result
 
 
 def write_certificate(out_dir: Path, certificate: Mapping[str, Any]) -> Path:
@@ -360,12 +382,14 @@ def _check_hashes(out_dir: Path, files: Any, source: str, problems: list[str]) -
             problems.append(f"{source}: {name} does not match its recorded sha256")
 
 
-def _check_entry(entry: Any, what: str, rho_field: str, problems: list[str]) -> float | None:
-    """Re-derive one mechanism entry's rho and sensitivity; return the re-derived rho."""
+def _check_entry(entry: Any, what: str, rho_field: str,
+                 problems: list[str]) -> Mechanism | None:
+    """Re-derive one mechanism entry's rho and sensitivity; return its typed mechanism."""
     try:
         mechanism, params = entry["mechanism"], entry["params"]
-        rho = mechanism_rho(mechanism, params)
-        norm, sensitivity = mechanism_sensitivity(mechanism, params)
+        event = from_record(mechanism, params)
+        rho = event.cost.rho
+        norm, sensitivity = event.norm, event.sensitivity()
         recorded = entry[rho_field]
     except (KeyError, TypeError, ValueError) as error:
         problems.append(f"{what}: malformed mechanism entry ({error})")
@@ -378,23 +402,20 @@ def _check_entry(entry: Any, what: str, rho_field: str, problems: list[str]) -> 
         problems.append(f"{what}: recorded sensitivity {entry.get('sensitivity_norm')!r} "
                         f"{entry.get('sensitivity')!r} but {mechanism} is calibrated to "
                         f"{norm} {sensitivity!r}")
-    return rho
+    return event
 
 
-def _check_entry_delta(entry: Any, what: str, delta_field: str, problems: list[str]) -> float:
-    """Re-derive one entry's approximate delta; return it (0.0 if it cannot be derived).
+def _check_entry_delta(entry: dict[str, Any], event: Mechanism, what: str, delta_field: str,
+                       problems: list[str]) -> None:
+    """Compare one entry's recorded approximate delta with its mechanism's.
 
     An entry without ``delta_field`` records 0 (older certificates, zCDP mechanisms).
     """
-    try:
-        delta = mechanism_delta(entry["mechanism"], entry["params"])
-    except (KeyError, TypeError, ValueError):
-        return 0.0  # already reported by _check_entry
+    delta = event.cost.delta
     recorded = entry.get(delta_field, 0.0)
     if not _close(recorded, delta):
         problems.append(f"{what}: recorded {delta_field} {recorded!r} but {entry['mechanism']} "
                         f"with these parameters has approximate delta {delta!r}")
-    return delta
 
 
 def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
@@ -410,15 +431,15 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
     if not isinstance(sequential, list) or not isinstance(groups, list):
         problems.append("certificate: the mechanism lists are malformed")
         return
-    seq_rhos = []
-    seq_deltas = []
+    seq_nodes: list[Node] = []
     for i, entry in enumerate(sequential):
         key = entry.get("key", i) if isinstance(entry, dict) else i
-        rho = _check_entry(entry, f"mechanism {key}", "rho", problems)
-        seq_rhos.append(0.0 if rho is None else rho)
-        if rho is not None:
-            seq_deltas.append(_check_entry_delta(entry, f"mechanism {key}", "delta", problems))
-    rho_sequential = math.fsum(seq_rhos)
+        event = _check_entry(entry, f"mechanism {key}", "rho", problems)
+        if event is not None:
+            seq_nodes.append(event)
+            _check_entry_delta(entry, event, f"mechanism {key}", "delta", problems)
+    seq_cost = compose(Sequential(tuple(seq_nodes)))
+    rho_sequential = seq_cost.rho
     if not _close(composition.get("rho_sequential"), rho_sequential):
         problems.append(f"composition: rho_sequential {composition.get('rho_sequential')!r} "
                         f"but the sequential mechanisms add up to {rho_sequential!r}")
@@ -426,8 +447,8 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
     if not isinstance(recorded_groups, dict):
         recorded_groups = {}
         problems.append("composition: parallel_groups is missing or malformed")
-    group_total = []
-    group_deltas = []
+    group_nodes: list[Node] = []
+    group_names: list[str] = []
     seen = set()
     for group in groups:
         try:
@@ -440,54 +461,55 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
             problems.append(f"parallel group: malformed ({error})")
             continue
         seen.add(name)
-        part_rhos = []
-        part_deltas = []
+        part_nodes: list[Node] = []
         for part in parts:
             try:
                 part_name, releases = part["partition"], part["releases"]
             except (KeyError, TypeError):
                 problems.append(f"group {name}: malformed partition")
                 continue
-            costs = []
-            deltas = []
+            entries: list[tuple[Mechanism, int]] = []
             for entry in releases:
                 what = f"group {name} {part_name} {entry.get('stage', '?')}" \
                     if isinstance(entry, dict) else f"group {name} {part_name}"
-                rho_each = _check_entry(entry, what, "rho_each", problems)
+                event = _check_entry(entry, what, "rho_each", problems)
                 count = entry.get("count") if isinstance(entry, dict) else None
                 if not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
                     problems.append(f"{what}: count must be a positive integer")
                     continue
-                if rho_each is not None:
-                    costs.append(count * rho_each)
-                    deltas.append(count * _check_entry_delta(entry, what, "delta_each",
-                                                             problems))
-            part_rho = math.fsum(costs)
-            part_deltas.append(math.fsum(deltas))
+                if event is not None:
+                    entries.append((event, count))
+                    _check_entry_delta(entry, event, what, "delta_each", problems)
+            node = _partition_node(entries)
+            part_rho = compose(node).rho
             if not _close(part.get("rho"), part_rho):
                 problems.append(f"group {name} {part_name}: rho {part.get('rho')!r} but its "
                                 f"releases add up to {part_rho!r}")
-            part_rhos.append(part_rho)
-        rho = _top_sum(part_rhos, overlap)
-        group_total.append(rho)
+            part_nodes.append(node)
+        group_node = ParallelGroup(overlap, tuple(part_nodes), str(name))
+        group_nodes.append(group_node)
+        group_names.append(str(name))
+        cost = compose(group_node)
+        rho = cost.rho
         recorded = recorded_groups.get(name)
         if not _close(group.get("rho"), rho) or not isinstance(recorded, dict) \
                 or not _close(recorded.get("rho"), rho) or recorded.get("max_overlap") != overlap:
             problems.append(f"group {name}: recorded rho does not equal the sum of its "
                             f"{overlap} most expensive partitions ({rho!r})")
-        delta = _top_sum(part_deltas, overlap)
-        group_deltas.append(delta)
+        delta = cost.delta
         if not _close(group.get("delta", 0.0), delta) or (
                 isinstance(recorded, dict) and not _close(recorded.get("delta", 0.0), delta)):
             problems.append(f"group {name}: recorded delta does not equal the sum of its "
                             f"{overlap} largest partition deltas ({delta!r})")
     for name in set(recorded_groups) - seen:
         problems.append(f"composition: group {name} has no mechanism entries")
-    rho_total = rho_sequential + math.fsum(group_total)
+    total = compose(Sequential((*seq_nodes, *group_nodes)))
+    rho_total = total.rho
+    _check_mechanisms_cross(Sequential((*seq_nodes, *group_nodes)), problems)
     if not _close(composition.get("rho_total"), rho_total):
         problems.append(f"composition: rho_total {composition.get('rho_total')!r} but the "
                         f"mechanisms compose to {rho_total!r}")
-    delta_approx = math.fsum(seq_deltas) + math.fsum(group_deltas)
+    delta_approx = total.delta
     if not _close(composition.get("delta_approx_total", 0.0), delta_approx):
         problems.append(f"composition: delta_approx_total "
                         f"{composition.get('delta_approx_total', 0.0)!r} but the mechanisms' "
@@ -496,6 +518,15 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
     plan = cert.get("plan")
     if isinstance(plan, dict):
         _check_plan(plan, rho_total, sequential, groups, problems)
+        config = cert.get("config")
+        _check_plan_events(plan, config if isinstance(config, dict) else {},
+                           dict(zip(group_names, group_nodes, strict=True)), problems)
+
+
+def _params_of(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry's ``params`` when it is a JSON object, else {} (a malformed entry)."""
+    params = entry.get("params")
+    return params if isinstance(params, dict) else {}
 
 
 def _plan_number(plan: dict[str, Any], name: str) -> float | None:
@@ -538,7 +569,7 @@ def _check_plan(plan: dict[str, Any], rho_total: float, sequential: list[Any],
                         if isinstance(e, dict)]
             tokens = 0
             for entry in releases:
-                params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+                params = _params_of(entry)
                 stage, count = entry.get("stage"), entry.get("count", 0)
                 if stage in expected:
                     field, value = expected[stage]
@@ -558,6 +589,65 @@ def _check_plan(plan: dict[str, Any], rho_total: float, sequential: list[Any],
                                 f"{tokens_planned} (the worst case must be charged)")
 
 
+def _check_mechanisms_cross(tree: Sequential, problems: list[str]) -> None:
+    """Each distinct mechanism's rho against dp-accounting's, where it has an event."""
+    from dpsynrag.accounting.dp_accounting_check import cross_check
+
+    distinct = {leaf.mechanism for leaf in leaves(tree)}
+    for event in sorted(distinct, key=repr):
+        for check in cross_check(event):
+            if not check.agrees():
+                problems.append(f"cross-check: {check.mechanism} costs rho {check.rho!r} here but "
+                                f"{check.dp_accounting_rho!r} by dp-accounting")
+
+
+def _check_plan_events(plan_record: dict[str, Any], config: dict[str, Any],
+                       groups: dict[str, Node], problems: list[str]) -> None:
+    """The releases against the plan's own description of the build (``plan.events``).
+
+    The plan's mechanisms must compose to its ``rho_total``; every partition of the plan's
+    parallel group must cost no more than the planned cluster, and, in the token mode, exactly
+    as much (every cluster pays the worst case: all T draws, EOS or not); the group must
+    declare the plan's L. A plan recorded without all its fields (older builds) is skipped.
+    """
+    plan = plan_from_dict(plan_record)
+    if plan is None:
+        return
+    recorded_clip = config.get("clip")
+    clip = float(recorded_clip) if isinstance(recorded_clip, int | float) \
+        and not isinstance(recorded_clip, bool) else None
+    if not isinstance(plan, FactsBudgetPlan) and clip is None:
+        return  # a token plan's draws need the recorded clip
+    try:
+        planned = plan.events(clip) if isinstance(plan, FactsBudgetPlan) \
+            else plan.events(clip or 0.0)
+    except ValueError as error:
+        problems.append(f"plan: its mechanisms are not valid ({error})")
+        return
+    if not _close(compose(planned).rho, plan.rho_total):
+        problems.append(f"plan: its mechanisms compose to rho {compose(planned).rho!r}, not its "
+                        f"rho_total {plan.rho_total!r}")
+    group = planned.children[-1]
+    if not isinstance(group, ParallelGroup):
+        return
+    cluster = compose(group.partitions[0])
+    recorded = groups.get(group.name)
+    if not isinstance(recorded, ParallelGroup):
+        return
+    if recorded.max_overlap != group.max_overlap:
+        problems.append(f"plan: L is {group.max_overlap} but group {group.name} declares "
+                        f"max_overlap {recorded.max_overlap}")
+    exact = group.name == CLUSTERS_GROUP
+    for i, part in enumerate(recorded.partitions):
+        cost = compose(part)
+        over = cost.rho > cluster.rho * (1 + REL_TOL) + 1e-15 \
+            or cost.delta > cluster.delta * (1 + REL_TOL) + 1e-300
+        if over or (exact and not (_close(cost.rho, cluster.rho)
+                                   and _close(cost.delta, cluster.delta))):
+            problems.append(f"plan: partition {i} of group {group.name} costs rho "
+                            f"{cost.rho!r}, the planned cluster {cluster.rho!r}")
+
+
 def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[Any],
                       problems: list[str]) -> None:
     """A facts build: the phrase release and the clusters' histograms use the planned noise."""
@@ -567,7 +657,7 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
     for entry in sequential:
         if not isinstance(entry, dict) or entry.get("mechanism") != "partition_selection":
             continue
-        params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+        params = _params_of(entry)
         for field, value in expected.items():
             if value is not None and not _close(params.get(field), value):
                 problems.append(f"plan: the phrase release's {field} is not the planned one")
@@ -582,14 +672,17 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
     if sigma_c is None or k_e is None or k_s is None:
         return
     for group in groups:
-        if not isinstance(group, dict) or group.get("name") != "clusters":
+        # the facts build releases its fact histograms in the "fact-clusters" group
+        if not isinstance(group, dict) or group.get("name") not in (CLUSTERS_GROUP,
+                                                                     FACT_CLUSTERS_GROUP):
             continue
         for part in group.get("partitions", []):
             for entry in part.get("releases", []) if isinstance(part, dict) else []:
-                params = entry.get("params") if isinstance(entry, dict) else None
-                if isinstance(params, dict) and entry.get("mechanism") == "discrete_gaussian" \
-                        and _close(params.get("l2_sensitivity"), math.sqrt(k_e + k_s)) \
-                        and not _close(params.get("sigma"), sigma_c):
+                entry_params = entry.get("params") if isinstance(entry, dict) else None
+                if isinstance(entry_params, dict) \
+                        and entry.get("mechanism") == "discrete_gaussian" \
+                        and _close(entry_params.get("l2_sensitivity"), math.sqrt(k_e + k_s)) \
+                        and not _close(entry_params.get("sigma"), sigma_c):
                     problems.append(f"plan: {part.get('partition')} fact histogram sigma is not "
                                     "the planned sigma_C")
 
@@ -609,7 +702,7 @@ def _check_writer_tokens(plan: dict[str, Any], groups: list[Any], problems: list
             for entry in part.get("releases", []):
                 if not isinstance(entry, dict) or entry.get("mechanism") != "token_softmax":
                     continue
-                params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+                params = _params_of(entry)
                 each, count = params.get("tokens", 1), entry.get("count", 0)
                 if isinstance(each, int) and isinstance(count, int):
                     tokens += each * count
@@ -672,10 +765,10 @@ def _check_guarantee(guarantee: dict[str, Any], rho_total: float, delta_approx: 
                                 f"{expected!r}")
     cross = guarantee.get("cross_check")
     if isinstance(cross, dict):
-        expected = dp_accounting_epsilon(rho_total, at) if rho_total > 0 else 0.0
-        if expected is not None and not _close(cross.get("epsilon"), expected):
+        cross_expected = dp_accounting_epsilon(rho_total, at) if rho_total > 0 else 0.0
+        if cross_expected is not None and not _close(cross.get("epsilon"), cross_expected):
             problems.append(f"guarantee: dp-accounting cross-check {cross.get('epsilon')!r}, "
-                            f"recomputed {expected!r}")
+                            f"recomputed {cross_expected!r}")
 
 
 SEEDED_PROBLEM = ("certificate: seeded build: its noise came from a reproducible seed, so "

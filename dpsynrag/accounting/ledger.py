@@ -2,8 +2,8 @@
 
 A release is identified by a stable, public ``key`` (for example ``"histogram"`` or
 ``"cluster/00017/threshold"``). ``Ledger.release`` charges the mechanism's cost -- recomputed
-from its parameters by ``costs.mechanism_rho``, never taken from the caller -- then draws the
-value with the ledger's own random source (the draw callable receives it), stores it, and
+from its parameters by its typed ``mechanisms.Mechanism``, never taken from the caller -- then
+draws the value with the ledger's own random source (the draw callable receives it), stores it, and
 commits, all before returning it. The ledger owns the only random source of a build, so noise
 cannot be drawn around it; a seeded source marks the ledger ``seeded`` (not for release).
 Asking again for a key that is already released returns the stored value and charges
@@ -11,14 +11,16 @@ nothing: a resumed build spends exactly what an uninterrupted one spends, and re
 is never redrawn. Asking with different parameters is refused.
 
 Composition (DP-SynRAG Theorem 1 with the corrections of docs/mechanisms.md, sections 8, 10):
+``Ledger.events`` describes everything charged as a tree of ``composition`` nodes, and
+``composition.compose`` costs it:
 * releases outside any group compose sequentially (their rho add up);
 * a *parallel group* (the clusters) declares ``max_overlap`` L: each record touches at most L
   of its partitions, so the group costs the sum of its L most expensive partitions
   (<= L x the largest), where a partition's cost is the sum of its releases.
 
 Mechanisms that are only approximately zCDP (partition selection, LimitedDomain, PTR; Bun &
-Steinke 2016, Def. 8.1) also carry an approximate delta, re-derived from their parameters by
-``costs.mechanism_delta`` and composed like rho (``total_delta``): sequential releases add, a
+Steinke 2016, Def. 8.1) also carry an approximate delta, re-derived from their parameters
+(``mechanisms``) and composed like rho (``total_delta``): sequential releases add, a
 parallel group costs the sum of its L largest per-partition deltas. The rho budget checks rho
 only; the certificate converts rho at delta - total_delta.
 
@@ -33,6 +35,7 @@ import json
 import math
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,13 +43,10 @@ from typing import Any
 
 import numpy as np
 
+from dpsynrag.accounting import composition
+from dpsynrag.accounting.composition import Repeated, Sequential, compose
 from dpsynrag.accounting.conversions import Conversion, epsilon_for
-from dpsynrag.accounting.costs import (
-    MECHANISM_DELTAS,
-    mechanism_delta,
-    mechanism_rho,
-    mechanism_sensitivity,
-)
+from dpsynrag.accounting.mechanisms import Mechanism, from_record
 from dpsynrag.accounting.rng import RandomSource, secure_rng
 from dpsynrag.accounting.sqlite_store import (
     connect,
@@ -73,32 +73,53 @@ class ReleaseMismatchError(LedgerError):
 
 @dataclass(frozen=True)
 class Charge:
-    """What one release costs and why: all public, all re-derivable."""
+    """What one release costs and why: all public, all re-derivable.
+
+    ``mechanism`` and ``params`` are the record the ledger stores (``Charge.of`` writes them
+    from a typed ``mechanisms.Mechanism``); ``event`` is that typed mechanism, read back from
+    the record, and the cost is its cost.
+    """
 
     stage: str
     mechanism: str
     params: Mapping[str, Any]
     sensitivity: float
-    sensitivity_norm: str  # "l2", "linf" or "count"
+    sensitivity_norm: str  # "l2", "linf", "l1" or "count"
     group: str | None = None
     partition: str | None = None
 
     def __post_init__(self) -> None:
-        norm, sensitivity = mechanism_sensitivity(self.mechanism, self.params)
+        event = from_record(self.mechanism, self.params)
+        norm, sensitivity = event.norm, event.sensitivity()
         if norm != self.sensitivity_norm or not math.isclose(sensitivity, self.sensitivity,
                                                              rel_tol=1e-12):
             raise ValueError(
                 f"{self.mechanism} with these parameters is calibrated to {norm} sensitivity "
                 f"{sensitivity:g}, not {self.sensitivity_norm} {self.sensitivity:g}")
+        object.__setattr__(self, "_event", event)
+
+    @classmethod
+    def of(cls, stage: str, event: Mechanism, *, group: str | None = None,
+           partition: str | None = None) -> Charge:
+        """The charge of ``event`` (its record, norm and sensitivity written from it)."""
+        return cls(stage=stage, mechanism=event.name, params=event.params(),
+                   sensitivity=event.sensitivity(), sensitivity_norm=event.norm, group=group,
+                   partition=partition)
+
+    @property
+    def event(self) -> Mechanism:
+        """The typed mechanism this charge records."""
+        event: Mechanism = self.__dict__["_event"]
+        return event
 
     @property
     def rho(self) -> float:
-        return mechanism_rho(self.mechanism, self.params)
+        return self.event.cost.rho
 
     @property
     def delta(self) -> float:
         """The approximate delta of this release (0.0 for a pure or zCDP mechanism)."""
-        return mechanism_delta(self.mechanism, self.params)
+        return self.event.cost.delta
 
     def canonical_params(self) -> str:
         return json.dumps(dict(self.params), sort_keys=True, separators=(",", ":"))
@@ -120,31 +141,41 @@ class Release:
     released: bool
 
     @property
+    def event(self) -> Mechanism:
+        """The typed mechanism of this row, read from its recorded parameters."""
+        return from_record(self.mechanism, self.params)
+
+    @property
     def delta(self) -> float:
         """The approximate delta, re-derived from the recorded parameters (0.0 if none)."""
-        return _delta_of(self.mechanism, self.params)
+        return self.event.cost.delta
 
 
 @dataclass(frozen=True)
-class ParallelGroup:
+class GroupDeclaration:
+    """A declared parallel group: its name, overlap bound L and public description."""
+
     name: str
     max_overlap: int
     description: str
 
 
+#: The name this declaration had before ``composition.ParallelGroup`` existed.
+ParallelGroup = GroupDeclaration
+
+
 @dataclass
 class _Totals:
-    sequential: float = 0.0
-    partitions: dict[str, dict[str, float]] = field(default_factory=dict)
-    delta_sequential: float = 0.0
-    delta_partitions: dict[str, dict[str, float]] = field(default_factory=dict)
+    """What was charged, as counts of identical mechanisms: sequential, and per group and
+    partition. ``Ledger.events`` turns it into a composition tree."""
 
+    sequential: Counter[Mechanism] = field(default_factory=Counter)
+    partitions: dict[str, dict[str, Counter[Mechanism]]] = field(default_factory=dict)
 
-def _delta_of(mechanism: str, params: Mapping[str, Any] | str) -> float:
-    """Approximate delta of a recorded release; params as a mapping or canonical JSON."""
-    if mechanism not in MECHANISM_DELTAS:
-        return 0.0
-    return mechanism_delta(mechanism, json.loads(params) if isinstance(params, str) else params)
+    def copy(self) -> _Totals:
+        return _Totals(Counter(self.sequential),
+                       {g: {p: Counter(c) for p, c in parts.items()}
+                        for g, parts in self.partitions.items()})
 
 
 _SCHEMA = """
@@ -222,23 +253,23 @@ class Ledger:
 
     def _load_totals(self) -> _Totals:
         totals = _Totals()
-        rows = self._db.execute("SELECT rho, grp, part, mechanism, params FROM releases")
-        for rho, grp, part, mechanism, params in rows:
-            self._add_to_totals(totals, rho, grp, part, _delta_of(mechanism, params))
+        events: dict[tuple[str, str], Mechanism] = {}  # one parse per distinct record
+        rows = self._db.execute("SELECT grp, part, mechanism, params FROM releases ORDER BY seq")
+        for grp, part, mechanism, params in rows:
+            event = events.get((mechanism, params))
+            if event is None:
+                event = events[(mechanism, params)] = from_record(mechanism, json.loads(params))
+            self._add_to_totals(totals, event, grp, part)
         return totals
 
     @staticmethod
-    def _add_to_totals(totals: _Totals, rho: float, grp: str | None, part: str | None,
-                       delta: float = 0.0) -> None:
+    def _add_to_totals(totals: _Totals, event: Mechanism, grp: str | None,
+                       part: str | None) -> None:
         if grp is None:
-            totals.sequential += rho
-            totals.delta_sequential += delta
+            totals.sequential[event] += 1
         else:
             parts = totals.partitions.setdefault(grp, {})
-            parts[part or ""] = parts.get(part or "", 0.0) + rho
-            if delta:
-                deltas = totals.delta_partitions.setdefault(grp, {})
-                deltas[part or ""] = deltas.get(part or "", 0.0) + delta
+            parts.setdefault(part or "", Counter())[event] += 1
 
     # ------------------------------------------------------------------ properties
     @property
@@ -291,22 +322,30 @@ class Ledger:
             self._db.execute("INSERT INTO parallel_groups VALUES (?, ?, ?)",
                              (name, max_overlap, description))
 
-    def parallel_groups(self) -> dict[str, ParallelGroup]:
+    def parallel_groups(self) -> dict[str, GroupDeclaration]:
         rows = self._db.execute("SELECT name, max_overlap, description FROM parallel_groups")
-        return {name: ParallelGroup(name, overlap, desc) for name, overlap, desc in rows}
+        return {name: GroupDeclaration(name, overlap, desc) for name, overlap, desc in rows}
 
     # ------------------------------------------------------------------ totals
+    def events(self) -> Sequential:
+        """Everything charged so far as one composition tree: the sequential releases (as
+        ``Repeated`` counts of identical mechanisms), then one ``composition.ParallelGroup``
+        per group with one ``Sequential`` per partition."""
+        return self._events_of(self._totals)
+
+    def _events_of(self, totals: _Totals) -> Sequential:
+        groups = self.parallel_groups()
+        nodes: list[composition.Node] = [Repeated(event, n)
+                                         for event, n in totals.sequential.items()]
+        for name, parts in totals.partitions.items():
+            partitions = tuple(Sequential(tuple(Repeated(event, n) for event, n in c.items()))
+                               for c in parts.values())
+            nodes.append(composition.ParallelGroup(groups[name].max_overlap, partitions, name))
+        return Sequential(tuple(nodes))
+
     def total_rho(self) -> float:
         """Total zCDP cost of everything charged so far (see module docstring)."""
-        return self._total_of(self._totals)
-
-    def _total_of(self, totals: _Totals) -> float:
-        groups = self.parallel_groups()
-        total = totals.sequential
-        for name, parts in totals.partitions.items():
-            overlap = groups[name].max_overlap
-            total += sum(sorted(parts.values(), reverse=True)[:overlap])
-        return total
+        return compose(self.events()).rho
 
     def total_delta(self) -> float:
         """Total approximate delta of everything charged so far, composed like rho.
@@ -315,11 +354,7 @@ class Ledger:
         per-partition deltas (a partition's delta is the sum of its releases'). 0.0 when every
         release is a pure or zCDP mechanism.
         """
-        groups = self.parallel_groups()
-        total = self._totals.delta_sequential
-        for name, parts in self._totals.delta_partitions.items():
-            total += sum(sorted(parts.values(), reverse=True)[:groups[name].max_overlap])
-        return total
+        return compose(self.events()).delta
 
     def epsilon(self, delta: float, conversion: Conversion | str) -> float:
         """epsilon of the total at ``delta``: rho converted at delta - total_delta()."""
@@ -366,8 +401,7 @@ class Ledger:
                 self._totals = self._load_totals()
                 raise
             for _key, charge in fresh:
-                self._add_to_totals(self._totals, charge.rho, charge.group, charge.partition,
-                                    _delta_of(charge.mechanism, charge.params))
+                self._add_to_totals(self._totals, charge.event, charge.group, charge.partition)
             return results
 
     def _check_groups(
@@ -404,11 +438,10 @@ class Ledger:
         budget = self.rho_budget
         if budget is None or not fresh:
             return
-        trial = _Totals(self._totals.sequential,
-                        {g: dict(p) for g, p in self._totals.partitions.items()})  # rho only
+        trial = self._totals.copy()
         for _, charge in fresh:
-            self._add_to_totals(trial, charge.rho, charge.group, charge.partition)
-        after = self._total_of(trial)
+            self._add_to_totals(trial, charge.event, charge.group, charge.partition)
+        after = compose(self._events_of(trial)).rho
         if after > budget * (1 + _RHO_SLACK):
             raise BudgetExceededError(
                 f"release {fresh[0][0]!r} would bring the total to rho={after:.6g}, over the "

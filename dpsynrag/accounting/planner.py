@@ -38,15 +38,45 @@ and the cluster facts get 1 - share_phrases - share_tokens of it.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any, Self
 
+from dpsynrag.accounting.composition import ParallelGroup, Repeated, Sequential
 from dpsynrag.accounting.conversions import (
     CONVERSION_REFERENCES,
     Conversion,
     epsilon_for,
     rho_for,
 )
-from dpsynrag.accounting.costs import exponential_rho
+from dpsynrag.accounting.mechanisms import (
+    DiscreteGaussian,
+    ExponentialThreshold,
+    Mechanism,
+    PartitionSelection,
+    TokenSoftmax,
+    exponential_rho,
+)
+
+#: The build's parallel groups (their names are public): the token mode's soft clusters and
+#: the facts mode's anchored clusters (``transforms.retrieval.GROUP``, ``fact_clusters.GROUP``).
+CLUSTERS_GROUP = "clusters"
+FACT_CLUSTERS_GROUP = "fact-clusters"
+
+
+def _from_dict(cls: type[Any], record: Mapping[str, Any]) -> Any:
+    """``cls(**record)`` over the fields of ``cls`` (extra keys ignored), or None when a
+    field without a default is missing (an older plan record)."""
+    kwargs: dict[str, Any] = {}
+    for field in fields(cls):
+        if field.name in record:
+            kwargs[field.name] = record[field.name]
+        elif field.default is MISSING:
+            return None
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError):
+        return None
 
 DEFAULT_VOCAB_SIZE = 49_152  # SmolLM2's tokenizer, the packaged model
 
@@ -173,6 +203,33 @@ class BudgetPlan:
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> Self | None:
+        """The plan of ``as_dict`` (a certificate's ``plan``), or None if fields are missing."""
+        plan: Self | None = _from_dict(cls, record)
+        return plan
+
+    def cluster_events(self, clip: float) -> Sequential:
+        """What one cluster releases (token mode): the threshold EM and the noisy sum (unless
+        retrieval is off), then T token draws at c/tau with clip ``clip``."""
+        retrieval: tuple[Mechanism, ...] = ()
+        if self.rho_retrieval > 0:
+            retrieval = (DiscreteGaussian(sigma=self.sigma_mu, l2_sensitivity=1.0),
+                         ExponentialThreshold(epsilon=self.eps_theta))
+        tokens = TokenSoftmax(clip=clip, temperature=clip / self.c_over_tau, tokens=self.T)
+        return Sequential((*retrieval, Repeated(tokens, 1)))
+
+    def events(self, clip: float) -> Sequential:
+        """The whole build, once: the keyword histogram, then the clusters as a parallel group
+        of overlap L holding L copies of one cluster (every cluster has the same parameters, so
+        its L most expensive partitions cost L times one). The noisy sum is described as the
+        discrete Gaussian it is drawn as (the build ledger records it as ``gaussian`` on the
+        fixed-point grid; same rho)."""
+        histogram = DiscreteGaussian(sigma=self.sigma_h, l2_sensitivity=math.sqrt(self.K))
+        cluster = self.cluster_events(clip)
+        return Sequential((Repeated(histogram, 1),
+                           ParallelGroup(self.L, (cluster,) * self.L, CLUSTERS_GROUP)))
+
     def stage_rows(self) -> list[tuple[str, str, float, float]]:
         """(stage, mechanism and noise, rho per cluster or NaN, rho after composition)."""
         return [
@@ -238,11 +295,39 @@ class FactsBudgetPlan:
     def as_dict(self) -> dict[str, object]:
         """The plan's fields; a template-writer plan leaves out the token writer's (so its
         certificate is what it was, and no token check applies to it)."""
-        fields = asdict(self)
+        record = asdict(self)
         if self.writer == "template":
             for name in self.WRITER_FIELDS:
-                fields.pop(name)
-        return fields
+                record.pop(name)
+        return record
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> Self | None:
+        """The plan of ``as_dict`` (a certificate's ``plan``), or None if fields are missing."""
+        plan: Self | None = _from_dict(cls, record)
+        return plan
+
+    def cluster_events(self, clip: float | None = None) -> Sequential:
+        """What one fact cluster releases: its fact histogram, then (``writer="tokens"``, which
+        needs ``clip``) T token draws at c/tau."""
+        facts = DiscreteGaussian(sigma=self.sigma_C, l2_sensitivity=math.sqrt(self.K_e + self.K_s))
+        if self.writer != "tokens":
+            return Sequential((Repeated(facts, 1),))
+        if clip is None:
+            raise ValueError("a plan with writer='tokens' needs the clip of its token draws")
+        tokens = TokenSoftmax(clip=clip, temperature=clip / self.c_over_tau, tokens=self.T)
+        return Sequential((Repeated(facts, 1), Repeated(tokens, 1)))
+
+    def events(self, clip: float | None = None) -> Sequential:
+        """The whole facts build, once: the keyword histogram, the phrase partition selection,
+        then the fact clusters as a parallel group of overlap L holding L copies of one
+        cluster (see ``BudgetPlan.events``)."""
+        histogram = DiscreteGaussian(sigma=self.sigma_h, l2_sensitivity=math.sqrt(self.K_s))
+        phrases = PartitionSelection(sigma=self.sigma_A, max_items=self.K_e,
+                                     threshold=self.tau_A, delta=self.delta_phrases)
+        cluster = self.cluster_events(clip)
+        return Sequential((Repeated(histogram, 1), Repeated(phrases, 1),
+                           ParallelGroup(self.L, (cluster,) * self.L, FACT_CLUSTERS_GROUP)))
 
     def stage_rows(self) -> list[tuple[str, str, float, float]]:
         """(stage, mechanism and noise, rho per cluster or NaN, rho after composition)."""
@@ -259,6 +344,14 @@ class FactsBudgetPlan:
             ("(f) cluster facts", f"discrete Gauss. σ_C={self.sigma_C:.4f}, "
              f"K_e+K_s={self.K_e + self.K_s}", self.rho_C_per_cluster, self.rho_C),
         ]
+
+
+def plan_from_dict(record: Mapping[str, Any]) -> BudgetPlan | FactsBudgetPlan | None:
+    """The plan recorded by ``as_dict`` (e.g. in a certificate), or None when fields are
+    missing (a plan recorded by an older version)."""
+    if record.get("generate") == "facts":
+        return FactsBudgetPlan.from_dict(record)
+    return BudgetPlan.from_dict(record)
 
 
 def plan_facts(request: PlanRequest) -> FactsBudgetPlan:

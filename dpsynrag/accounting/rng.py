@@ -145,7 +145,8 @@ class RandomSource:
 
     def gumbel(self, size: int | tuple[int, ...]) -> np.ndarray:
         """Standard Gumbel(0, 1) variates."""
-        return -np.log(-np.log(self.open_unit(size)))
+        values: np.ndarray = -np.log(-np.log(self.open_unit(size)))
+        return values
 
     def standard_normal(self, size: int | tuple[int, ...]) -> np.ndarray:
         """Standard normal variates (Box-Muller on 53-bit uniforms)."""

@@ -10,7 +10,6 @@ where it stopped and spends exactly the rho of an uninterrupted build.
 from __future__ import annotations
 
 import datetime as dt
-import math
 import os
 import shutil
 import time
@@ -266,41 +265,14 @@ def read_input(input_path: str | Path, config: BuildConfig,
 def corpus_ledger_mechanisms(config: BuildConfig, plan: Any) -> list[dict[str, Any]]:
     """The build's planned releases as corpus-ledger mechanisms (costs recomputed there).
 
-    The clusters compose by overlapping parallel composition: their cost is at most L times one
-    cluster's (every cluster has the same parameters), so L copies of one cluster's releases
-    are charged: exactly the build ledger's total.
+    Written from the plan's own description of the build (``plan.events``): the clusters
+    compose by overlapping parallel composition, their cost is at most L times one cluster's
+    (every cluster has the same parameters), so L copies of one cluster's releases are
+    charged: exactly the build ledger's total.
     """
-    if config.generate == "facts":
-        return [
-            {"mechanism": "discrete_gaussian",
-             "params": {"sigma": plan.sigma_h, "l2_sensitivity": math.sqrt(config.K_s)},
-             "count": 1},
-            {"mechanism": "partition_selection",
-             "params": {"sigma": plan.sigma_A, "max_items": config.K_e,
-                        "threshold": plan.tau_A, "delta": plan.delta_phrases}, "count": 1},
-            {"mechanism": "discrete_gaussian",
-             "params": {"sigma": plan.sigma_C,
-                        "l2_sensitivity": math.sqrt(config.K_e + config.K_s)},
-             "count": config.L},
-            *([{"mechanism": "token_softmax",
-                "params": {"clip": config.clip, "temperature": config.clip / plan.c_over_tau,
-                           "tokens": config.T}, "count": config.L}]
-              if config.facts_writer_tokens else [])]
-    temperature = config.clip / plan.c_over_tau
-    mechanisms: list[dict[str, Any]] = [
-        {"mechanism": "discrete_gaussian",
-         "params": {"sigma": plan.sigma_h, "l2_sensitivity": math.sqrt(config.K)}, "count": 1}]
-    if not config.no_retrieval:
-        mechanisms += [
-            {"mechanism": "discrete_gaussian",
-             "params": {"sigma": plan.sigma_mu, "l2_sensitivity": 1.0}, "count": config.L},
-            {"mechanism": "exponential_threshold", "params": {"epsilon": config.eps_theta},
-             "count": config.L}]
-    mechanisms.append({"mechanism": "token_softmax",
-                       "params": {"clip": config.clip, "temperature": temperature,
-                                  "tokens": config.T}, "count": config.L})
-    return mechanisms
+    from dpsynrag.accounting.composition import records
 
+    return records(plan.events(config.clip))
 
 #: The lifetime cap a corpus ledger gets at its first build charge, in units of that build's
 #: epsilon (at its delta and conversion): room for a rebuild or a few queries, not for nine
