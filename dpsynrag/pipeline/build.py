@@ -1,10 +1,12 @@
 """The DP-SynRAG build: stages (a)-(e) and emit, resumable from the state directory.
 
 ``run_build`` is the driver. It owns the ledger (and with it every noise draw); the runner
-only moves documents to the model workers and their deterministic results back. Each stage
-stores its result in the state directory before the next starts, and every noisy value lives
-in the ledger, so a build killed at any point and run again with the same options continues
-where it stopped and spends exactly the rho of an uninterrupted build.
+only moves documents to the model workers and their deterministic results back. The stages
+(``pipeline.token_stages``, ``pipeline.facts_stages``) receive a ``BuildContext`` and return
+a ``StageResult``; each stores its result in the state directory before the next starts
+(``BuildState.checkpoint``), and every noisy value lives in the ledger, so a build killed at
+any point and run again with the same options continues where it stopped and spends exactly
+the rho of an uninterrupted build.
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ import datetime as dt
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.planner import BudgetPlan, PlanRequest, plan_budget
 from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.pipeline.config import BuildConfig
+from dpsynrag.pipeline.context import BuildContext, ProgressFactory, StageResult, no_progress
 from dpsynrag.pipeline.preflight import (
     check_writable_directory,
     load_signer,
@@ -35,28 +37,12 @@ from dpsynrag.pipeline.preflight import (
 )
 from dpsynrag.pipeline.runners import LocalRunner, RayRunner, Runner
 from dpsynrag.pipeline.state import BuildState, OutputLock, default_state_dir
-from dpsynrag.transforms.prediction_release import (
-    GROUP,
-    LedgerTokenSampler,
-    charge_unstarted,
-)
-
-DEFAULT_REPHRASE_PROMPT = (
-    "Rephrase the following document without altering the important information contained "
-    "within it.\n\nDocument: {document}")
+from dpsynrag.pipeline.token_stages import DEFAULT_REPHRASE_PROMPT, token_stages
+from dpsynrag.transforms.prediction_release import GROUP
 
 
 class BuildError(RuntimeError):
     """The build cannot go on; the message is one line and holds no private data."""
-
-
-# a progress factory: (stage description, total) -> context manager yielding advance(n)
-ProgressFactory = Callable[[str, int], Any]
-
-
-@contextmanager
-def _no_progress(_description: str, _total: int) -> Iterator[Callable[[int], None]]:
-    yield lambda _n: None
 
 
 @dataclass
@@ -131,7 +117,7 @@ def make_runner(config: BuildConfig, llm: Any = None, embedder: Any = None,
 def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
               state_dir: Path | None = None, signing_key: Path | None = None,
               force: bool = False, purge_state: bool = False,
-              progress: ProgressFactory = _no_progress, runner: Runner | None = None,
+              progress: ProgressFactory = no_progress, runner: Runner | None = None,
               log: Callable[[str], None] = lambda _m: None,
               corpus_ledger: Path | bool | None = None) -> BuildSummary:
     """Build the synthetic corpus of ``input_path`` into ``out_dir``. See the module docstring.
@@ -155,7 +141,6 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     needed = required_free_bytes(input_path)
     check_writable_directory(out_dir.expanduser().absolute().parent, needed, "output directory")
     state_path = state_dir or default_state_dir(out_dir)
-    seconds: dict[str, float] = {}
     # the state directory's lock first (its message names the usual case: the same build
     # started twice), then OUT's (another state directory writing the same OUT)
     with BuildState(state_path, config.fingerprint(), out_dir) as state, OutputLock(out_dir):
@@ -182,17 +167,16 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
             ledger.record_target(config.delta, config.conversion)
             ledger.declare_parallel_group(
                 GROUP, config.L, "DP-SynRAG soft clusters: each document in at most L clusters")
+            context = BuildContext(config=config, plan=plan, ledger=ledger, state=state,
+                                   runner=runner, progress=progress, log=log)
             if config.generate == "facts":
                 from dpsynrag.pipeline.facts_stages import facts_stages
 
-                result = facts_stages(docs.texts, config, plan, state, ledger, progress,
-                                      seconds, log, runner=runner)
+                result = facts_stages(context, docs.texts)
             else:
-                result = _stages(docs.texts, config, plan, state, ledger, runner, progress,
-                                 seconds, log)
-            t0 = time.monotonic()
-            _emit(out_dir, result, config, plan, state, ledger, runner, signer[0], force)
-            seconds["emit"] = time.monotonic() - t0
+                result = token_stages(context, docs.texts)
+            with state.timed("emit"):
+                _emit(context, out_dir, result, signer[0], force)
         finally:
             if own_runner:
                 runner.close()
@@ -202,13 +186,13 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
         conversion = Conversion(config.conversion)
         summary = BuildSummary(
             out_dir=str(out_dir), state_dir=str(state.directory), documents_in=n_docs,
-            skipped=dict(docs.skipped), clusters=result.get("clusters", len(result["texts"])),
-            synthetic_texts=len(result["texts"]), kept_texts=int(sum(result["kept"])),
+            skipped=dict(docs.skipped), clusters=result.clusters,
+            synthetic_texts=len(result.texts), kept_texts=int(sum(result.kept)),
             rho_spent=rho, epsilon=epsilon_for(rho, delta_conversion, conversion),
             delta=config.delta, conversion=conversion.value,
             epsilon_other={c.value: epsilon_for(rho, delta_conversion, c) for c in Conversion
                            if c != conversion},
-            seeded=ledger.seeded, resumed=resumed, stage_seconds=seconds,
+            seeded=ledger.seeded, resumed=resumed, stage_seconds=state.stage_seconds,
             signing_key_fingerprint=signer[1], signing_key_created=signer[2],
             input_hmac_sha256=fingerprint)
         if ledger_path is not None:
@@ -216,7 +200,7 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
         ledger.close()
         if purge_state:
             state.purge()
-    seconds["total"] = time.monotonic() - started
+    summary.stage_seconds["total"] = time.monotonic() - started
     return summary
 
 
@@ -336,162 +320,17 @@ def charge_corpus_ledger(input_path: str | Path, config: BuildConfig, plan: Budg
     return Path(path)
 
 
-# ---------------------------------------------------------------------- stages
-def _stages(texts: list[str], config: BuildConfig, plan: BudgetPlan, state: BuildState,
-            ledger: Ledger, runner: Runner, progress: ProgressFactory,
-            seconds: dict[str, float], log: Callable[[str], None]) -> dict[str, Any]:
-    from dpsynrag.transforms.clustering import soft_clusters
-    from dpsynrag.transforms.histogram import released_top_keywords
-    from dpsynrag.transforms.keywords import statistical_keywords
-    from dpsynrag.transforms.vocabulary import public_vocabulary
-
-    vocab = public_vocabulary()
-
-    # (a) keywords per document (private intermediate) and the noisy histogram
-    t0 = time.monotonic()
-    doc_keywords = state.load("keywords")
-    if doc_keywords is None:
-        log("(a) extracting keywords")
-        if config.keywords == "statistical":
-            with progress("(a) keywords", len(texts)) as advance:
-                doc_keywords = statistical_keywords(texts, vocab, config.K)
-                advance(len(texts))
-        else:
-            with progress("(a) keywords (LLM)", len(texts)) as advance:
-                doc_keywords = runner.llm_keywords(texts, config.K, config.keyword_prompt,
-                                                   advance)
-        state.save("keywords", doc_keywords)
-    _, _, top_words = released_top_keywords(ledger, doc_keywords, vocab, K=config.K,
-                                            sigma=plan.sigma_h, R=config.R)
-    seconds["a_keywords_histogram"] = time.monotonic() - t0
-
-    # (b) soft clusters, rarest keyword first, each document in at most L clusters
-    t0 = time.monotonic()
-    clusters = state.load("clusters")
-    if clusters is None:
-        clusters = soft_clusters(doc_keywords, top_words, config.L)
-        state.save("clusters", clusters)
-    seconds["b_clusters"] = time.monotonic() - t0
-
-    # (c) noisy embedding sum and exponential-mechanism threshold per cluster
-    t0 = time.monotonic()
-    selected = state.load("selected")
-    if selected is None and config.no_retrieval:  # ablation: S_r = C_r, nothing released
-        selected = [list(members) for members in clusters]
-        state.save("selected", selected)
-    if selected is None:
-        from dpsynrag.transforms.retrieval import retrieve_cluster
-
-        embeddings_path = state.directory / "embeddings.npy"
-        if embeddings_path.exists():
-            embeddings = np.load(embeddings_path)
-        else:
-            with progress("(c) embedding documents", len(texts)) as advance:
-                embeddings = runner.embed(texts, advance)
-            _save_private_npy(embeddings_path, embeddings)
-        selected = []
-        with progress("(c) retrieval per cluster", len(clusters)) as advance:
-            for r, members in enumerate(clusters):
-                member_embeddings = embeddings[np.asarray(members, dtype=np.int64)] if members \
-                    else np.zeros((0, embeddings.shape[1]), dtype=np.float32)
-                positions = retrieve_cluster(ledger, r, member_embeddings, sigma_mu=plan.sigma_mu,
-                                             eps_theta=config.eps_theta, k=config.k)
-                selected.append([int(members[int(p)]) for p in positions])
-                advance(1)
-        state.save("selected", selected)
-        embeddings_path.unlink(missing_ok=True)
-    seconds["c_retrieval"] = time.monotonic() - t0
-
-    # (d) private prediction over every S_r, one charged release per token
-    t0 = time.monotonic()
-    synthetic = state.load("synthetic")
-    if synthetic is None:
-        temperature = config.clip / plan.c_over_tau
-        eos = frozenset(int(t) for t in state.load("eos_ids") or [])
-        if not eos:
-            eos = _eos_ids(runner)
-            state.save("eos_ids", sorted(eos))
-        groups = [[texts[i] for i in members] for members in selected]
-        token_counts = [0] * len(groups)
-        with progress("(d) private prediction (clusters)", len(groups)) as advance:
-            def finished(group: int, n_tokens: int) -> None:
-                token_counts[group] = n_tokens
-                advance(1)
-
-            sampler = LedgerTokenSampler(
-                ledger, list(range(len(groups))), clip=config.clip, temperature=temperature,
-                max_new_tokens=config.T, eos_ids=eos, on_finish=finished)
-            prompt = config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT
-            out_texts = runner.predict(groups, sampler, prompt=prompt, max_new_tokens=config.T,
-                                       clip=config.clip, temperature=temperature,
-                                       batch_rows=config.batch_rows,
-                                       response_prefix=_reply_prefixes(config, top_words),
-                                       public_prior=public_prior_settings(config, top_words))
-            charge_unstarted(ledger, sampler)
-        synthetic = {"texts": out_texts, "tokens": token_counts}
-        state.save("synthetic", synthetic)
-    seconds["d_prediction"] = time.monotonic() - t0
-
-    # (e) self-filter: post-processing of DP output, no ledger entry
-    t0 = time.monotonic()
-    kept = state.load("kept")
-    if kept is None:
-        if config.no_filter:
-            kept = [True] * len(synthetic["texts"])
-        else:
-            with progress("(e) self-filter", len(synthetic["texts"])) as advance:
-                kept = runner.self_filter(synthetic["texts"], config.filter_prompt, advance)
-        state.save("kept", kept)
-    seconds["e_self_filter"] = time.monotonic() - t0
-    return {"texts": synthetic["texts"], "tokens": synthetic["tokens"], "kept": kept,
-            "cluster_keywords": top_words, "vocabulary_sha256": vocab.sha256}
-
-
-def _reply_prefixes(config: BuildConfig, top_words: list[str]) -> str | list[str]:
-    """The public reply prefix; ``{keyword}`` names each cluster's released keyword."""
-    prefix = config.response_prefix or ""
-    if "{keyword}" not in prefix:
-        return prefix
-    return [prefix.replace("{keyword}", word) for word in top_words]
-
-
-def public_prior_settings(config: BuildConfig, top_words: list[str]) -> Any:
-    """The public-difference sampler's settings (issue 15), or None without --public-prior.
-
-    Each cluster's public text is ``--public-document`` with ``{keyword}`` replaced by its
-    released keyword, and that keyword's tokens join the support: released values only.
-    """
-    if not config.public_prior:
-        return None
-    from dpsynrag.transforms.public_prior import PublicPriorSettings
-
-    template = config.public_document or "{keyword}"
-    return PublicPriorSettings(
-        documents=[template.replace("{keyword}", word) for word in top_words],
-        top_k=config.public_top_k, temperature=config.public_temperature,
-        candidates=[[word] for word in top_words])
-
-
-def _eos_ids(runner: Runner) -> frozenset[int]:
-    identity = runner.llm_identity()
-    return frozenset(int(t) for t in identity.get("eos_token_ids", []))
-
-
-def _save_private_npy(path: Path, array: np.ndarray) -> None:
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        np.save(handle, array, allow_pickle=False)
-
-
 # ---------------------------------------------------------------------- emit
-def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: BudgetPlan,
-          state: BuildState, ledger: Ledger, runner: Runner, private_key: Any,
+def _emit(context: BuildContext, out_dir: Path, result: StageResult, private_key: Any,
           force: bool) -> None:
+    """Write the corpus, its index and its signed certificate into ``out_dir`` (atomically:
+    a partial directory renamed into place)."""
     from dpsynrag.accounting.certificate import build_certificate, write_certificate
     from dpsynrag.accounting.signing import sign_document
     from dpsynrag.io.output_files import output_file_hashes
     from dpsynrag.transforms.emit import write_output
 
+    config, plan, ledger, runner = context.config, context.plan, context.ledger, context.runner
     out_dir = out_dir.expanduser().absolute()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     partial = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
@@ -500,8 +339,8 @@ def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: Budg
     try:
         embedder = _EmbedderProxy(runner)
         manifest = write_output(
-            partial, texts=result["texts"], cluster_keywords=result["cluster_keywords"],
-            kept=result["kept"], token_counts=result["tokens"], embedder=embedder)
+            partial, texts=result.texts, cluster_keywords=result.cluster_keywords,
+            kept=result.kept, token_counts=result.tokens, embedder=embedder)
         del manifest
         files = output_file_hashes(partial)
         llm_identity = {"name": "none", "note": "--generate facts uses no language model"} \
@@ -510,7 +349,7 @@ def _emit(out_dir: Path, result: dict[str, Any], config: BuildConfig, plan: Budg
         certificate = build_certificate(
             ledger, delta=config.delta, conversion=config.conversion, plan=plan.as_dict(),
             model_identity=llm_identity, embedder_identity=runner.embedder_identity(),
-            vocabulary_sha256=result["vocabulary_sha256"],
+            vocabulary_sha256=result.vocabulary_sha256,
             output_files=files, seeded=ledger.seeded, package_version=__version__,
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             config=_public_config(config))

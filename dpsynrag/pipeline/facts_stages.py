@@ -28,16 +28,14 @@ notes for the index.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dpsynrag.accounting.ledger import Ledger
-from dpsynrag.accounting.planner import FactsBudgetPlan
-from dpsynrag.pipeline.config import BuildConfig
-from dpsynrag.pipeline.state import BuildState
+from dpsynrag.pipeline.context import BuildContext, StageResult
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from dpsynrag.transforms.fact_writer import ClusterFacts
     from dpsynrag.transforms.vocabulary import PublicVocabulary
 
 PHRASES_KEY = "phrases"
@@ -45,98 +43,149 @@ PHRASES_KEY = "phrases"
 __all__ = ["PHRASES_KEY", "fact_keywords", "facts_stages", "without_names"]
 
 
-def facts_stages(texts: list[str], config: BuildConfig, plan: FactsBudgetPlan,
-                 state: BuildState, ledger: Ledger, progress: Any,
-                 seconds: dict[str, float], log: Callable[[str], None],
-                 runner: Any = None) -> dict[str, Any]:
+class ReleasedKeywords(NamedTuple):
+    """(a): each document's keywords (private), the released noisy histogram, its top
+    indices and their words W (released)."""
+
+    per_document: list[list[str]]
+    noisy: np.ndarray
+    top: np.ndarray
+    words: list[str]
+
+
+class ReleasedPhrases(NamedTuple):
+    """(f1): each document's phrases (private) and the released phrases A."""
+
+    per_document: list[list[str]]
+    released: dict[str, int]
+
+
+class FactClusters(NamedTuple):
+    """(f2): the public domain D, the clusters' anchors and documents, and their released
+    fact histograms (None when no phrase was released)."""
+
+    domain: list[str]
+    anchors: list[str]
+    members: list[list[int]]
+    noisy: np.ndarray | None
+
+
+def facts_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
     """Run stages (a), (f1)-(f3) (and (f4) with ``--writer tokens``, which needs the
-    ``runner``); return the build's result (texts, kept, anchors, ...)."""
+    context's runner); return the build's result (notes, kept, anchors, ...)."""
+    from dpsynrag.transforms.vocabulary import public_vocabulary
+
+    vocab = public_vocabulary()
+    keywords = keyword_histogram(ctx, texts, vocab)  # (a)
+    phrases = released_phrases(ctx, texts, vocab)  # (f1)
+    clusters = fact_histograms(ctx, phrases, keywords)  # (f2)
+    written, notes = write_facts(ctx, keywords, phrases, clusters)  # (f3)
+    tokens = [len(note.split()) for note in notes]
+    if ctx.config.facts_writer_tokens:
+        with ctx.state.timed("f4_token_writer"):  # (f4)
+            groups = [[texts[i] for i in clusters.members[item.cluster]] for item in written]
+            notes, tokens = token_writer(ctx, groups, written, notes)
+        if ctx.config.writer_keeps_note:
+            notes = with_released_notes(notes, written)
+    return StageResult(texts=notes, tokens=tokens, kept=[True] * len(notes),
+                       cluster_keywords=[item.anchor for item in written],
+                       vocabulary_sha256=vocab.sha256, clusters=len(clusters.anchors))
+
+
+def keyword_histogram(ctx: BuildContext, texts: list[str], vocab: PublicVocabulary
+                      ) -> ReleasedKeywords:
+    """(a): keywords per document (checkpoint ``keywords``) and the noisy keyword histogram
+    -> its top R_f keywords W."""
+    from dpsynrag.transforms.histogram import released_top_keywords
+
+    def extract() -> list[list[str]]:
+        ctx.log("(a) extracting keywords")
+        with ctx.progress("(a) keywords", len(texts)) as advance:
+            doc_keywords = fact_keywords(texts, vocab, ctx.config.K_s)
+            advance(len(texts))
+        return doc_keywords
+
+    stage = "a_keywords_histogram"
+    doc_keywords = ctx.state.checkpoint("keywords", extract, stage=stage)
+    with ctx.state.timed(stage):
+        noisy, top, words = released_top_keywords(ctx.ledger, doc_keywords, vocab,
+                                                  K=ctx.config.K_s, sigma=ctx.plan.sigma_h,
+                                                  R=ctx.config.R_f)
+    return ReleasedKeywords(doc_keywords, noisy, top, words)
+
+
+def released_phrases(ctx: BuildContext, texts: list[str], vocab: PublicVocabulary
+                     ) -> ReleasedPhrases:
+    """(f1): open-vocabulary phrases per document (checkpoint ``phrases``) -> DP partition
+    selection."""
     from dpsynrag.accounting.partition_selection import phrase_counts, release_partitions
+    from dpsynrag.transforms.phrases import document_phrases
+
+    def extract() -> list[list[str]]:
+        ctx.log("(f1) extracting phrases")
+        with ctx.progress("(f1) phrases", len(texts)) as advance:
+            doc_phrases = document_phrases(texts, vocab, ctx.config.K_e)
+            advance(len(texts))
+        return doc_phrases
+
+    stage = "f1_phrases"
+    doc_phrases = ctx.state.checkpoint("phrases", extract, stage=stage)
+    with ctx.state.timed(stage):
+        counts = phrase_counts(doc_phrases, ctx.config.K_e)  # refuses > K_e per document
+        released = release_partitions(ctx.ledger, PHRASES_KEY, counts,
+                                      max_items=ctx.config.K_e, sigma=ctx.plan.sigma_A,
+                                      delta=ctx.plan.delta_phrases)
+    return ReleasedPhrases(doc_phrases, released)
+
+
+def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: ReleasedKeywords
+                    ) -> FactClusters:
+    """(f2): clusters anchored on the released phrases; one noisy fact histogram per
+    cluster (every value read back from the ledger on resume: nothing to checkpoint)."""
     from dpsynrag.transforms.fact_clusters import (
         anchor_clusters,
         fact_domain,
         release_fact_histograms,
     )
+
+    with ctx.state.timed("f2_fact_histograms"):
+        domain = fact_domain(phrases.released, keywords.words)
+        in_domain = set(domain)
+        doc_items = [_items(doc_phrases, doc_keywords, in_domain) for doc_phrases, doc_keywords
+                     in zip(phrases.per_document, keywords.per_document, strict=True)]
+        anchors, members = anchor_clusters(doc_items, phrases.released, ctx.config.L)
+        noisy = None
+        if anchors:
+            with ctx.progress("(f2) fact histograms (clusters)", len(members)) as advance:
+                noisy = release_fact_histograms(
+                    ctx.ledger, members, doc_items, domain, sigma=ctx.plan.sigma_C,
+                    max_items=ctx.config.K_e + ctx.config.K_s, L=ctx.config.L,
+                    progress=advance)
+    return FactClusters(domain, anchors, members, noisy)
+
+
+def write_facts(ctx: BuildContext, keywords: ReleasedKeywords, phrases: ReleasedPhrases,
+                clusters: FactClusters) -> tuple[list[ClusterFacts], list[str]]:
+    """(f3): fact selection and one note per kept cluster: post-processing of released values
+    only. Returns the kept clusters' facts and their notes."""
     from dpsynrag.transforms.fact_writer import (
         FactRule,
         keyword_shares,
         select_facts,
         write_notes,
     )
-    from dpsynrag.transforms.histogram import released_top_keywords
-    from dpsynrag.transforms.phrases import document_phrases
-    from dpsynrag.transforms.vocabulary import public_vocabulary
 
-    vocab = public_vocabulary()
-
-    # (a) keywords per document and the noisy keyword histogram -> top R_f keywords W
-    t0 = time.monotonic()
-    doc_keywords = state.load("keywords")
-    if doc_keywords is None:
-        log("(a) extracting keywords")
-        with progress("(a) keywords", len(texts)) as advance:
-            doc_keywords = fact_keywords(texts, vocab, config.K_s)
-            advance(len(texts))
-        state.save("keywords", doc_keywords)
-    noisy_hist, top, top_words = released_top_keywords(ledger, doc_keywords, vocab,
-                                                       K=config.K_s, sigma=plan.sigma_h,
-                                                       R=config.R_f)
-    seconds["a_keywords_histogram"] = time.monotonic() - t0
-
-    # (f1) open-vocabulary phrases per document -> DP partition selection
-    t0 = time.monotonic()
-    doc_phrases = state.load("phrases")
-    if doc_phrases is None:
-        log("(f1) extracting phrases")
-        with progress("(f1) phrases", len(texts)) as advance:
-            doc_phrases = document_phrases(texts, vocab, config.K_e)
-            advance(len(texts))
-        state.save("phrases", doc_phrases)
-    counts_of_phrases = phrase_counts(doc_phrases, config.K_e)  # refuses > K_e per document
-    released = release_partitions(ledger, PHRASES_KEY, counts_of_phrases, max_items=config.K_e,
-                                  sigma=plan.sigma_A, delta=plan.delta_phrases)
-    seconds["f1_phrases"] = time.monotonic() - t0
-
-    # (f2) clusters anchored on the released phrases; one noisy fact histogram per cluster
-    t0 = time.monotonic()
-    domain = fact_domain(released, top_words)
-    in_domain = set(domain)
-    doc_items = [_items(phrases, keywords, in_domain)
-                 for phrases, keywords in zip(doc_phrases, doc_keywords, strict=True)]
-    anchors, clusters = anchor_clusters(doc_items, released, config.L)
-    noisy = None
-    if anchors:
-        with progress("(f2) fact histograms (clusters)", len(clusters)) as advance:
-            noisy = release_fact_histograms(
-                ledger, clusters, doc_items, domain, sigma=plan.sigma_C,
-                max_items=config.K_e + config.K_s, L=config.L, progress=advance)
-    seconds["f2_fact_histograms"] = time.monotonic() - t0
-
-    # (f3) selection and writing: post-processing of released values only
-    t0 = time.monotonic()
-    shares = keyword_shares({w: float(noisy_hist[int(i)]) for w, i in zip(top_words, top,
-                                                                           strict=True)},
-                            config.K_s)
-    rule = FactRule(label=config.facts_label)
-    facts = select_facts(noisy, domain, anchors, set(released), plan.sigma_C, rule,
-                         keyword_share=shares) if noisy is not None else []
-    written = [item for item in facts if item is not None]  # dropped: by released values
-    notes = write_notes(written)
-    seconds["f3_write"] = time.monotonic() - t0
-    if config.facts_writer_tokens:
-        t0 = time.monotonic()
-        members = [[texts[i] for i in clusters[item.cluster]] for item in written]
-        notes, tokens = token_writer(members, written, notes, config, plan, state, ledger,
-                                     runner, progress, log)
-        seconds["f4_token_writer"] = time.monotonic() - t0
-        if config.writer_keeps_note:
-            notes = with_released_notes(notes, written)
-        return {"texts": notes, "tokens": tokens, "kept": [True] * len(notes),
-                "cluster_keywords": [item.anchor for item in written],
-                "vocabulary_sha256": vocab.sha256, "clusters": len(anchors)}
-    return {"texts": notes, "tokens": [len(note.split()) for note in notes],
-            "kept": [True] * len(notes), "cluster_keywords": [item.anchor for item in written],
-            "vocabulary_sha256": vocab.sha256, "clusters": len(anchors)}
+    with ctx.state.timed("f3_write"):
+        shares = keyword_shares({w: float(keywords.noisy[int(i)])
+                                 for w, i in zip(keywords.words, keywords.top, strict=True)},
+                                ctx.config.K_s)
+        rule = FactRule(label=ctx.config.facts_label)
+        facts = select_facts(clusters.noisy, clusters.domain, clusters.anchors,
+                             set(phrases.released), ctx.plan.sigma_C, rule,
+                             keyword_share=shares) if clusters.noisy is not None else []
+        written = [item for item in facts if item is not None]  # dropped: by released values
+        notes = write_notes(written)
+    return written, notes
 
 
 WRITER_PROMPT = ("Summarize the diagnosis and the symptoms of the following patient note in one "
@@ -144,11 +193,10 @@ WRITER_PROMPT = ("Summarize the diagnosis and the symptoms of the following pati
 WRITER_STAGE = "f-writer"
 
 
-def token_writer(groups: list[list[str]], written: list[Any], notes: list[str],
-                 config: BuildConfig, plan: FactsBudgetPlan, state: BuildState, ledger: Ledger,
-                 runner: Any, progress: Any, log: Callable[[str], None]
-                 ) -> tuple[list[str], list[int]]:
-    """(f4): one text per kept cluster by the public-difference token sampler.
+def token_writer(ctx: BuildContext, groups: list[list[str]], written: list[ClusterFacts],
+                 notes: list[str]) -> tuple[list[str], list[int]]:
+    """(f4): one text per kept cluster by the public-difference token sampler (checkpoint
+    ``synthetic``: ``{"texts": [...], "tokens": [...]}``).
 
     Group g is the documents of cluster ``written[g].cluster``; its public document is its
     released note ``notes[g]`` and its candidates the note's facts (released values). Each
@@ -158,31 +206,33 @@ def token_writer(groups: list[list[str]], written: list[Any], notes: list[str],
     T of them per cluster whatever the data (``PartitionTokenSampler``): rho = T (c/tau)^2 / 2
     per cluster. A resumed build reads the released tokens back (never redrawn).
     """
-    from dpsynrag.pipeline.build import _eos_ids
+    synthetic = ctx.state.checkpoint("synthetic",
+                                     lambda: _write_tokens(ctx, groups, written, notes))
+    return list(synthetic["texts"]), list(synthetic["tokens"])
+
+
+def _write_tokens(ctx: BuildContext, groups: list[list[str]], written: list[ClusterFacts],
+                  notes: list[str]) -> dict[str, list[Any]]:
+    from dpsynrag.pipeline.token_stages import model_eos_ids
     from dpsynrag.transforms.fact_clusters import GROUP, partition_name
     from dpsynrag.transforms.fact_writer import display_names
     from dpsynrag.transforms.prediction_release import PartitionTokenSampler, charge_unstarted
     from dpsynrag.transforms.public_prior import PublicPriorSettings
 
-    synthetic = state.load("synthetic")
-    if synthetic is not None:
-        return list(synthetic["texts"]), list(synthetic["tokens"])
-    if runner is None:
+    if ctx.runner is None:
         raise ValueError("--writer tokens needs a runner with a language model")
-    log("(f4) token writer")
-    temperature = config.clip / plan.c_over_tau
-    eos = frozenset(int(t) for t in state.load("eos_ids") or [])
-    if not eos:
-        eos = _eos_ids(runner)
-        state.save("eos_ids", sorted(eos))
+    config = ctx.config
+    ctx.log("(f4) token writer")
+    temperature = config.clip / ctx.plan.c_over_tau
+    eos = model_eos_ids(ctx)
     token_counts = [0] * len(groups)
-    with progress("(f4) token writer (clusters)", len(groups)) as advance:
+    with ctx.progress("(f4) token writer (clusters)", len(groups)) as advance:
         def finished(group: int, n_tokens: int) -> None:
             token_counts[group] = n_tokens
             advance(1)
 
         sampler = PartitionTokenSampler(
-            ledger, [partition_name(item.cluster) for item in written], group=GROUP,
+            ctx.ledger, [partition_name(item.cluster) for item in written], group=GROUP,
             stage=WRITER_STAGE, clip=config.clip, temperature=temperature,
             max_new_tokens=config.T, eos_ids=eos, on_finish=finished)
         prefix = config.response_prefix or ""
@@ -192,16 +242,17 @@ def token_writer(groups: list[list[str]], written: list[Any], notes: list[str],
             documents=notes, top_k=config.public_top_k, temperature=config.public_temperature,
             candidates=[[*group_names, *item.keywords]
                         for group_names, item in zip(names, written, strict=True)])
-        texts = runner.predict(groups, sampler, prompt=config.rephrase_prompt or WRITER_PROMPT,
-                               max_new_tokens=config.T, clip=config.clip,
-                               temperature=temperature, batch_rows=config.batch_rows,
-                               response_prefix=prefixes, public_prior=settings) if groups else []
-        charge_unstarted(ledger, sampler)
-    state.save("synthetic", {"texts": texts, "tokens": token_counts})
-    return list(texts), token_counts
+        texts = ctx.runner.predict(groups, sampler,
+                                   prompt=config.rephrase_prompt or WRITER_PROMPT,
+                                   max_new_tokens=config.T, clip=config.clip,
+                                   temperature=temperature, batch_rows=config.batch_rows,
+                                   response_prefix=prefixes,
+                                   public_prior=settings) if groups else []
+        charge_unstarted(ctx.ledger, sampler)
+    return {"texts": texts, "tokens": token_counts}
 
 
-def with_released_notes(replies: list[str], written: list[Any]) -> list[str]:
+def with_released_notes(replies: list[str], written: list[ClusterFacts]) -> list[str]:
     """``--writer-keeps-note``: each writer reply followed by its cluster's template note.
 
     Privacy cost: none. The reply is a released token sequence and the note is written from

@@ -10,6 +10,9 @@ Layout (created 0700, files 0600, never inside the output directory)::
 
 Everything here except ``state.json`` is derived from the private data: delete it with
 ``--purge-state`` once the build is complete.
+
+``BuildState.checkpoint`` is how a stage uses it: load the stage's stored output, else compute
+it and store it before the next stage starts.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ import json
 import os
 import secrets
 import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -107,6 +113,8 @@ class BuildState:
                 "configuration; rerun with the same options, or use a new --state-dir (a "
                 "fresh build spends a fresh budget)")
         self._meta = meta
+        #: seconds per build stage in this run (loading or computing), for the summary
+        self.stage_seconds: dict[str, float] = {}
 
     @property
     def ledger_path(self) -> Path:
@@ -133,10 +141,43 @@ class BuildState:
         write_private(self.directory / f"{name}.json", json.dumps(value).encode())
 
     def load(self, name: str) -> Any | None:
+        """The intermediate stored as ``name``, or None when no run has stored it yet."""
         path = self.directory / f"{name}.json"
         if not path.exists():
             return None
         return json.loads(path.read_text())
+
+    def checkpoint(self, name: str, compute: Callable[[], Any], *,
+                   stage: str | None = None) -> Any:
+        """Stage output ``name``: read back when a previous run stored it, else
+        ``compute()``-d, stored (``<name>.json``, 0600), and returned.
+
+        Privacy: a stage's output is computed at most once per state directory. What an
+        interrupted run stored (its released values and the private intermediates they were
+        computed from) is read back by every later run and never recomputed, so no noise is
+        redrawn and a resumed build releases exactly what an uninterrupted one does; the
+        releases inside ``compute`` go through the ledger, which answers a released key with
+        its stored value in the same way. The value returned is always the file as read back
+        (JSON: tuples become lists), so a first run and a resumed run go on from the same value.
+
+        The seconds spent here (loading, or computing and storing) are added to
+        ``stage_seconds[stage]``; without ``stage`` the caller times the enclosing stage.
+        """
+        with self.timed(stage):
+            stored = self.load(name)
+            if stored is None:
+                self.save(name, compute())
+                stored = self.load(name)
+            return stored
+
+    @contextmanager
+    def timed(self, stage: str | None) -> Iterator[None]:
+        """Add the seconds of the ``with`` body to ``stage_seconds[stage]`` (None: not timed)."""
+        started = time.monotonic()
+        yield
+        if stage is not None:
+            self.stage_seconds[stage] = (self.stage_seconds.get(stage, 0.0)
+                                         + time.monotonic() - started)
 
     def fingerprint_key(self) -> bytes:
         """A random key for the input's keyed hash, created once per state directory."""
