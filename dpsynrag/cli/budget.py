@@ -117,6 +117,7 @@ def _budget_request(args: argparse.Namespace, flags: Mapping[str, str]) -> PlanR
     ``flags`` are budget's options (``option_flags`` of its parser); the ones only one
     generation mode reads are the build's (``BuildConfig.TOKENS_ONLY`` / ``FACTS_ONLY``) that
     budget has, and the planner's vocabulary size."""
+    # lazy: the planner and the build's config load numpy and scipy (see run_budget)
     from dpsynrag.accounting.planner import DEFAULT_VOCAB_SIZE, PlanRequest
     from dpsynrag.pipeline.config import FACTS_DEFAULT_L, BuildConfig, resolve_generate
 
@@ -178,11 +179,11 @@ def run_budget(args: argparse.Namespace, flags: Mapping[str, str]) -> int:
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
     if isinstance(plan, FactsBudgetPlan):
-        from dpsynrag.reporting import print_facts_plan
+        from dpsynrag.reporting import print_facts_plan  # lazy: as above
 
         print_facts_plan(plan)
     else:
-        from dpsynrag.reporting import print_budget_plan
+        from dpsynrag.reporting import print_budget_plan  # lazy: as above
 
         print_budget_plan(plan)
     return ExitCode.OK

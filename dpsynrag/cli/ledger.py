@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpsynrag.cli.errors import CliError, ExitCode
 from dpsynrag.cli.options import open_unit_float, positive_float
 from dpsynrag.display import format_epsilon
+
+if TYPE_CHECKING:
+    from dpsynrag.accounting.corpus_ledger import CorpusLedger
 
 __all__ = ["add_parser", "ledger_report", "run_ledger_cap", "run_ledger_declare_unit",
            "run_ledger_show"]
@@ -133,7 +136,7 @@ def run_ledger_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
         return ExitCode.OK
-    from rich.console import Console
+    from rich.console import Console  # lazy: only the text view draws tables
     from rich.table import Table
 
     summary: dict[tuple[str, str], list[float]] = {}
@@ -161,6 +164,8 @@ def run_ledger_show(args: argparse.Namespace) -> int:
 
 def _corpus_ledger_path(args: argparse.Namespace) -> tuple[Path, str]:
     """The corpus ledger's path and how to name it in a message."""
+    # lazy, as every import of the ledgers here: they load numpy and scipy, and 'dpsynrag
+    # --help' imports this module
     from dpsynrag.accounting.corpus_ledger import default_corpus_ledger_path
 
     if args.corpus_ledger is not None:
@@ -169,7 +174,9 @@ def _corpus_ledger_path(args: argparse.Namespace) -> tuple[Path, str]:
     return path, f"{args.corpus} (ledger {path})"
 
 
-def _open_corpus_ledger(args: argparse.Namespace, *, create: bool) -> Any:
+def _open_corpus_ledger(args: argparse.Namespace, *, create: bool) -> CorpusLedger:
+    """The corpus ledger named by ``--corpus``/``--corpus-ledger``; ``CliError`` (exit 2) when
+    it is missing (and not to be created), not a file or cannot be opened."""
     from dpsynrag.accounting.corpus_ledger import CorpusLedger
     from dpsynrag.accounting.ledger import LedgerError
 
@@ -236,7 +243,7 @@ def _show_corpus_ledger(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=1, sort_keys=True))
         return ExitCode.OK
-    from rich.console import Console
+    from rich.console import Console  # lazy: only the text view draws tables
     from rich.table import Table
 
     table = Table(title=f"corpus ledger {summary['path']}")

@@ -68,7 +68,7 @@ def run_verify(args: argparse.Namespace) -> int:
               f"epsilon={_epsilon_text(guarantee.get('epsilon'))} delta={guarantee.get('delta')} "
               f"({guarantee.get('conversion')}){note}")
     if args.explain and not args.json:
-        from dpsynrag.accounting.explain import explain_certificate
+        from dpsynrag.accounting.explain import explain_certificate  # lazy: as above
 
         trust = "trusted key" if args.public_key else "embedded key: integrity only"
         print(explain_certificate(certificate, verified=not problems, trust=trust))
