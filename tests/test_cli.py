@@ -141,7 +141,7 @@ def test_dpsynrag_build_is_build_corpus(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_build_summary_tells_records_from_documents(capsys: pytest.CaptureFixture[str]) -> None:
-    from dpsynrag.pipeline.cli_build import print_summary
+    from dpsynrag.cli.build_report import print_summary
 
     print_summary({
         "documents_in": 177, "skipped": {"unit_bound": 120, "too_long": 3, "empty": 0},
@@ -158,7 +158,7 @@ def test_build_summary_tells_records_from_documents(capsys: pytest.CaptureFixtur
 
 
 def test_a_token_plan_below_consensus_is_warned_from_public_values() -> None:
-    from dpsynrag.pipeline.cli_build import plan_warning
+    from dpsynrag.cli.build_report import plan_warning
     from dpsynrag.pipeline.config import make_config
 
     weak = make_config(None, {"generate": "tokens", "k": 10, "L": 5, "T": 70})

@@ -210,3 +210,23 @@ def test_the_build_target_is_recorded_once(tmp_path) -> None:
             ledger.record_target(1.5, "cks")
     with Ledger(path) as reopened:
         assert reopened.target == (1e-3, "cks")
+
+
+def test_the_audit_view_hashes_each_value_and_never_shows_it(tmp_path: Path) -> None:
+    import hashlib
+
+    from dpsynrag.accounting.ledger import encode_value
+
+    path = tmp_path / "state" / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        value = ledger.release("histogram", hist_charge(), lambda rng: np.arange(5))
+        rows = ledger.audit_releases()
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["value_sha256"] == hashlib.sha256(encode_value(value)).hexdigest()
+    assert (row["key"], row["stage"], row["mechanism"]) == ("histogram", "histogram",
+                                                            "discrete_gaussian")
+    assert row["params"] == dict(hist_charge().params)
+    assert row["rho"] == pytest.approx(hist_charge().rho)
+    assert (row["group"], row["partition"]) == (None, None) and row["charged_at"]
+    assert "value" not in row

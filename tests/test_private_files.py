@@ -106,7 +106,7 @@ def test_connecting_to_a_cluster_does_not_set_a_temp_dir(monkeypatch: Any) -> No
 
 
 def test_the_summary_json_is_written_owner_only_even_over_a_readable_file(tmp_path) -> None:
-    from dpsynrag.pipeline.cli_build import write_private_text
+    from dpsynrag.cli.build_report import write_private_text
 
     path = tmp_path / "summary.json"
     path.write_text("old")

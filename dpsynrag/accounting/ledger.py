@@ -30,6 +30,7 @@ tests and the budget planner.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -466,6 +467,20 @@ class Ledger:
             " value IS NOT NULL FROM releases ORDER BY seq")
         return [Release(k, s, m, json.loads(p), sens, norm, rho, g, part, bool(has))
                 for k, s, m, p, sens, norm, rho, g, part, has in rows]
+
+    def audit_releases(self) -> list[dict[str, Any]]:
+        """Every release as recorded, for an auditor (``dpsynrag ledger show``): its charge,
+        when it was charged and the sha256 of its stored value (None until the value is
+        drawn), never the value itself. Reads only; JSON-ready."""
+        rows = self._db.execute(
+            "SELECT key, stage, mechanism, params, sensitivity, sensitivity_norm, rho, grp, part,"
+            " value, charged_at FROM releases ORDER BY seq").fetchall()
+        return [{"key": key, "stage": stage, "mechanism": mechanism, "params": json.loads(params),
+                 "sensitivity": sensitivity, "sensitivity_norm": norm, "rho": rho, "group": grp,
+                 "partition": part, "charged_at": charged_at,
+                 "value_sha256": None if value is None else hashlib.sha256(value).hexdigest()}
+                for key, stage, mechanism, params, sensitivity, norm, rho, grp, part, value,
+                charged_at in rows]
 
     def released_value(self, key: str) -> Any | None:
         row = self._db.execute("SELECT value FROM releases WHERE key = ?", (key,)).fetchone()

@@ -22,12 +22,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dpsynrag.cli.errors import CliError, ExitCode
+from dpsynrag.cli.options import positive_float, positive_int
 from dpsynrag.display import format_epsilon
 
-EXIT_REFUSED = 3
+__all__ = ["add_parser", "run_query"]
 
 
-def add_query_parser(subparsers: Any, positive_float: Any, positive_int: Any) -> None:
+def add_parser(subparsers: Any) -> None:
+    """Add ``query`` to the ``dpsynrag`` subcommands."""
     parser = subparsers.add_parser(
         "query", help="answer questions from a private corpus with DP-RAG, DP-KSA or "
                       "(Sparse)VoteRAG, charged to the corpus ledger",
@@ -91,6 +94,7 @@ def add_query_parser(subparsers: Any, positive_float: Any, positive_int: Any) ->
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """The mechanism's options: ``--set`` values (JSON where they parse) and the shortcuts."""
     options: dict[str, Any] = {}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -110,10 +114,13 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_query(args: argparse.Namespace) -> int:
+    """Charge and answer the questions; print the answers and the corpus ledger's total.
+
+    A bad corpus (``InputError``, ``QueryInputError``) exits 2 through the table of
+    ``cli.errors``; a ledger that refuses the queries before any charge (no cap, another
+    privacy unit) exits 2 as well, as bad options."""
+    # lazy: the query service loads torch, transformers and the embedder
     from dpsynrag.accounting.ledger import LedgerError
-    from dpsynrag.io.errors import InputError
-    from dpsynrag.pipeline.cli_tools import ToolError
-    from dpsynrag.query.private_corpus import QueryInputError
     from dpsynrag.query.service import QueryService, make_settings
 
     questions = [q for q in args.questions if q.strip()]
@@ -121,30 +128,30 @@ def run_query(args: argparse.Namespace) -> int:
         try:
             lines = args.questions_file.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as error:
-            raise ToolError(f"{args.questions_file}: cannot read: {type(error).__name__}",
-                            2) from None
+            raise CliError(f"{args.questions_file}: cannot read: {type(error).__name__}"
+                           ) from None
         questions.extend(line.strip() for line in lines if line.strip())
     if not questions:
-        raise ToolError("no question given (QUESTION arguments or --questions-file)", 2)
+        raise CliError("no question given (QUESTION arguments or --questions-file)")
     try:
         make_settings(args.method, args.epsilon, args.delta, **_options(args))
     except (TypeError, ValueError) as error:
-        raise ToolError(f"--method {args.method}: {error}", 2) from None
+        raise CliError(f"--method {args.method}: {error}") from None
     if not args.corpus.exists():
-        raise ToolError(f"{args.corpus}: no such file or directory", 2)
+        raise CliError(f"{args.corpus}: no such file or directory")
     try:
         service = QueryService.open(
             args.corpus, ledger=args.ledger, model=args.model, embedder=args.embedder,
             text_column=args.text_column, id_column=args.id_column or None,
             unit_column=args.unit_column or None, unit_bound=args.unit_bound,
             max_chars=args.max_chars, allow_no_cap=args.no_cap)
-    except (LedgerError, InputError, QueryInputError) as error:
-        raise ToolError(str(error), 2) from None
+    except LedgerError as error:  # a ledger that cannot be opened or read
+        raise CliError(str(error)) from None
     try:
         result = service.ask(questions, method=args.method, epsilon=args.epsilon,
                              delta=args.delta, **_options(args))
     except LedgerError as error:  # no cap or another unit, raised before anything is charged
-        raise ToolError(str(error), 2) from None
+        raise CliError(str(error)) from None
     assert service.ledger is not None
     spent = service.ledger.spent()
     if spent.epsilon is None:  # no cap: report at the usual delta plus the queries' deltas
@@ -162,5 +169,5 @@ def run_query(args: argparse.Namespace) -> int:
     if result.refused:
         print(f"dpsynrag: refused {result.refused} question(s): {result.refusal_message}",
               file=sys.stderr)
-        return EXIT_REFUSED
-    return 0
+        return ExitCode.REFUSED
+    return ExitCode.OK

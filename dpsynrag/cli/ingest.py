@@ -13,6 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dpsynrag.cli.errors import CliError, ExitCode
+from dpsynrag.cli.options import positive_int
+
+__all__ = ["add_parser", "run_ingest_command"]
+
 _EPILOG = """\
 The output directory holds private text: keep it on access-controlled storage (it is created
 0700 when local) and delete it after the build. Its _ingest/report.json counts records read,
@@ -27,7 +32,8 @@ Examples:
 """
 
 
-def add_ingest_parser(subparsers: Any, positive_int: Any) -> None:
+def add_parser(subparsers: Any) -> None:
+    """Add ``ingest`` to the ``dpsynrag`` subcommands."""
     parser = subparsers.add_parser(
         "ingest", help="validate, normalise and bound the private input with Apache Beam",
         description="Read the private input (JSONL, CSV, Parquet, a directory of .txt; local "
@@ -69,9 +75,11 @@ def add_ingest_parser(subparsers: Any, positive_int: Any) -> None:
 
 
 def run_ingest_command(args: argparse.Namespace) -> int:
-    from dpsynrag.io.errors import InputError
+    """Run the ingest job and print its report (on stderr).
+
+    A bad input row (``InputError``) exits 2 through the table of ``cli.errors``."""
+    # lazy: the ingest job loads Apache Beam and pyarrow, seconds of imports
     from dpsynrag.pipeline.beam_ingest import parse_beam_options, run_ingest
-    from dpsynrag.pipeline.cli_tools import ToolError
     from dpsynrag.transforms.ingest import IngestSettings
 
     settings = IngestSettings(text_column=args.text_column, id_column=args.id_column,
@@ -81,19 +89,16 @@ def run_ingest_command(args: argparse.Namespace) -> int:
     try:
         settings.validate()
     except LookupError:
-        raise ToolError(f"--fallback-encoding: unknown encoding {args.fallback_encoding!r}",
-                        2) from None
+        raise CliError(f"--fallback-encoding: unknown encoding {args.fallback_encoding!r}"
+                       ) from None
     try:
         options = parse_beam_options(args.beam_options)
     except ValueError as error:
-        raise ToolError(f"--beam-options: {error}", 2) from None
-    try:
-        report = run_ingest(args.input, args.out, settings, shards=args.shards,
-                            runner=args.beam_runner, beam_options=options,
-                            on_bad_row=args.on_bad_row, force=args.force,
-                            log=lambda message: print(message, file=sys.stderr))
-    except InputError as error:
-        raise ToolError(str(error), 2) from None
+        raise CliError(f"--beam-options: {error}") from None
+    report = run_ingest(args.input, args.out, settings, shards=args.shards,
+                        runner=args.beam_runner, beam_options=options,
+                        on_bad_row=args.on_bad_row, force=args.force,
+                        log=lambda message: print(message, file=sys.stderr))
     summary = report.as_dict()
     lines = [f"documents written: {report.documents} in {report.shards} shard(s) at "
              f"{report.output}", f"records read: {report.records_read}"]
@@ -110,4 +115,4 @@ def run_ingest_command(args: argparse.Namespace) -> int:
     print("\n".join(lines), file=sys.stderr)
     if args.report_json is not None:
         args.report_json.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    return 0
+    return ExitCode.OK

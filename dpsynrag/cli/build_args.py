@@ -1,31 +1,23 @@
-"""``build-corpus``: argument parsing, progress bars and the final summary of a build.
+"""``build-corpus``'s options: INPUT, OUT and one flag per ``BuildConfig`` field.
 
-Exit codes: 0 built; 1 failed (a bug or a model/runtime error); 2 bad input or options;
-3 refused by the privacy plan or budget; 4 interrupted (resumable: run the same command again);
-5 built, but the corpus is useless: no synthetic text was kept (``--allow-empty`` accepts it
-with exit 0).
+The flags that set a build option are the fields of ``pipeline.config.BuildConfig`` (minus
+``NOT_FLAGS``), so a new option is a new field plus its ``add_argument`` here; a test fails
+when the two disagree. The other flags (``--dry-run``, ``--force``, ...) steer the command.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from dpsynrag.display import format_epsilon
+from dpsynrag.cli.options import open_unit_float, positive_float, positive_int, prompt_text
 
-EXIT_BUILT = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_BUDGET = 3
-EXIT_INTERRUPTED = 4
-EXIT_EMPTY = 5
+__all__ = ["EPILOG", "NOT_FLAGS", "add_build_arguments", "config_flags"]
 
-_EPILOG = """\
+# BuildConfig fields that are not flags: free-form extras, settable in --config only
+NOT_FLAGS = ("extra",)
+
+EPILOG = """\
 Every option can also be set in the TOML file of --config (top level or a [build] table,
 names as here without dashes, e.g. eps_theta = 0.4); flags override the file.
 
@@ -43,21 +35,24 @@ Examples:
 """
 
 
-def _prompt_text(value: str) -> str:
-    """A prompt given inline, or ``@FILE`` to read it from a file."""
-    if value.startswith("@"):
-        path = Path(value[1:])
-        try:
-            return path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise argparse.ArgumentTypeError(f"{path}: cannot read prompt file: "
-                                             f"{error.strerror}") from None
-    return value
+
+def config_flags() -> tuple[str, ...]:
+    """The build options a flag sets: ``BuildConfig``'s fields, minus ``NOT_FLAGS``.
+
+    A function, not a constant: ``pipeline.config`` loads scipy (through the conversions), and
+    ``build-corpus --help`` should not wait for it."""
+    from dataclasses import fields
+
+    from dpsynrag.pipeline.config import BuildConfig
+
+    return tuple(f.name for f in fields(BuildConfig) if f.name not in NOT_FLAGS)
 
 
-def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callable]) -> None:
-    pos_float, unit_float, pos_int = (types["positive_float"], types["open_unit_float"],
-                                      types["positive_int"])
+def add_build_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add INPUT, ``--out``, ``--config`` and every build option to ``parser``.
+
+    Each ``BuildConfig`` field is a flag of the same name (``eps_theta``: ``--eps-theta``)
+    unless ``NOT_FLAGS`` lists it; ``tests/test_cli_build_flags.py`` holds both ways."""
     parser.add_argument("input", metavar="INPUT",
                         help="private documents: a .jsonl, .parquet or .csv file, or a "
                              "directory of .txt or .parquet files (with --ingest beam also a "
@@ -73,7 +68,7 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     g.add_argument("--unit-column", help="column grouping records of one privacy unit (e.g. a "
                    "patient); each unit is bounded to one document (default: one record = one "
                    "unit)")
-    g.add_argument("--max-chars", type=pos_int, help="skip (and count) longer documents "
+    g.add_argument("--max-chars", type=positive_int, help="skip (and count) longer documents "
                    "(default 20000)")
     g.add_argument("--unit-bound", choices=["pick", "concat"], help="how a unit with several "
                    "records becomes one document: pick the one with the smallest sha256(unit, "
@@ -89,28 +84,29 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                    "input with a bad row (default) or drop bad rows and count them")
     g = parser.add_argument_group("privacy target and DP-SynRAG hyperparameters "
                                   "(defaults: the paper's Table 6)")
-    g.add_argument("--epsilon", type=pos_float, help="target epsilon of the build (default 10)")
-    g.add_argument("--delta", type=unit_float, help="target delta (default 1e-3)")
+    g.add_argument("--epsilon", type=positive_float,
+                   help="target epsilon of the build (default 10)")
+    g.add_argument("--delta", type=open_unit_float, help="target delta (default 1e-3)")
     g.add_argument("--conversion", choices=["bun-steinke", "cks"],
                    help="zCDP to (epsilon, delta) conversion (default cks, the tighter; "
                         "bun-steinke is the paper's)")
-    g.add_argument("--K", type=pos_int, metavar="N_KEYWORDS",
+    g.add_argument("--K", type=positive_int, metavar="N_KEYWORDS",
                    help="keywords per document (default 10)")
-    g.add_argument("--R", type=pos_int, metavar="N_CLUSTERS",
+    g.add_argument("--R", type=positive_int, metavar="N_CLUSTERS",
                    help="clusters = top-R noisy keywords (default 500)")
-    g.add_argument("--L", type=pos_int, help="maximum clusters per document (default 5; 1 with "
-                   "--generate facts)")
-    g.add_argument("--k", type=pos_int, metavar="N_DOCS",
+    g.add_argument("--L", type=positive_int,
+                   help="maximum clusters per document (default 5; 1 with --generate facts)")
+    g.add_argument("--k", type=positive_int, metavar="N_DOCS",
                    help="retrieval target: documents per cluster (default 80)")
-    g.add_argument("--T", type=pos_int, metavar="N_TOKENS",
+    g.add_argument("--T", type=positive_int, metavar="N_TOKENS",
                    help="tokens generated per cluster (default 70)")
-    g.add_argument("--eps-theta", type=pos_float, help="epsilon of the similarity threshold "
+    g.add_argument("--eps-theta", type=positive_float, help="epsilon of the similarity threshold "
                    "(default 0.4)")
-    g.add_argument("--rho-hist", type=pos_float, help="rho of the keyword histogram "
+    g.add_argument("--rho-hist", type=positive_float, help="rho of the keyword histogram "
                    "(default 0.1)")
-    g.add_argument("--rho-mean", type=pos_float, help="rho of each cluster's noisy embedding "
+    g.add_argument("--rho-mean", type=positive_float, help="rho of each cluster's noisy embedding "
                    "sum (default 0.009)")
-    g.add_argument("--clip", type=pos_float, help="logit clip c, at most 0.5 (the transform's "
+    g.add_argument("--clip", type=positive_float, help="logit clip c, at most 0.5 (the transform's "
                    "rows never span more); the temperature is c/(c/tau) (default 0.5)")
     g = parser.add_argument_group("generation mode (issue 14)")
     g.add_argument("--generate", choices=["tokens", "facts"],
@@ -122,16 +118,16 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                         "token-only option (--K, --R, --k, --T, --eps-theta, --rho-mean, "
                         "--clip, --keywords, the prompts, --no-filter, --no-retrieval) on the "
                         "command line or in --config means tokens")
-    g.add_argument("--K-e", dest="K_e", type=pos_int,
+    g.add_argument("--K-e", dest="K_e", type=positive_int,
                    help="facts: open-vocabulary phrases per document (default 2)")
-    g.add_argument("--K-s", dest="K_s", type=pos_int,
+    g.add_argument("--K-s", dest="K_s", type=positive_int,
                    help="facts: statistical keywords per document (default 14)")
-    g.add_argument("--R-f", dest="R_f", type=pos_int,
+    g.add_argument("--R-f", dest="R_f", type=positive_int,
                    help="facts: top noisy keywords added to the facts' domain (default 300)")
-    g.add_argument("--share-phrases", type=unit_float,
+    g.add_argument("--share-phrases", type=open_unit_float,
                    help="facts: share of the rho left after the keyword histogram that goes "
                         "to the phrase release (default 0.3)")
-    g.add_argument("--delta-phrases", type=unit_float,
+    g.add_argument("--delta-phrases", type=open_unit_float,
                    help="facts: probability bound of releasing any phrase only one unit "
                         "holds; part of --delta (default delta/10)")
     g.add_argument("--writer", choices=["template", "tokens"],
@@ -141,7 +137,7 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                         "difference sampler; T draws per cluster at c/tau, reads --T, --clip, "
                         "--rephrase-prompt, --response-prefix ({keyword} = the note's first name), "
                         "--public-top-k, --public-temperature; implies --generate facts)")
-    g.add_argument("--share-tokens", type=unit_float,
+    g.add_argument("--share-tokens", type=open_unit_float,
                    help="facts with --writer tokens: share of the rho left after the keyword "
                         "histogram for the token writer (default 0.3; the cluster facts get "
                         "1 - share-phrases - share-tokens)")
@@ -155,15 +151,15 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     g.add_argument("--keywords", choices=["llm", "statistical"],
                    help="keyword extraction: the LLM (paper; default) or the document's rarest "
                         "words by a public prior (much faster)")
-    g.add_argument("--rephrase-prompt", type=_prompt_text, help="stage (d) prompt with "
+    g.add_argument("--rephrase-prompt", type=prompt_text, help="stage (d) prompt with "
                    "{document} (or @FILE)")
     g.add_argument("--response-prefix", help="public text every synthetic reply starts with, "
                    "e.g. 'The diagnosis is' (free: it does not depend on the data; spares the "
                    "first tokens a consensus of their own); {keyword} becomes the cluster's "
                    "released keyword")
-    g.add_argument("--keyword-prompt", type=_prompt_text, help="stage (a) prompt with {K} and "
+    g.add_argument("--keyword-prompt", type=prompt_text, help="stage (a) prompt with {K} and "
                    "{document} (or @FILE)")
-    g.add_argument("--filter-prompt", type=_prompt_text, help="stage (e) YES/NO task prompt "
+    g.add_argument("--filter-prompt", type=prompt_text, help="stage (e) YES/NO task prompt "
                    "with {document} (or @FILE; default: the paper's Medical Synth prompt)")
     g.add_argument("--no-filter", action="store_true", default=None,
                    help="skip the self-filter (every text kept)")
@@ -182,7 +178,7 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     g.add_argument("--public-temperature", type=float, help="tokens with --public-prior: the "
                    "public prior's temperature tau_pub (default 1; its weight in the votes is "
                    "tau / tau_pub)")
-    g.add_argument("--public-document", type=_prompt_text, help="tokens with --public-prior: "
+    g.add_argument("--public-document", type=prompt_text, help="tokens with --public-prior: "
                    "public text put in place of {document} for the public logits (or @FILE); "
                    "{keyword} becomes the cluster's released keyword (default: "
                    "'{keyword}')")
@@ -197,9 +193,9 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
     g.add_argument("--runner", choices=["ray", "local"], help="ray (default) or local (one "
                    "process, no Ray)")
     g.add_argument("--ray-address", help="attach to a Ray cluster (default: start a local one)")
-    g.add_argument("--workers", type=pos_int, help="model actors (default: one per free GPU, "
+    g.add_argument("--workers", type=positive_int, help="model actors (default: one per free GPU, "
                    "else 1); CPU actors share one node's free CPUs (runbooks/ray-cluster.md)")
-    g.add_argument("--batch-rows", type=pos_int, help="rows decoded together per worker "
+    g.add_argument("--batch-rows", type=positive_int, help="rows decoded together per worker "
                    "(default 128 on CPU; on GPU sized from free memory)")
     g.add_argument("--seed", type=int, help="TESTS ONLY: seeded noise; the certificate then says "
                    "'not for release'")
@@ -229,132 +225,3 @@ def add_build_arguments(parser: argparse.ArgumentParser, types: dict[str, Callab
                    help="also write the summary as JSON here (0600; operator-side: it holds "
                         "exact counts and the input's keyed hash, never publish it)")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
-
-
-CONFIG_FLAGS = ("text_column", "id_column", "unit_column", "max_chars", "unit_bound", "ingest",
-                "beam_runner", "beam_options", "on_bad_row", "epsilon", "delta",
-                "conversion", "K", "R", "L", "k", "T", "eps_theta", "rho_hist", "rho_mean", "clip",
-                "keywords", "rephrase_prompt", "response_prefix", "keyword_prompt",
-                "filter_prompt", "no_filter", "no_retrieval", "generate", "K_e", "K_s", "R_f",
-                "share_phrases", "delta_phrases", "facts_label", "writer", "share_tokens",
-                "writer_keeps_note",
-                "public_prior", "public_top_k", "public_temperature", "public_document",
-                "model", "embedder", "device", "dtype", "runner", "ray_address", "workers",
-                "batch_rows", "seed")
-
-
-def progress_factory(quiet: bool) -> Callable[[str, int], Any]:
-    from tqdm import tqdm
-
-    @contextmanager
-    def factory(description: str, total: int) -> Iterator[Callable[[int], None]]:
-        bar = tqdm(total=total, desc=description, file=sys.stderr, disable=quiet,
-                   dynamic_ncols=True, leave=True)
-        try:
-            yield bar.update
-        finally:
-            bar.close()
-
-    return factory
-
-
-def run_build_command(args: argparse.Namespace) -> int:
-    from dpsynrag.pipeline.build import run_build
-    from dpsynrag.pipeline.config import make_config
-
-    overrides = {name: getattr(args, name) for name in CONFIG_FLAGS}
-    config = make_config(args.config, overrides)
-    warning = plan_warning(config)
-    if args.dry_run:
-        from dpsynrag.pipeline.dry_run import dry_run
-
-        if warning:
-            print(f"WARNING: {warning}")
-        return dry_run(args.input, args.out, config, state_dir=args.state_dir,
-                       signing_key=args.signing_key, corpus_ledger=args.corpus_ledger,
-                       force=args.force)
-    if warning:  # public: the plan and the options only; said before anything is spent
-        print(f"build-corpus: WARNING: {warning}", file=sys.stderr)
-    summary = run_build(args.input, args.out, config, state_dir=args.state_dir,
-                        signing_key=args.signing_key, force=args.force,
-                        purge_state=args.purge_state, progress=progress_factory(args.quiet),
-                        log=lambda message: None, corpus_ledger=args.corpus_ledger)
-    print_summary(summary.as_dict())
-    if warning:
-        print(f"build-corpus: WARNING: {warning}", file=sys.stderr)
-    if args.summary_json is not None:
-        write_private_text(args.summary_json,
-                           json.dumps(summary.as_dict(), indent=2, sort_keys=True) + "\n")
-    if summary.kept_texts == 0 and not args.allow_empty:
-        print(f"build-corpus: USELESS CORPUS: {summary.synthetic_texts} synthetic texts, 0 "
-              f"kept; {args.out} is signed and its budget is spent, but it answers nothing. "
-              "Look at the plan ('dpsynrag budget': consensus rows against --k; facts: "
-              "documents needed per phrase). Exit 5; --allow-empty accepts an empty corpus",
-              file=sys.stderr)
-        return EXIT_EMPTY
-    return EXIT_BUILT
-
-
-def plan_warning(config: Any) -> str | None:
-    """Why the plan cannot give useful token texts, from public values only, or None: in
-    token mode a token wins only when about ``consensus_rows`` rows of a cluster agree, and a
-    cluster holds at most ``k`` rows."""
-    from dpsynrag.pipeline.build import make_plan
-
-    if config.generate != "tokens":
-        return None
-    plan = make_plan(config)
-    if config.k >= plan.consensus_rows:
-        return None
-    return (f"clusters hold at most --k {config.k} rows but a token needs about "
-            f"{plan.consensus_rows} agreeing rows at this plan ('dpsynrag budget'): expect "
-            "texts of random tokens; raise --k or --epsilon, or lower --T or --L")
-
-
-def write_private_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by its owner only (0600, also when it existed).
-
-    The summary is operator-side: it holds exact counts and the input's keyed hash, which
-    are not differentially private."""
-    import os
-
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-
-
-def print_summary(summary: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(stderr=True)
-    table = Table(title="build-corpus summary", show_header=False)
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    records = summary["documents_in"] + sum(summary["skipped"].values())
-    table.add_row("records read", str(records))
-    table.add_row("documents used (one per privacy unit)", str(summary["documents_in"]))
-    for reason, count in sorted(summary["skipped"].items()):
-        table.add_row(f"skipped ({reason})", str(count))
-    table.add_row("clusters / synthetic texts", str(summary["synthetic_texts"]))
-    table.add_row("kept by the self-filter", str(summary["kept_texts"]))
-    table.add_row("rho spent (zCDP)", f"{summary['rho_spent']:.4f}")
-    table.add_row(f"epsilon at delta={summary['delta']:g} ({summary['conversion']})",
-                  format_epsilon(summary["epsilon"]))
-    for name, value in summary["epsilon_other"].items():
-        table.add_row(f"epsilon ({name})", format_epsilon(value))
-    if summary.get("lifetime_epsilon") is not None:
-        cap = summary.get("lifetime_cap_epsilon")
-        table.add_row("corpus lifetime epsilon", format_epsilon(summary["lifetime_epsilon"])
-                      + (f" of cap {format_epsilon(cap)}" if cap is not None else " (no cap)"))
-        table.add_row("  (all builds and queries, at delta)", f"{summary['lifetime_delta']:.3g}")
-    for stage, secs in summary["stage_seconds"].items():
-        table.add_row(f"wall time {stage}", f"{secs:.1f} s")
-    table.add_row("resumed", "yes" if summary["resumed"] else "no")
-    if summary["seeded"]:
-        table.add_row("seeded", "YES: not for release")
-    key_note = " (new key)" if summary["signing_key_created"] else ""
-    table.add_row("signing key", summary["signing_key_fingerprint"] + key_note)
-    table.add_row("output", summary["out_dir"])
-    console.print(table)

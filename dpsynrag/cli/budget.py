@@ -1,0 +1,198 @@
+"""``dpsynrag budget``: plan a build's privacy budget (noise scales, where rho goes) without
+building.
+
+Exit codes: 0 planned; 1 no plan exists for these options (e.g. nothing left for private
+prediction); 2 bad options.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+from dpsynrag.cli.errors import CliError, ExitCode
+from dpsynrag.cli.options import open_unit_float, option_flags, positive_float, positive_int
+
+if TYPE_CHECKING:
+    import argparse
+
+    from dpsynrag.accounting.planner import PlanRequest
+
+__all__ = ["add_parser", "delta_warning", "run_budget"]
+
+# The planner's own token-mode option, besides the build's (BuildConfig.TOKENS_ONLY).
+_PLANNER_TOKEN_OPTIONS = ("vocab_size",)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``budget`` to the ``dpsynrag`` subcommands."""
+    parser = subparsers.add_parser(
+        "budget",
+        help="plan a DP-SynRAG privacy budget: noise scales and where rho goes",
+        description=(
+            "Solve DP-SynRAG's zCDP budget (Theorem 1 with the corrections of "
+            "docs/mechanisms.md, section 10): from a target (epsilon, delta), K, L, T, "
+            "eps_theta, rho_hist and rho_mean derive sigma_h, "
+            "sigma_mu, c/tau and each stage's rho. Refuses a plan that leaves nothing for "
+            "private prediction. With --generate facts: from (epsilon, delta), L, rho_hist, "
+            "K_e, K_s, delta_phrases and share_phrases derive sigma_h, the phrase release's "
+            "sigma_A and threshold tau_A, and the cluster fact histograms' sigma_C."),
+        epilog=("Example (the paper's Table 6): dpsynrag budget --epsilon 10 --delta 1e-3 --K 10 "
+                "--L 5 --T 70 --eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009. Facts: dpsynrag "
+                "budget --epsilon 10 --delta 1e-3 (--L 1 and --rho-hist 0.1 by default)"),
+    )
+    parser.add_argument("--generate", choices=["tokens", "facts"], default=None,
+                        help="what the build generates, as in build-corpus: facts (released "
+                             "phrases and per-cluster fact histograms; the default) or tokens "
+                             "(the paper's private prediction). Without it, a token-only "
+                             "option (--K, --T, --eps-theta, --rho-mean, --vocab-size) means "
+                             "tokens")
+    parser.add_argument("--epsilon", type=positive_float, required=True,
+                        help="target epsilon of the whole build")
+    parser.add_argument("--delta", type=open_unit_float, required=True,
+                        help="target delta, in (0, 1)")
+    parser.add_argument("--K", type=positive_int, default=None,
+                        metavar="N_KEYWORDS",
+                        help="tokens: keywords per document in the histogram (l2 sensitivity "
+                             "sqrt(K); default 10, as build-corpus)")
+    parser.add_argument("--L", type=positive_int, default=None,
+                        help="maximum clusters per document (overlapping parallel "
+                             "composition); default 5 for tokens, 1 for facts, as build-corpus")
+    parser.add_argument("--T", type=positive_int, default=None,
+                        metavar="N_TOKENS",
+                        help="tokens: tokens generated per cluster (default 70)")
+    parser.add_argument("--eps-theta", type=positive_float, default=None,
+                        help="tokens: epsilon of the similarity-threshold exponential "
+                             "mechanism (default 0.4)")
+    parser.add_argument("--rho-hist", type=positive_float, default=None,
+                        help="zCDP share of the keyword histogram (default 0.1)")
+    parser.add_argument("--rho-mean", type=positive_float, default=None,
+                        help="tokens: zCDP share of each cluster's noisy embedding sum "
+                             "(Gaussian part of retrieval, before x L; default 0.009)")
+    parser.add_argument("--conversion", choices=["bun-steinke", "cks"], default="cks",
+                        help="zCDP to (epsilon, delta) conversion (default: cks, Canonne-"
+                             "Kamath-Steinke, the tighter; bun-steinke is the paper's)")
+    parser.add_argument("--vocab-size", type=positive_int, default=None,
+                        help="tokens: LLM vocabulary size for the consensus estimate (default "
+                             "49152, the packaged SmolLM2)")
+    parser.add_argument("--K-e", dest="K_e", type=positive_int, default=None,
+                        help="facts: phrases per document (default 2)")
+    parser.add_argument("--K-s", dest="K_s", type=positive_int, default=None,
+                        help="facts: keywords per document in the histograms (default 14)")
+    parser.add_argument("--R-f", dest="R_f", type=positive_int, default=None,
+                        help="facts: top keywords of the histogram added to the cluster domain "
+                             "(default 300)")
+    parser.add_argument("--delta-phrases", type=open_unit_float, default=None,
+                        help="facts: approximate delta of the phrase release, below --delta "
+                             "(default delta/10)")
+    parser.add_argument("--share-phrases", type=open_unit_float, default=None,
+                        help="facts: share of the rho left after the histogram that goes to "
+                             "the phrases (default 0.3; the rest to the cluster facts)")
+    parser.add_argument("--writer", choices=["template", "tokens"], default=None,
+                        help="facts: who writes each cluster's note: the free public template "
+                             "(default) or the token writer (T draws per cluster; --T, default "
+                             "70, and --share-tokens apply)")
+    parser.add_argument("--share-tokens", type=open_unit_float, default=None,
+                        help="facts with --writer tokens: share of the rho left after the "
+                             "histogram for the token writer (default 0.3)")
+    parser.add_argument("--units", type=positive_int, default=None, metavar="N",
+                        help="a public upper bound on the number of privacy units (people) "
+                             "in the corpus: warns when delta > 1/N (a delta that large lets "
+                             "a mechanism publish one unit's record outright)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.set_defaults(handler=functools.partial(run_budget, flags=option_flags(parser)))
+
+
+def _given_flags(flags: Mapping[str, str], names: Collection[str]) -> dict[str, str]:
+    """``{dest: --flag}`` of budget's options named in ``names``, in the parser's order."""
+    return {name: flag for name, flag in flags.items() if name in names}
+
+
+def _budget_request(args: argparse.Namespace, flags: Mapping[str, str]) -> PlanRequest:
+    """The ``PlanRequest`` of the parsed options; ``CliError`` (exit 2) for a wrong mix.
+
+    ``flags`` are budget's options (``option_flags`` of its parser); the ones only one
+    generation mode reads are the build's (``BuildConfig.TOKENS_ONLY`` / ``FACTS_ONLY``) that
+    budget has, and the planner's vocabulary size."""
+    # lazy: the planner and the build's config load numpy and scipy (see run_budget)
+    from dpsynrag.accounting.planner import DEFAULT_VOCAB_SIZE, PlanRequest
+    from dpsynrag.pipeline.config import FACTS_DEFAULT_L, BuildConfig, resolve_generate
+
+    tokens_only = _given_flags(flags, {*BuildConfig.TOKENS_ONLY, *_PLANNER_TOKEN_OPTIONS})
+    facts_only = _given_flags(flags, BuildConfig.FACTS_ONLY)
+    given_options = {name: getattr(args, name) for name in ("generate", *tokens_only,
+                                                            *facts_only)
+                     if getattr(args, name) is not None}
+    # the build's rule: token-only options mean tokens, a mix is refused (ConfigError: exit 2)
+    args.generate = resolve_generate(given_options, tokens_only, facts_only)
+    facts = args.generate == "facts"
+    other = tokens_only if facts else facts_only
+    writer_tokens = facts and args.writer == "tokens"
+    given = [flag for name, flag in other.items() if getattr(args, name) is not None
+             and not (writer_tokens and name == "T")]
+    if given:
+        mode = "tokens" if facts else "facts"
+        raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} only to "
+                       f"--generate {mode} (see 'dpsynrag budget --help')")
+    if facts:  # build-corpus's facts defaults
+        args.L = FACTS_DEFAULT_L if args.L is None else args.L
+        args.rho_hist = BuildConfig.rho_hist if args.rho_hist is None else args.rho_hist
+    else:  # build-corpus's token defaults (the paper's Table 6)
+        for name in ("K", "L", "T", "eps_theta", "rho_hist", "rho_mean"):
+            if getattr(args, name) is None:
+                setattr(args, name, getattr(BuildConfig, name))
+    if facts:
+        extra = {name: getattr(args, name) for name in facts_only
+                 if getattr(args, name) is not None}
+        if writer_tokens:
+            extra["T"] = BuildConfig.T if args.T is None else args.T
+        return PlanRequest(epsilon=args.epsilon, delta=args.delta, L=args.L,
+                           rho_hist=args.rho_hist, conversion=args.conversion,
+                           generate="facts", **extra)
+    return PlanRequest(
+        epsilon=args.epsilon, delta=args.delta, K=args.K, L=args.L, T=args.T,
+        eps_theta=args.eps_theta, rho_hist=args.rho_hist, rho_mean=args.rho_mean,
+        conversion=args.conversion, vocab_size=args.vocab_size or DEFAULT_VOCAB_SIZE)
+
+
+def run_budget(args: argparse.Namespace, flags: Mapping[str, str]) -> int:
+    """Print the plan (a table, or JSON with ``--json``)."""
+    # planner and reporting pull numpy, scipy and rich: imported when the command runs, so
+    # that building the parser (every 'dpsynrag' call, --help included) stays fast
+    from dpsynrag.accounting.planner import FactsBudgetPlan, PlanError, plan_budget
+
+    request = _budget_request(args, flags)
+    try:
+        plan = plan_budget(request)
+    except PlanError as error:  # here no plan exists for the options: a failure, not a refusal
+        raise CliError(str(error), ExitCode.FAILURE) from error
+    warning = delta_warning(args.delta, args.units)
+    if args.json:
+        document = plan.as_dict()
+        if args.units is not None:
+            document["delta_warning"] = warning
+        print(json.dumps(document, indent=2, sort_keys=True))
+        return ExitCode.OK
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    if isinstance(plan, FactsBudgetPlan):
+        from dpsynrag.reporting import print_facts_plan  # lazy: as above
+
+        print_facts_plan(plan)
+    else:
+        from dpsynrag.reporting import print_budget_plan  # lazy: as above
+
+        print_budget_plan(plan)
+    return ExitCode.OK
+
+
+def delta_warning(delta: float, units: int | None) -> str | None:
+    """A one-line warning when delta exceeds 1/units (None when it does not, or no bound)."""
+    if units is None or delta <= 1.0 / units:
+        return None
+    return (f"delta={delta:g} exceeds 1/N = {1.0 / units:.3g} for the stated bound of {units} "
+            "units: a mechanism with this delta may publish one unit's data outright; choose "
+            f"delta <= {1.0 / units:.3g} (a common choice is well below 1/N)")

@@ -1,0 +1,106 @@
+"""``build-corpus`` (also ``dpsynrag build``): the DP-SynRAG build.
+
+Exit codes: 0 built; 1 failed (a bug or a model/runtime error); 2 bad input or options;
+3 refused by the privacy plan or budget; 4 interrupted (resumable: run the same command again);
+5 built, but the corpus is useless: no synthetic text was kept (``--allow-empty`` accepts it
+with exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Sequence
+
+from dpsynrag import __version__
+from dpsynrag.cli.build_args import EPILOG, add_build_arguments, config_flags
+from dpsynrag.cli.build_report import (
+    plan_warning,
+    print_summary,
+    progress_factory,
+    write_private_text,
+)
+from dpsynrag.cli.errors import CliError, ExitCode
+from dpsynrag.cli.options import Parser
+from dpsynrag.cli.runner import run_command
+
+__all__ = ["build_parser", "main", "run_build_command"]
+
+DESCRIPTION = ("Build a differentially private synthetic RAG corpus (DP-SynRAG) from private "
+               "documents: keywords -> noisy histogram -> soft clusters -> noisy retrieval -> "
+               "private prediction -> self-filter -> corpus.parquet, index.faiss, "
+               "manifest.json and a signed certificate.json. Resumable: after a crash, run the "
+               "same command again.")
+
+
+def build_parser(prog: str = "build-corpus") -> argparse.ArgumentParser:
+    """The ``build-corpus`` parser, named ``prog`` in its messages."""
+    parser = Parser(prog=prog, description=DESCRIPTION, epilog=EPILOG,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"dpsynrag {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    add_build_arguments(parser)
+    return parser
+
+
+def run_build_command(args: argparse.Namespace) -> int:
+    """Build (or, with ``--dry-run``, check and plan) from the parsed options."""
+    # lazy: the build loads numpy, scipy, torch and Ray; --help and a bad option need none
+    from dpsynrag.pipeline.build import run_build
+    from dpsynrag.pipeline.config import make_config
+
+    overrides = {name: getattr(args, name) for name in config_flags()}
+    config = make_config(args.config, overrides)
+    warning = plan_warning(config)
+    if args.dry_run:
+        from dpsynrag.pipeline.dry_run import dry_run  # lazy: as above
+
+        if warning:
+            print(f"WARNING: {warning}")
+        return dry_run(args.input, args.out, config, state_dir=args.state_dir,
+                       signing_key=args.signing_key, corpus_ledger=args.corpus_ledger,
+                       force=args.force)
+    if warning:  # public: the plan and the options only; said before anything is spent
+        print(f"build-corpus: WARNING: {warning}", file=sys.stderr)
+    summary = run_build(args.input, args.out, config, state_dir=args.state_dir,
+                        signing_key=args.signing_key, force=args.force,
+                        purge_state=args.purge_state, progress=progress_factory(args.quiet),
+                        log=lambda message: None, corpus_ledger=args.corpus_ledger)
+    print_summary(summary.as_dict())
+    if warning:
+        print(f"build-corpus: WARNING: {warning}", file=sys.stderr)
+    if args.summary_json is not None:
+        write_private_text(args.summary_json,
+                           json.dumps(summary.as_dict(), indent=2, sort_keys=True) + "\n")
+    if summary.kept_texts == 0 and not args.allow_empty:
+        print(f"build-corpus: USELESS CORPUS: {summary.synthetic_texts} synthetic texts, 0 "
+              f"kept; {args.out} is signed and its budget is spent, but it answers nothing. "
+              "Look at the plan ('dpsynrag budget': consensus rows against --k; facts: "
+              "documents needed per phrase). Exit 5; --allow-empty accepts an empty corpus",
+              file=sys.stderr)
+        return ExitCode.EMPTY
+    return ExitCode.OK
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "build-corpus") -> int:
+    """The ``build-corpus`` console script (``dpsynrag build`` passes ``prog``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(prog)
+
+    def on_sigterm(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    def handler() -> int:
+        args = parser.parse_args(argv)
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+        try:
+            return run_build_command(args)
+        except KeyboardInterrupt:
+            raise CliError("interrupted; run the same command again to resume (nothing is "
+                           "spent twice)", ExitCode.INTERRUPTED) from None
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return run_command(handler, prog, "--debug" in argv)

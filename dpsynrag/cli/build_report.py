@@ -1,0 +1,96 @@
+"""What ``build-corpus`` shows: progress bars, the plan's warning and the final summary."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dpsynrag.display import format_epsilon
+
+__all__ = ["plan_warning", "print_summary", "progress_factory", "write_private_text"]
+
+
+def progress_factory(quiet: bool) -> Callable[[str, int], Any]:
+    """The build's progress bars: a context manager per stage, on stderr (none if quiet)."""
+    from tqdm import tqdm  # lazy: only a build draws progress bars
+
+    @contextmanager
+    def factory(description: str, total: int) -> Iterator[Callable[[int], None]]:
+        bar = tqdm(total=total, desc=description, file=sys.stderr, disable=quiet,
+                   dynamic_ncols=True, leave=True)
+        try:
+            yield bar.update
+        finally:
+            bar.close()
+
+    return factory
+
+
+
+def plan_warning(config: Any) -> str | None:
+    """Why the plan cannot give useful token texts, from public values only, or None: in
+    token mode a token wins only when about ``consensus_rows`` rows of a cluster agree, and a
+    cluster holds at most ``k`` rows."""
+    from dpsynrag.pipeline.build import make_plan  # lazy: the build loads numpy and scipy
+
+    if config.generate != "tokens":
+        return None
+    plan = make_plan(config)
+    if config.k >= plan.consensus_rows:
+        return None
+    return (f"clusters hold at most --k {config.k} rows but a token needs about "
+            f"{plan.consensus_rows} agreeing rows at this plan ('dpsynrag budget'): expect "
+            "texts of random tokens; raise --k or --epsilon, or lower --T or --L")
+
+
+def write_private_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (0600, also when it existed).
+
+    The summary is operator-side: it holds exact counts and the input's keyed hash, which
+    are not differentially private."""
+    import os
+
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """The summary table of a finished build, on stderr."""
+    from rich.console import Console  # lazy: only a finished build prints a table
+    from rich.table import Table
+
+    console = Console(stderr=True)
+    table = Table(title="build-corpus summary", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    records = summary["documents_in"] + sum(summary["skipped"].values())
+    table.add_row("records read", str(records))
+    table.add_row("documents used (one per privacy unit)", str(summary["documents_in"]))
+    for reason, count in sorted(summary["skipped"].items()):
+        table.add_row(f"skipped ({reason})", str(count))
+    table.add_row("clusters / synthetic texts", str(summary["synthetic_texts"]))
+    table.add_row("kept by the self-filter", str(summary["kept_texts"]))
+    table.add_row("rho spent (zCDP)", f"{summary['rho_spent']:.4f}")
+    table.add_row(f"epsilon at delta={summary['delta']:g} ({summary['conversion']})",
+                  format_epsilon(summary["epsilon"]))
+    for name, value in summary["epsilon_other"].items():
+        table.add_row(f"epsilon ({name})", format_epsilon(value))
+    if summary.get("lifetime_epsilon") is not None:
+        cap = summary.get("lifetime_cap_epsilon")
+        table.add_row("corpus lifetime epsilon", format_epsilon(summary["lifetime_epsilon"])
+                      + (f" of cap {format_epsilon(cap)}" if cap is not None else " (no cap)"))
+        table.add_row("  (all builds and queries, at delta)", f"{summary['lifetime_delta']:.3g}")
+    for stage, secs in summary["stage_seconds"].items():
+        table.add_row(f"wall time {stage}", f"{secs:.1f} s")
+    table.add_row("resumed", "yes" if summary["resumed"] else "no")
+    if summary["seeded"]:
+        table.add_row("seeded", "YES: not for release")
+    key_note = " (new key)" if summary["signing_key_created"] else ""
+    table.add_row("signing key", summary["signing_key_fingerprint"] + key_note)
+    table.add_row("output", summary["out_dir"])
+    console.print(table)

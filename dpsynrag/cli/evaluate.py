@@ -1,0 +1,106 @@
+"""``dpsynrag eval``: compare non-RAG, private RAG, DP-Synth and DP-SynRAG on one dataset."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from dpsynrag.cli.errors import CliError, ExitCode
+from dpsynrag.cli.options import positive_int
+
+__all__ = ["add_parser", "run_eval_command"]
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``eval`` to the ``dpsynrag`` subcommands."""
+    # the help lists the harness's methods; the harness loads numpy and scipy, so it is
+    # imported when the parser is built, not when this module is
+    from dpsynrag.eval.harness import ALL_METHODS as METHODS
+
+    parser = subparsers.add_parser(
+        "eval", help="compare non-RAG, private RAG, DP-Synth and DP-SynRAG on one dataset",
+        description="Run the evaluation of DP-SynRAG's Tables 1-2 on this machine: answer "
+                    "recall@k, end-to-end accuracy and leakage for each method and epsilon, "
+                    "written as REPORT/results.json, results.md and PNG plots. Resumable: "
+                    "rerun the same command to skip finished runs.",
+        epilog="Example: dpsynrag eval --dataset clinic --notes 600 --diseases 12 --epsilons "
+               "1,3,10 --runs 1 --config examples/demo/build.toml -o report/")
+    parser.add_argument("-o", "--out", type=Path, required=True, help="report directory")
+    parser.add_argument("--dataset", default="clinic",
+                        help="'clinic' (generated) or a directory with notes.jsonl and "
+                             "queries.jsonl")
+    parser.add_argument("--notes", type=positive_int, default=2000,
+                        help="clinic notes (default 2000)")
+    parser.add_argument("--diseases", type=positive_int, default=40,
+                        help="clinic diseases (default 40)")
+    parser.add_argument("--seed", type=int, default=0, help="clinic generator seed")
+    parser.add_argument("--epsilons", default="1,3,10", help="comma-separated (default 1,3,10)")
+    parser.add_argument("--methods", default="non-rag,rag,dp-synth,dp-synrag",
+                        help=f"comma-separated from {', '.join(METHODS)}")
+    parser.add_argument("--runs", type=positive_int, default=3,
+                        help="repetitions of each randomised method (default 3)")
+    parser.add_argument("--top-k", type=positive_int, default=10,
+                        help="texts retrieved per query (default 10)")
+    parser.add_argument("--no-end-to-end", action="store_true",
+                        help="skip LLM answering (recall@k and corpus leakage only)")
+    parser.add_argument("--config", type=Path, help="build TOML for the DP methods")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a build option, e.g. --set R=40 --set T=32")
+    parser.add_argument("--queries", type=positive_int, default=None,
+                        help="clinic test queries (default: one per disease that has a note)")
+    parser.add_argument("--query-set", action="append", default=[],
+                        metavar="METHOD:KEY=VALUE",
+                        help="an option of a query-time method, e.g. --query-set "
+                             "dp-ksa:ensemble=40 --query-set dp-rag:max_new_tokens=24")
+    parser.add_argument("--no-attack", action="store_true",
+                        help="skip the attack queries of the query-time methods (they cost "
+                             "budget like any query)")
+    parser.set_defaults(handler=run_eval_command)
+
+
+def _parse_value(text: str) -> Any:
+    """A ``--set`` value: an int, a float, true/false, else the text."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def run_eval_command(args: argparse.Namespace) -> int:
+    """Run the evaluation (resumable) and print where its report is.
+
+    A bad setting (``EvalError``) or build option (``ConfigError``) exits 2 through the
+    table of ``cli.errors``."""
+    # not at module level: the harness loads numpy and scipy (and, as it runs, the models)
+    from dpsynrag.eval.harness import EvalSettings, run_eval
+
+    options: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CliError(f"--set expects KEY=VALUE, got {item!r}")
+        options[key.strip().replace("-", "_")] = _parse_value(value.strip())
+    query_options: dict[str, dict[str, Any]] = {}
+    for item in args.query_set:
+        method, colon, rest = item.partition(":")
+        key, sep, value = rest.partition("=")
+        if not (colon and sep):
+            raise CliError(f"--query-set expects METHOD:KEY=VALUE, got {item!r}")
+        query_options.setdefault(method.strip(), {})[key.strip()] = _parse_value(value.strip())
+    try:
+        epsilons = [float(e) for e in args.epsilons.split(",") if e.strip()]
+    except ValueError:
+        raise CliError(f"--epsilons must be numbers, got {args.epsilons!r}") from None
+    settings = EvalSettings(
+        dataset=args.dataset, n_notes=args.notes, n_diseases=args.diseases, seed=args.seed,
+        epsilons=epsilons, methods=[m.strip() for m in args.methods.split(",") if m.strip()],
+        runs=args.runs, rag_k=args.top_k, end_to_end=not args.no_end_to_end,
+        build_config=args.config, build_options=options, n_queries=args.queries,
+        query_options=query_options, query_attack=not args.no_attack)
+    run_eval(settings, args.out, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    print(f"report: {args.out / 'results.md'}")
+    return ExitCode.OK

@@ -1,0 +1,78 @@
+"""The argument parser every command uses and the argument types they share."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from dpsynrag.cli.errors import CliError
+
+__all__ = ["Parser", "open_unit_float", "option_flags", "positive_float", "positive_int",
+           "prompt_text"]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and no abbreviated options: ``dpsynrag budget --R 48``
+    would otherwise be read as ``--R-f 48`` (budget has no ``--R``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # one line, exit 2, as argparse does, but no usage
+        raise CliError(f"{message} (see '{self.prog} --help')")
+
+
+def positive_float(text: str) -> float:
+    """A finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite positive number, got {text!r}")
+    return value
+
+
+def open_unit_float(text: str) -> float:
+    """A number strictly between 0 and 1 (a delta, a share)."""
+    value = positive_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def prompt_text(value: str) -> str:
+    """A prompt given inline, or ``@FILE`` to read it from a file."""
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise argparse.ArgumentTypeError(f"{path}: cannot read prompt file: "
+                                             f"{error.strerror}") from None
+    return value
+
+
+def option_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """``{dest: --flag}`` of the parser's long options, in the order they were added."""
+    flags: dict[str, str] = {}
+    for action in parser._actions:  # argparse keeps no public list of its options
+        long_flags = [flag for flag in action.option_strings if flag.startswith("--")]
+        if long_flags and action.dest not in flags:
+            flags[action.dest] = long_flags[0]
+    return flags
