@@ -20,6 +20,7 @@ from dpsynrag.handoff._extras import import_extra
 from dpsynrag.handoff._rows import PROBE_QUERY, row_metadata, selected_rows, subset_index
 from dpsynrag.handoff.embeddings import check_query_vector, load_query_embedder
 from dpsynrag.handoff.files import CorpusSource, ensure_loaded
+from dpsynrag.models.protocols import Embedder
 
 _FEATURE = "the LangChain hand-off"
 
@@ -36,7 +37,7 @@ def _embeddings_class() -> type:
     class BuildEmbedderEmbeddings(embeddings_module.Embeddings):
         """LangChain ``Embeddings`` over a dpsynrag embedder (unit-norm float32 rows)."""
 
-        def __init__(self, embedder: Any) -> None:
+        def __init__(self, embedder: Embedder) -> None:
             self.embedder = embedder
 
         def embed_documents(self, texts: list[str]) -> list[list[float]]:
@@ -50,7 +51,7 @@ def _embeddings_class() -> type:
     return BuildEmbedderEmbeddings
 
 
-def langchain_embeddings(embedder: Any) -> Any:
+def langchain_embeddings(embedder: Embedder) -> Any:
     """Wrap a dpsynrag embedder (``encode(list[str])``) as a LangChain ``Embeddings``."""
     return _embeddings_class()(embedder)
 

@@ -27,6 +27,7 @@ from dpsynrag.accounting.conversions import Conversion, epsilon_for
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.planner import BudgetPlan, PlanRequest, plan_budget
 from dpsynrag.accounting.rng import secure_rng
+from dpsynrag.models.protocols import LLM, IdentifiedEmbedder
 from dpsynrag.pipeline.config import BuildConfig
 from dpsynrag.pipeline.context import BuildContext, ProgressFactory, StageResult, no_progress
 from dpsynrag.pipeline.preflight import (
@@ -98,7 +99,8 @@ def make_plan(config: BuildConfig, vocab_size: int | None = None) -> Any:
     return plan_budget(request)
 
 
-def make_runner(config: BuildConfig, llm: Any = None, embedder: Any = None,
+def make_runner(config: BuildConfig, llm: LLM | None = None,
+                embedder: IdentifiedEmbedder | None = None,
                 state_dir: Path | None = None) -> Runner:
     """``llm``/``embedder`` objects override the config's paths (in-process runs only).
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsynrag.pipeline.config import BuildConfig
+from dpsynrag.pipeline.runners import Runner
 
 # Public filler text for timing the models (no private document is ever timed).
 FILLER = ("The patient reported mild symptoms over several weeks and was seen at the clinic "
@@ -150,7 +151,7 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     return 0 if not checks.failed else 2
 
 
-def _time_prediction(runner: Any, config: BuildConfig, docs_box: list[Any]) -> dict[str, float]:
+def _time_prediction(runner: Runner, config: BuildConfig, docs_box: list[Any]) -> dict[str, float]:
     """Seconds of one cluster's prefill and of one token step, on public filler documents of
     the input's mean length, with a throwaway in-memory ledger (never the build's)."""
     from dpsynrag.accounting.ledger import Ledger

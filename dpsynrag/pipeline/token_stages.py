@@ -27,6 +27,7 @@ from dpsynrag.pipeline.context import BuildContext, StageResult
 
 if TYPE_CHECKING:
     from dpsynrag.pipeline.config import BuildConfig
+    from dpsynrag.transforms.public_prior import PublicPriorSettings
     from dpsynrag.transforms.vocabulary import PublicVocabulary
 
 DEFAULT_REPHRASE_PROMPT = (
@@ -199,7 +200,8 @@ def _reply_prefixes(config: BuildConfig, top_words: list[str]) -> str | list[str
     return [prefix.replace("{keyword}", word) for word in top_words]
 
 
-def public_prior_settings(config: BuildConfig, top_words: list[str]) -> Any:
+def public_prior_settings(config: BuildConfig,
+                          top_words: list[str]) -> PublicPriorSettings | None:
     """The public-difference sampler's settings (issue 15), or None without --public-prior.
 
     Each cluster's public text is ``--public-document`` with ``{keyword}`` replaced by its

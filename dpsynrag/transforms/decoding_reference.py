@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from dpsynrag.accounting.clipping import clip_logits
+from dpsynrag.models.protocols import CausalLM
 
 if TYPE_CHECKING:
     from dpsynrag.transforms.public_prior import PublicPrior
@@ -33,7 +34,7 @@ Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
 
 @torch.inference_mode()
 def reference_tokens(
-    model: Any,
+    model: CausalLM,
     groups: Sequence[Sequence[Sequence[int]]],
     *,
     max_new_tokens: int,
@@ -97,7 +98,7 @@ def reference_tokens(
 
 
 def _prefill(
-    model: Any, rows: Sequence[Sequence[int]], device: torch.device
+    model: CausalLM, rows: Sequence[Sequence[int]], device: torch.device
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     width = max(len(r) for r in rows)
     ids = torch.zeros((len(rows), width), dtype=torch.long)
@@ -113,7 +114,8 @@ def _prefill(
     return out.logits[:, -1].float(), state
 
 
-def _feed(model: Any, state: dict[str, Any], token: int) -> tuple[torch.Tensor, dict[str, Any]]:
+def _feed(model: CausalLM, state: dict[str, Any],
+          token: int) -> tuple[torch.Tensor, dict[str, Any]]:
     mask = state["mask"]
     mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
     ids = torch.full_like(state["next"], token)
@@ -124,13 +126,13 @@ def _feed(model: Any, state: dict[str, Any], token: int) -> tuple[torch.Tensor, 
 
 
 def prefill_rows(
-    model: Any, rows: Sequence[Sequence[int]], device: torch.device
+    model: CausalLM, rows: Sequence[Sequence[int]], device: torch.device
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Run left-padded ``rows`` once; their next-token logits and a cache state for feeding."""
     return _prefill(model, rows, device)
 
 
-def feed_token(model: Any, state: dict[str, Any], token: int) -> tuple[torch.Tensor,
+def feed_token(model: CausalLM, state: dict[str, Any], token: int) -> tuple[torch.Tensor,
                                                                        dict[str, Any]]:
     """Append ``token`` to every row of ``state``; the next-token logits and the new state."""
     return _feed(model, state, token)

@@ -51,6 +51,8 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from dpsynrag.models.protocols import CausalLM
+
 
 @dataclass(frozen=True)
 class Family:
@@ -127,7 +129,7 @@ def _rope_types(config: Any) -> list[Any]:
             for p in params.values()]
 
 
-def unsupported_reason(model: Any) -> str | None:
+def unsupported_reason(model: CausalLM) -> str | None:
     """Why the packed engine cannot drive ``model`` exactly (``None`` when it can).
 
     A function of the model's class, configuration and module layout only (public).
@@ -172,7 +174,7 @@ def unsupported_reason(model: Any) -> str | None:
     return None
 
 
-def supports(model: Any) -> bool:
+def supports(model: CausalLM) -> bool:
     """True when ``model`` is a causal LM of a family this module drives exactly."""
     return unsupported_reason(model) is None
 
@@ -194,7 +196,7 @@ Rotary = dict[str | None, tuple[torch.Tensor, torch.Tensor]]
 class DecoderStack:
     """The forward passes of one decoder-only model (a family of ``FAMILIES``)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: CausalLM) -> None:
         reason = unsupported_reason(model)
         if reason is not None:
             model_type = getattr(getattr(model, "config", None), "model_type", None)
