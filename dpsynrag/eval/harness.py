@@ -352,7 +352,8 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, models: LazyModels | N
         epsilons: list[float | None] = list(settings.epsilons) if private else [None]
         runs = settings.runs if private else 1
         for epsilon in epsilons:
-            entry = {"method": method, "epsilon": epsilon, "runs": []}
+            runs_done: list[dict[str, Any]] = []
+            entry: dict[str, Any] = {"method": method, "epsilon": epsilon, "runs": runs_done}
             for run in range(runs):
                 label = f"{method}-eps{'inf' if epsilon is None else f'{epsilon:g}'}-run{run}"
                 path = report_dir / "runs" / f"{label}.json"

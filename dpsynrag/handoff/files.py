@@ -46,7 +46,7 @@ class LoadedCorpus(NamedTuple):
     """``(table, index, manifest)``: row i of ``table`` is vector i of ``index``."""
 
     table: pa.Table
-    index: faiss.Index
+    index: faiss.Index  # type: ignore[assignment]  # shadows tuple.index: a public field name
     manifest: dict[str, Any]
 
     @property

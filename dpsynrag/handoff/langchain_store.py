@@ -34,7 +34,9 @@ def cosine_relevance(score: float) -> float:
 def _embeddings_class() -> type:
     embeddings_module = import_extra("langchain_core.embeddings", _FEATURE)
 
-    class BuildEmbedderEmbeddings(embeddings_module.Embeddings):
+    base: Any = embeddings_module.Embeddings  # an optional extra's class, untyped here
+
+    class BuildEmbedderEmbeddings(base):
         """LangChain ``Embeddings`` over a dpsynrag embedder (unit-norm float32 rows)."""
 
         def __init__(self, embedder: Embedder) -> None:

@@ -32,7 +32,9 @@ def _embedding_class() -> type:
     base = import_extra("llama_index.core.embeddings", _FEATURE)
     bridge = import_extra("llama_index.core.bridge.pydantic", _FEATURE)
 
-    class BuildEmbedderEmbedding(base.BaseEmbedding):
+    base_class: Any = base.BaseEmbedding  # an optional extra's class, untyped here
+
+    class BuildEmbedderEmbedding(base_class):
         """LlamaIndex ``BaseEmbedding`` over a dpsynrag embedder (unit-norm float32 rows)."""
 
         _embedder: Embedder = bridge.PrivateAttr()

@@ -51,7 +51,8 @@ def search(corpus: CorpusSource, query_vectors: Any, k: int, *,
         return [[] for _ in range(queries.shape[0])]
     params = None
     if allowed.size < len(kept):
-        params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(allowed.astype(np.int64)))
+        params = faiss.SearchParameters(  # type: ignore[call-arg]  # SWIG stubs list no kwargs
+            sel=faiss.IDSelectorBatch(allowed.astype(np.int64)))
     scores, ids = loaded.index.search(queries, min(k, int(allowed.size)), params=params)
     columns = loaded.table.select(["id", "text", "cluster_keyword"]).to_pydict()
     return [[Hit(row=int(i), id=str(columns["id"][i]), text=str(columns["text"][i]),

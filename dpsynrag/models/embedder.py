@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,8 @@ class LoadedEmbedder:
         return scale_to_unit(vectors).astype(np.float32, copy=False)
 
 
-def load_embedder(path: str | Path | None = None, device: str | torch.device | None = None, *,
+def load_embedder(path: str | os.PathLike[str] | None = None,
+                  device: str | torch.device | None = None, *,
                   cache_dir: str | Path | None = None) -> LoadedEmbedder:
     """Load a sentence embedder offline: packaged all-MiniLM-L6-v2, or a local directory.
 

@@ -91,11 +91,12 @@ def make_plan(config: BuildConfig, vocab_size: int | None = None) -> Any:
             K_s=config.K_s, R_f=config.R_f, delta_phrases=config.delta_phrases,
             share_phrases=config.share_phrases, writer=config.writer,
             share_tokens=config.share_tokens, T=config.T))
+    sized: dict[str, Any] = {"vocab_size": vocab_size} if vocab_size else {}
     request = PlanRequest(
         epsilon=config.epsilon, delta=config.delta, K=config.K, L=config.L, T=config.T,
         eps_theta=config.eps_theta, rho_hist=config.rho_hist, rho_mean=config.rho_mean,
         conversion=Conversion(config.conversion), retrieval=not config.no_retrieval,
-        **({"vocab_size": vocab_size} if vocab_size else {}))
+        **sized)
     return plan_budget(request)
 
 
@@ -107,11 +108,11 @@ def make_runner(config: BuildConfig, llm: LLM | None = None,
     ``state_dir`` is the build's private state directory: a local Ray cluster keeps its
     session files (object spills, logs) under it, never in a shared ``/tmp``. A seeded (test)
     build answers its Ray actors in turn, so that its draws do not depend on their timing."""
-    llm_source = llm if llm is not None else config.model
-    embedder_source = embedder if embedder is not None else config.embedder
     if config.runner == "local" or llm is not None or embedder is not None:
-        return LocalRunner(llm_source, embedder_source, config.device, config.dtype)
-    return RayRunner(llm_source, embedder_source, address=config.ray_address,
+        return LocalRunner(llm if llm is not None else config.model,
+                           embedder if embedder is not None else config.embedder,
+                           config.device, config.dtype)
+    return RayRunner(config.model, config.embedder, address=config.ray_address,
                      workers=config.workers, device=config.device, dtype=config.dtype,
                      state_dir=state_dir, ordered=config.seeded)
 
@@ -163,7 +164,8 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
             if corpus_ledger is not False:
                 ledger_path = charge_corpus_ledger(
                     input_path, config, plan, state,
-                    None if corpus_ledger in (None, True) else Path(corpus_ledger), out_dir)
+                    None if corpus_ledger is None or corpus_ledger is True
+                    else Path(corpus_ledger), out_dir)
             rng = secure_rng(config.seed) if config.seed is not None else None
             ledger = Ledger(state.ledger_path, rng=rng)
             ledger.record_target(config.delta, config.conversion)

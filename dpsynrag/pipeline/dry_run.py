@@ -122,8 +122,11 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
 
     checks.run("output directory", output)
     state_path = (state_dir or default_state_dir(out_dir)).expanduser().absolute()
-    checks.run("state directory", lambda: check_writable_directory(
-        state_path.parent, needed, "state directory") or f"{state_path} (0700), free space ok")
+    def state_directory() -> str:
+        check_writable_directory(state_path.parent, needed, "state directory")
+        return f"{state_path} (0700), free space ok"
+
+    checks.run("state directory", state_directory)
     checks.run("corpus ledger", lambda: _corpus_ledger_fit(input_path, config, plan,
                                                            corpus_ledger))
     runner = LocalRunner(config.model, config.embedder, config.device, config.dtype)

@@ -296,7 +296,8 @@ class RayRunner:
                  state_dir: Path | None = None, ordered: bool = False) -> None:
         import ray
 
-        self._ray = ray
+        # the module, untyped here: Ray's stubs pick get()'s list overload for an actor call
+        self._ray: Any = ray
         self.ordered = ordered
         self._owns_ray = not ray.is_initialized()
         self._temp_dir: Path | None = None
@@ -316,11 +317,14 @@ class RayRunner:
                 extra["_temp_dir"] = str(temp_dir)
             with _keep_signal_handlers():
                 ray.init(address=address, include_dashboard=False, configure_logging=True,
-                         logging_level="warning", log_to_driver=True,
+                         logging_level="warning",  # type: ignore[arg-type]  # a name is fine
+                         log_to_driver=True,
                          runtime_env={"env_vars": _worker_env()}, **extra)
         count, options = _actor_layout(ray, workers, device)
-        actor = ray.remote(ModelWorker).options(**options, max_concurrency=1)
-        self.workers = [actor.remote(llm, embedder, device, dtype) for _ in range(count)]
+        # Ray's stubs type an actor's methods as plain functions (no ``.remote``): handles are Any
+        actor: Any = ray.remote(ModelWorker).options(**options, max_concurrency=1)
+        self.workers: list[Any] = [actor.remote(llm, embedder, device, dtype)
+                                   for _ in range(count)]
         ray.get([w.ping.remote() for w in self.workers])
 
     def _map(self, method: str, texts: Sequence[str], progress: Progress,

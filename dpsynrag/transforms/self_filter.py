@@ -57,9 +57,9 @@ def answer_token_ids(tokenizer: Tokenizer,
             ids.add(token)
         return ids
 
-    yes, no = first_ids(YES_VARIANTS), first_ids(NO_VARIANTS)
-    shared = yes & no
-    yes, no = sorted(yes - shared), sorted(no - shared)
+    yes_ids, no_ids = first_ids(YES_VARIANTS), first_ids(NO_VARIANTS)
+    shared = yes_ids & no_ids
+    yes, no = sorted(yes_ids - shared), sorted(no_ids - shared)
     if not yes or not no:
         raise ValueError("the tokenizer has no token that starts a YES answer and a different "
                          "one that starts a NO answer")
