@@ -407,7 +407,8 @@ class PartitionSelection(Mechanism):
     info: Info = ()
 
     def _cost(self) -> Cost:
-        from dpsynrag.accounting.partition_selection import (
+        # mpmath (60-digit tails): loaded when a partition selection is checked, not before
+        from dpsynrag.accounting.partition_threshold import (
             partition_selection_delta as derive,
         )
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from dpsynrag.models.protocols import LLM
-from dpsynrag.transforms.decoding_reference import feed_token, prefill_rows
+from dpsynrag.transforms.kv_cache import feed_token, prefill_rows
 
 
 class PublicStream:

@@ -31,7 +31,7 @@ import torch
 
 from dpsynrag.accounting.public_difference import difference_clip, prior_votes, public_support
 from dpsynrag.models.protocols import CausalLM
-from dpsynrag.transforms.decoding_reference import feed_token, prefill_rows
+from dpsynrag.transforms.kv_cache import feed_token, prefill_rows
 
 DEFAULT_TOP_K = 50
 COMPLETE_AFTER = 2  # tokens of a candidate that must be generated before it is completed
