@@ -43,6 +43,9 @@ from typing import Any
 
 import numpy as np
 
+from dpsynrag.accounting.conversions import Conversion, rho_for
+from dpsynrag.accounting.ledger import Ledger
+from dpsynrag.eval.datasets import load_qa_jsonl, make_clinic_dataset, write_clinic_dataset
 from dpsynrag.eval.eval_data import EvalData
 from dpsynrag.eval.methods import (
     ALL_METHODS,
@@ -52,10 +55,29 @@ from dpsynrag.eval.methods import (
     QUERY_METHODS,
     TOKENS_CEILING_EPSILON,
 )
+from dpsynrag.eval.metrics import (
+    accuracy,
+    answer_recall_at_k,
+    name_leaks,
+    names_in_corpus,
+    verbatim_spans,
+    weighted_recall_at_k,
+)
 from dpsynrag.eval.query_methods import run_query_method
+from dpsynrag.eval.rag import CorpusIndex
+from dpsynrag.eval.report import write_markdown, write_plots
+from dpsynrag.io.output_files import CORPUS_FILE
+from dpsynrag.io.reader import read_documents
+from dpsynrag.models.greedy import answer_questions
 from dpsynrag.models.lazy import LazyModels
-from dpsynrag.pipeline.config import BuildConfig, make_config
+from dpsynrag.pipeline.config import BuildConfig, ConfigError, make_config
+from dpsynrag.pipeline.facts_stages import fact_keywords
 from dpsynrag.pipeline.runners import LocalRunner, Runner
+from dpsynrag.prompts.rag import answer_prompt, no_context_prompt
+from dpsynrag.transforms.fact_clusters import anchor_clusters, fact_counts, fact_domain
+from dpsynrag.transforms.fact_writer import FactRule, select_facts, write_notes
+from dpsynrag.transforms.phrases import document_phrases
+from dpsynrag.transforms.vocabulary import public_vocabulary
 
 __all__ = ["ALL_METHODS", "CEILING_METHODS", "METHODS", "PRIVATE_METHODS", "QUERY_METHODS",
            "TOKENS_CEILING_EPSILON", "EvalData", "EvalError", "EvalSettings", "load_data",
@@ -96,7 +118,6 @@ class EvalSettings:
             raise EvalError("--epsilons must be finite positive numbers")
         if self.runs < 1 or self.rag_k < 1:
             raise EvalError("--runs and --k must be positive")
-        from dpsynrag.pipeline.config import ConfigError
 
         try:  # the build options (--config, --set) are checked before anything runs
             make_config(self.build_config, {**self.build_options, "runner": "local"})
@@ -107,8 +128,6 @@ class EvalSettings:
 # ---------------------------------------------------------------------- data
 def load_data(settings: EvalSettings, work: Path) -> EvalData:
     """The clinic generator (deterministic from the seed) or a user directory/JSONL pair."""
-    from dpsynrag.eval.datasets import load_qa_jsonl, make_clinic_dataset, write_clinic_dataset
-
     if settings.dataset == "clinic":
         dataset = make_clinic_dataset(n_notes=settings.n_notes, n_diseases=settings.n_diseases,
                                       seed=settings.seed, n_queries=settings.n_queries)
@@ -130,7 +149,6 @@ def load_data(settings: EvalSettings, work: Path) -> EvalData:
     notes_path, queries_path = root / "notes.jsonl", root / "queries.jsonl"
     if not (notes_path.is_file() and queries_path.is_file()):
         raise EvalError(f"{root}: expected notes.jsonl and queries.jsonl (see 'dpsynrag dataset')")
-    from dpsynrag.io.reader import read_documents
 
     docs = read_documents(notes_path)
     items = load_qa_jsonl(queries_path)
@@ -150,18 +168,6 @@ def measure_corpus(texts: Sequence[str] | None, data: EvalData, models: LazyMode
     """Recall@k, accuracy and leakage of answering ``data``'s questions from ``texts``,
     retrieving with ``models.embedder`` and answering with ``models.llm`` (each loaded on
     first use: a retrieval-only measure never loads the LLM)."""
-    from dpsynrag.eval.metrics import (
-        accuracy,
-        answer_recall_at_k,
-        name_leaks,
-        names_in_corpus,
-        verbatim_spans,
-        weighted_recall_at_k,
-    )
-    from dpsynrag.eval.rag import CorpusIndex
-    from dpsynrag.models.greedy import answer_questions
-    from dpsynrag.prompts.rag import answer_prompt, no_context_prompt
-
     result: dict[str, Any] = {}
     if texts is None:  # no retrieval at all
         retrieved: list[list[str]] = [[] for _ in data.questions]
@@ -200,8 +206,6 @@ def _build_config(settings: EvalSettings, method: str, epsilon: float, run: int)
     square root (its cost is eps_theta^2 / 8), so every stage keeps its share of the budget
     and prediction gets the rest, as in the reference plan.
     """
-    from dpsynrag.accounting.conversions import Conversion, rho_for
-
     options = dict(settings.build_options)
     options["generate"] = "facts" if method in ("dp-synrag-facts", "dp-synrag-writer") \
         else "tokens"
@@ -228,7 +232,6 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Runner, model
                    work: Path, method: str, epsilon: float, run: int) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
-    from dpsynrag.io.output_files import CORPUS_FILE
     from dpsynrag.pipeline.build import make_plan, run_build
 
     config = _build_config(settings, method, epsilon, run)
@@ -263,11 +266,6 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     from collections import Counter
 
     from dpsynrag.pipeline.build import make_plan
-    from dpsynrag.pipeline.facts_stages import fact_keywords
-    from dpsynrag.transforms.fact_clusters import anchor_clusters, fact_counts, fact_domain
-    from dpsynrag.transforms.fact_writer import FactRule, select_facts, write_notes
-    from dpsynrag.transforms.phrases import document_phrases
-    from dpsynrag.transforms.vocabulary import public_vocabulary
 
     config = _build_config(settings, "dp-synrag-facts", 10.0, 0)
     vocab = public_vocabulary()
@@ -292,7 +290,6 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
 
 def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Runner, models: LazyModels,
                   work: Path, epsilon: float, run: int) -> dict[str, Any]:
-    from dpsynrag.accounting.ledger import Ledger
     from dpsynrag.eval.dp_synth import plan_dp_synth, run_dp_synth
     from dpsynrag.pipeline.build import DEFAULT_REPHRASE_PROMPT
 
@@ -333,8 +330,6 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, models: LazyModels | N
     run on ``runner``, by default a local one over the same ``models``. A given ``runner``
     must hold the same models (the evaluation compares methods on one model and embedder).
     """
-    from dpsynrag.eval.report import write_markdown, write_plots
-
     settings.validate()
     report_dir.mkdir(parents=True, exist_ok=True)
     work = report_dir / "work"

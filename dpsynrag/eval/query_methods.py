@@ -23,8 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from dpsynrag.accounting.corpus_ledger import CorpusLedger
 from dpsynrag.eval.eval_data import EvalData
+from dpsynrag.eval.metrics import accuracy, name_leaks
+from dpsynrag.io.private_files import write_private
 from dpsynrag.models.lazy import LazyModels
+from dpsynrag.prompts.rag import DEFAULT_INSTRUCTION
+from dpsynrag.query import dp_ksa
 from dpsynrag.query.dp_ksa import DPKsaSettings
 from dpsynrag.query.private_corpus import PrivateCorpus
 
@@ -46,9 +51,6 @@ def run_query_method(data: EvalData, models: LazyModels, work: Path, method: str
                      *, attack: bool = True) -> dict[str, Any]:
     """Accuracy, leakage and spend of ``method`` at ``epsilon`` per query (one run),
     answering with ``models``."""
-    from dpsynrag.accounting.corpus_ledger import CorpusLedger
-    from dpsynrag.eval.metrics import accuracy, name_leaks
-    from dpsynrag.prompts.rag import DEFAULT_INSTRUCTION
     from dpsynrag.query.service import QueryService, make_settings
 
     corpus = PrivateCorpus(list(data.note_ids), list(data.notes), note_vectors)
@@ -98,9 +100,6 @@ def run_query_method(data: EvalData, models: LazyModels, work: Path, method: str
 def _ksa_responses(work: Path, questions: list[str], corpus: PrivateCorpus,
                    models: LazyModels, settings: DPKsaSettings) -> list[list[str]]:
     """The ensemble answers (private), cached 0600 in ``work/state`` (0700)."""
-    from dpsynrag.io.private_files import write_private
-    from dpsynrag.query import dp_ksa
-
     key = f"ksa-responses-n{settings.ensemble}-t{settings.answer_tokens}.json"
     cache = _private_dir(work / "state") / key
     if cache.exists():

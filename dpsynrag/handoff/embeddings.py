@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dpsynrag.handoff.files import CorpusIntegrityError, CorpusSource, ensure_loaded
+from dpsynrag.models.locate import PACKAGED_EMBEDDER_NAME
 
 if TYPE_CHECKING:
     from dpsynrag.models.embedder import LoadedEmbedder
@@ -26,7 +27,6 @@ def load_query_embedder(corpus: CorpusSource, path: str | os.PathLike[str] | Non
     downloaded.
     """
     from dpsynrag.models.embedder import load_embedder
-    from dpsynrag.models.locate import PACKAGED_EMBEDDER_NAME
 
     for name, value in OFFLINE_ENV.items():
         os.environ.setdefault(name, value)

@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dpsynrag.handoff.embeddings import load_query_embedder
 from dpsynrag.handoff.files import CorpusSource, LoadedCorpus, ensure_loaded
 from dpsynrag.models.vectors import unit_rows
 
@@ -73,8 +74,6 @@ def search_texts(corpus: CorpusSource, queries: Sequence[str], k: int, *,
         raise TypeError("queries must be a list of strings, not a string")
     loaded = ensure_loaded(corpus)
     if embedder is None:
-        from dpsynrag.handoff.embeddings import load_query_embedder
-
         embedder = load_query_embedder(loaded)
     texts = [str(q) for q in queries]
     if not texts:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from dpsynrag.models.cache import hash_index
-from dpsynrag.models.devices import resolve_device
+from dpsynrag.models.devices import quiet_model_loading, resolve_device
 from dpsynrag.models.errors import ModelLoadError
 from dpsynrag.models.hashing import weights_sha256
 from dpsynrag.models.locate import (
@@ -93,8 +93,6 @@ def load_embedder(path: str | os.PathLike[str] | None = None,
 def _load_sentence_transformer(directory: Path, device: torch.device) -> Any:
     """``SentenceTransformer`` from a local directory only (``local_files_only``), in eval mode."""
     from sentence_transformers import SentenceTransformer
-
-    from dpsynrag.models.devices import quiet_model_loading
 
     quiet_model_loading()
     try:

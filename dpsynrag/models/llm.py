@@ -12,7 +12,12 @@ from pathlib import Path
 import torch
 
 from dpsynrag.models.cache import converted_gguf, hash_index
-from dpsynrag.models.devices import free_cuda_memory, resolve_device, resolve_dtype
+from dpsynrag.models.devices import (
+    free_cuda_memory,
+    quiet_model_loading,
+    resolve_device,
+    resolve_dtype,
+)
 from dpsynrag.models.errors import ModelLoadError
 from dpsynrag.models.hashing import weights_sha256
 from dpsynrag.models.locate import existing_local_path, packaged_llm_file
@@ -118,8 +123,6 @@ def _load_from_dir(model_dir: Path, device: torch.device,
                    dtype: torch.dtype) -> tuple[CausalLM, Tokenizer]:
     """Model (eval mode, on ``device``, in ``dtype``) and tokenizer from a local directory."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from dpsynrag.models.devices import quiet_model_loading
 
     quiet_model_loading()
     try:

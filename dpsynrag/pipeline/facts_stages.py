@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dpsynrag.pipeline.context import BuildContext, StageResult
+from dpsynrag.transforms.vocabulary import public_vocabulary
 
 if TYPE_CHECKING:
     import numpy as np
@@ -73,8 +74,6 @@ class FactClusters(NamedTuple):
 def facts_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
     """Run stages (a), (f1)-(f3) (and (f4) with ``--writer tokens``, which needs the
     context's runner); return the build's result (notes, kept, anchors, ...)."""
-    from dpsynrag.transforms.vocabulary import public_vocabulary
-
     vocab = public_vocabulary()
     keywords = keyword_histogram(ctx, texts, vocab)  # (a)
     phrases = released_phrases(ctx, texts, vocab)  # (f1)

@@ -24,6 +24,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpsynrag.pipeline.context import BuildContext, StageResult
+from dpsynrag.transforms.clustering import soft_clusters as clusters_of
+from dpsynrag.transforms.keywords import statistical_keywords
+from dpsynrag.transforms.vocabulary import public_vocabulary
 
 if TYPE_CHECKING:
     from dpsynrag.pipeline.config import BuildConfig
@@ -43,8 +46,6 @@ __all__ = ["DEFAULT_REPHRASE_PROMPT", "model_eos_ids", "public_prior_settings", 
 
 def token_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
     """Run stages (a)-(e) over the documents ``texts``; return one text per cluster."""
-    from dpsynrag.transforms.vocabulary import public_vocabulary
-
     vocab = public_vocabulary()
     doc_keywords, top_words = keyword_histogram(ctx, texts, vocab)  # (a)
     clusters = soft_clusters(ctx, doc_keywords, top_words)  # (b)
@@ -74,8 +75,6 @@ def keyword_histogram(ctx: BuildContext, texts: list[str], vocab: PublicVocabula
 
 def _document_keywords(ctx: BuildContext, texts: list[str], vocab: PublicVocabulary
                        ) -> list[list[str]]:
-    from dpsynrag.transforms.keywords import statistical_keywords
-
     config = ctx.config
     ctx.log("(a) extracting keywords")
     if config.keywords == "statistical":
@@ -92,8 +91,6 @@ def soft_clusters(ctx: BuildContext, doc_keywords: list[list[str]], top_words: l
                   ) -> list[list[int]]:
     """(b): the clusters' document indices (checkpoint ``clusters``); a rule of the
     documents' keywords and the released top words."""
-    from dpsynrag.transforms.clustering import soft_clusters as clusters_of
-
     return ctx.state.checkpoint(
         "clusters", lambda: clusters_of(doc_keywords, top_words, ctx.config.L),
         stage=SECONDS_B)

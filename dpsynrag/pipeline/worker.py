@@ -17,6 +17,8 @@ import numpy as np
 
 from dpsynrag.models.lazy import LazyModels
 from dpsynrag.models.protocols import LLM, IdentifiedEmbedder
+from dpsynrag.transforms.keywords import llm_keywords
+from dpsynrag.transforms.vocabulary import public_vocabulary
 
 if TYPE_CHECKING:  # the settings' module imports torch: annotations only
     from dpsynrag.transforms.public_prior import PublicPriorSettings
@@ -64,9 +66,6 @@ class ModelWorker:
     # ------------------------------------------------------------------ deterministic stages
     def llm_keywords(self, texts: Sequence[str], K: int, prompt: str | None,
                      batch_size: int = 16) -> list[list[str]]:
-        from dpsynrag.transforms.keywords import llm_keywords
-        from dpsynrag.transforms.vocabulary import public_vocabulary
-
         return llm_keywords(self.llm, list(texts), public_vocabulary(), K, prompt=prompt,
                             batch_size=batch_size)
 

@@ -37,6 +37,9 @@ from pathlib import Path
 import numpy as np
 
 from dpsynrag.accounting.corpus_ledger import RECORD_UNIT, privacy_unit_definition
+from dpsynrag.io.private_files import write_private
+from dpsynrag.io.reader import read_documents
+from dpsynrag.io.units import bound_units
 from dpsynrag.models.protocols import Embedder
 
 
@@ -100,9 +103,6 @@ class PrivateCorpus:
         looks at each unit's own records only: adding or removing a unit changes one
         document. Errors name the file and row, never text.
         """
-        from dpsynrag.io.reader import read_documents
-        from dpsynrag.io.units import bound_units
-
         definition = privacy_unit_definition(unit_column, unit_bound)
         docs = read_documents(path, text_column=text_column, id_column=id_column,
                               unit_column=unit_column or None, max_chars=max_chars)
@@ -158,7 +158,6 @@ def cached_vectors(cache_dir: Path, ids: Sequence[str], texts: Sequence[str],
         vectors = np.load(path, allow_pickle=False)
         if vectors.ndim == 2 and vectors.shape[0] == len(texts):
             return vectors
-    from dpsynrag.io.private_files import write_private
 
     vectors = np.asarray(embedder.encode(list(texts)), dtype=np.float32)
     cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -25,8 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpsynrag.accounting.corpus_ledger import BudgetRefusedError, ChargeReceipt, CorpusLedger
+from dpsynrag.accounting.corpus_ledger import (
+    BudgetRefusedError,
+    ChargeReceipt,
+    CorpusLedger,
+    default_corpus_ledger_path,
+    privacy_unit_definition,
+)
 from dpsynrag.accounting.rng import RandomSource, secure_rng
+from dpsynrag.models.embedder import load_embedder
+from dpsynrag.models.llm import load_llm
 from dpsynrag.models.protocols import LLM, Embedder
 from dpsynrag.query import dp_ksa, dp_rag, sparse_vote
 from dpsynrag.query.private_corpus import PrivateCorpus
@@ -138,13 +146,6 @@ class QueryService:
         loads anything, so a query that would be refused reads nothing private and loads no
         model (measured: a refusal took 18 s when the corpus was embedded first).
         """
-        from dpsynrag.accounting.corpus_ledger import (
-            default_corpus_ledger_path,
-            privacy_unit_definition,
-        )
-        from dpsynrag.models.embedder import load_embedder
-        from dpsynrag.models.llm import load_llm
-
         unit = privacy_unit_definition(unit_column, unit_bound)
         path = Path(ledger) if ledger else default_corpus_ledger_path(Path(private_input))
         opened = CorpusLedger(path)

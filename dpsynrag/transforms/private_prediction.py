@@ -54,6 +54,7 @@ import numpy as np
 import torch
 
 from dpsynrag.accounting.clipping import clip_logits
+from dpsynrag.accounting.public_difference import difference_clip, prior_votes, public_support
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.accounting.token_sampling import sample_tokens
 from dpsynrag.models.protocols import LLM, CausalLM, Tokenizer
@@ -69,7 +70,12 @@ from dpsynrag.transforms.engine_memory import (
     plan_engine_memory,
     planned_width,
 )
-from dpsynrag.transforms.public_prior import PublicPrior, PublicPriorSettings
+from dpsynrag.transforms.public_prior import (
+    PublicPrior,
+    PublicPriorSettings,
+    candidate_forced,
+    candidate_next,
+)
 
 # marks the document's place when the chat template is rendered to text (never tokenised)
 _MARK = "\ue000dpsynrag-document\ue000"
@@ -288,13 +294,6 @@ def aggregated_prior_votes(
     the public term and -inf off the support. ``public_prior`` holds one group's public text
     and candidates (the first group's when it holds several).
     """
-    from dpsynrag.accounting.public_difference import (
-        difference_clip,
-        prior_votes,
-        public_support,
-    )
-    from dpsynrag.transforms.public_prior import candidate_forced, candidate_next
-
     _check(clip, temperature, 0)
     public_prior.validate()
     documents, candidates = public_prior.per_group(1) if isinstance(
