@@ -232,6 +232,7 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Runner, model
                    work: Path, method: str, epsilon: float, run: int) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.pipeline.build import make_plan, run_build
 
     config = _build_config(settings, method, epsilon, run)
@@ -265,6 +266,7 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     (at a negligible sigma) and writer. NOT private."""
     from collections import Counter
 
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.pipeline.build import make_plan
 
     config = _build_config(settings, "dp-synrag-facts", 10.0, 0)
@@ -290,6 +292,7 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
 
 def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Runner, models: LazyModels,
                   work: Path, epsilon: float, run: int) -> dict[str, Any]:
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.eval.dp_synth import plan_dp_synth, run_dp_synth
     from dpsynrag.pipeline.build import DEFAULT_REPHRASE_PROMPT
 

@@ -51,6 +51,7 @@ def run_query_method(data: EvalData, models: LazyModels, work: Path, method: str
                      *, attack: bool = True) -> dict[str, Any]:
     """Accuracy, leakage and spend of ``method`` at ``epsilon`` per query (one run),
     answering with ``models``."""
+    # loads torch and transformers: imported when this runs, not with this module
     from dpsynrag.query.service import QueryService, make_settings
 
     corpus = PrivateCorpus(list(data.note_ids), list(data.notes), note_vectors)

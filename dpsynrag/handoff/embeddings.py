@@ -26,6 +26,7 @@ def load_query_embedder(corpus: CorpusSource, path: str | os.PathLike[str] | Non
     ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1`` unless already set: nothing is
     downloaded.
     """
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.models.embedder import load_embedder
 
     for name, value in OFFLINE_ENV.items():

@@ -24,6 +24,7 @@ from dpsynrag.pipeline.config import BuildConfig
 from dpsynrag.pipeline.preflight import check_writable_directory, required_free_bytes
 from dpsynrag.pipeline.runners import LocalRunner, Runner
 from dpsynrag.pipeline.state import default_state_dir
+from dpsynrag.reporting import print_plan
 
 # Public filler text for timing the models (no private document is ever timed).
 FILLER = ("The patient reported mild symptoms over several weeks and was seen at the clinic "
@@ -78,8 +79,8 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     else 2. Spends nothing (module docstring)."""
     from rich.console import Console
 
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.pipeline.build import make_plan, read_input
-    from dpsynrag.reporting import print_plan
 
     plan = make_plan(config)  # PlanError: exit 3, as for a build
     print_plan(plan, Console())
@@ -156,6 +157,7 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
 def _time_prediction(runner: Runner, config: BuildConfig, docs_box: list[Any]) -> dict[str, float]:
     """Seconds of one cluster's prefill and of one token step, on public filler documents of
     the input's mean length, with a throwaway in-memory ledger (never the build's)."""
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.pipeline.build import DEFAULT_REPHRASE_PROMPT, GROUP
     from dpsynrag.transforms.prediction_release import LedgerTokenSampler
 

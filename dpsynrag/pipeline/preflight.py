@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dpsynrag.accounting.signing import ensure_default_key, fingerprint, load_private_key
+
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -33,8 +35,6 @@ class PreflightError(RuntimeError):
 def load_signer(signing_key: Path | None) -> tuple[Ed25519PrivateKey, str, bool]:
     """``(private key, fingerprint, created)``: the given key (must be 0600, Ed25519, PEM) or
     the default one, created on first use. Raises ``SigningKeyError`` (one line)."""
-    from dpsynrag.accounting.signing import ensure_default_key, fingerprint, load_private_key
-
     if signing_key is None:
         return ensure_default_key()
     key = load_private_key(signing_key)

@@ -25,7 +25,9 @@ import numpy as np
 
 from dpsynrag.pipeline.context import BuildContext, StageResult
 from dpsynrag.transforms.clustering import soft_clusters as clusters_of
+from dpsynrag.transforms.histogram import released_top_keywords
 from dpsynrag.transforms.keywords import statistical_keywords
+from dpsynrag.transforms.retrieval import retrieve_cluster
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
 if TYPE_CHECKING:
@@ -62,8 +64,6 @@ def keyword_histogram(ctx: BuildContext, texts: list[str], vocab: PublicVocabula
                       ) -> tuple[list[list[str]], list[str]]:
     """(a): each document's keywords (private, checkpoint ``keywords``) and the top R words of
     the released noisy histogram over the public vocabulary."""
-    from dpsynrag.transforms.histogram import released_top_keywords
-
     doc_keywords = ctx.state.checkpoint(
         "keywords", lambda: _document_keywords(ctx, texts, vocab), stage=SECONDS_A)
     with ctx.state.timed(SECONDS_A):
@@ -115,8 +115,6 @@ def _embeddings_path(ctx: BuildContext) -> Path:
 
 def _select(ctx: BuildContext, texts: list[str], clusters: list[list[int]]
             ) -> list[list[int]]:
-    from dpsynrag.transforms.retrieval import retrieve_cluster
-
     if ctx.config.no_retrieval:  # ablation: S_r = C_r, nothing released
         return [list(members) for members in clusters]
     path = _embeddings_path(ctx)
@@ -156,6 +154,7 @@ def private_prediction(ctx: BuildContext, texts: list[str], selected: list[list[
 
 def _predict(ctx: BuildContext, texts: list[str], selected: list[list[int]],
              top_words: list[str]) -> dict[str, list[Any]]:
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.transforms.prediction_release import LedgerTokenSampler, charge_unstarted
 
     config = ctx.config
@@ -206,6 +205,7 @@ def public_prior_settings(config: BuildConfig,
     """
     if not config.public_prior:
         return None
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.transforms.public_prior import PublicPriorSettings
 
     template = config.public_document or "{keyword}"

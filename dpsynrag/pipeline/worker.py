@@ -73,6 +73,7 @@ class ModelWorker:
         return self.embedder.encode(list(texts))
 
     def self_filter(self, texts: Sequence[str], prompt: str | None) -> list[bool]:
+        # loads torch: imported when this runs, not with this module
         from dpsynrag.transforms.self_filter import self_filter
 
         return self_filter(self.llm, list(texts), prompt=prompt)
@@ -84,6 +85,7 @@ class ModelWorker:
                          response_prefix: str | Sequence[str] = "",
                          public_prior: PublicPriorSettings | None = None) -> None:
         """Start the engine on ``groups``; its votes come out of ``next_request``."""
+        # loads torch and transformers: imported when this runs, not with this module
         from dpsynrag.transforms.private_prediction import private_predict
 
         if self._thread is not None and self._thread.is_alive():
