@@ -9,6 +9,7 @@ import numpy as np
 
 from dpsynrag.handoff.embeddings import load_query_embedder
 from dpsynrag.handoff.files import CorpusSource, LoadedCorpus, ensure_loaded
+from dpsynrag.models.protocols import Embedder
 from dpsynrag.models.vectors import unit_rows
 
 
@@ -64,7 +65,8 @@ def search(corpus: CorpusSource, query_vectors: Any, k: int, *,
 
 
 def search_texts(corpus: CorpusSource, queries: Sequence[str], k: int, *,
-                 embedder: Any = None, kept_only: bool = True) -> list[list[Hit]]:
+                 embedder: Embedder | None = None,
+                 kept_only: bool = True) -> list[list[Hit]]:
     """:func:`search` for text queries, embedded as the build embedded the corpus.
 
     ``embedder`` needs ``encode(list[str]) -> (n, dimension)``; by default the embedder named

@@ -51,6 +51,7 @@ import torch
 
 from dpsynrag.models.devices import free_cuda_memory
 from dpsynrag.models.protocols import LLM
+from dpsynrag.transforms.decoding_stack import DecoderStack
 
 FRACTION = 0.85  # of the free memory measured at load
 ROW_SHARE = 0.75  # of the budget, at most, for the rows
@@ -79,7 +80,7 @@ class ModelSizes:
     dtype_bytes: int
 
     @classmethod
-    def of(cls, stack: Any, config: Any) -> ModelSizes:
+    def of(cls, stack: DecoderStack, config: Any) -> ModelSizes:
         """From a ``DecoderStack`` and its model's config."""
         hidden = int(stack.embed.weight.shape[1])
         return cls(layers=int(stack.n_layers), heads=int(stack.n_heads),
