@@ -12,7 +12,7 @@ from test_build import SMALL, HashEmbedder
 from test_private_prediction import tiny_llm
 
 from dpsynrag.eval.harness import EvalError, EvalSettings, measure_corpus, run_eval
-from dpsynrag.pipeline.runners import LocalRunner
+from dpsynrag.models.lazy import LazyModels
 
 
 @pytest.fixture(autouse=True)
@@ -30,8 +30,8 @@ def _settings(**overrides) -> EvalSettings:
 
 
 def test_every_method_runs_and_the_report_is_written(tmp_path: Path) -> None:
-    runner = LocalRunner(tiny_llm(), HashEmbedder())
-    results = run_eval(_settings(), tmp_path / "report", runner=runner)
+    models = LazyModels(tiny_llm(), HashEmbedder())
+    results = run_eval(_settings(), tmp_path / "report", models=models)
     assert {(m["method"], m["epsilon"]) for m in results["methods"]} == {
         ("non-rag", None), ("rag", None), ("dp-synth", 10.0), ("dp-synrag", 10.0),
         ("dp-synrag-hard", 10.0)}
@@ -46,7 +46,7 @@ def test_every_method_runs_and_the_report_is_written(tmp_path: Path) -> None:
         assert math.isclose(sum(run["stage_rho"].values()), run["rho"], rel_tol=1e-9)
         assert run["names_in_corpus"] >= 0 and run["verbatim_spans"] >= 0
     # rerunning skips the finished runs: the stored results come back unchanged
-    again = run_eval(_settings(), tmp_path / "report", runner=runner)
+    again = run_eval(_settings(), tmp_path / "report", models=models)
     assert json.dumps(again["methods"], sort_keys=True) == json.dumps(results["methods"],
                                                                        sort_keys=True)
 
@@ -54,13 +54,13 @@ def test_every_method_runs_and_the_report_is_written(tmp_path: Path) -> None:
 def test_corpus_metrics_count_a_leaking_corpus(tmp_path: Path) -> None:
     from dpsynrag.eval.harness import load_data
 
-    runner = LocalRunner(tiny_llm(), HashEmbedder())
+    models = LazyModels(tiny_llm(), HashEmbedder())
     data = load_data(_settings(), tmp_path)
     leaky = data.notes[:5]  # a "synthetic" corpus that copies private notes verbatim
-    result = measure_corpus(leaky, data, runner, k=2, end_to_end=False, synthetic=True)
+    result = measure_corpus(leaky, data, models, k=2, end_to_end=False, synthetic=True)
     assert result["names_in_corpus"] >= 1
     assert result["verbatim_spans"] > 0
-    clean = measure_corpus(["nothing private here at all"], data, runner, k=2,
+    clean = measure_corpus(["nothing private here at all"], data, models, k=2,
                            end_to_end=False, synthetic=True)
     assert clean["names_in_corpus"] == 0 and clean["verbatim_spans"] == 0
 
@@ -71,14 +71,14 @@ def test_unknown_methods_are_refused() -> None:
 
 
 def test_query_time_methods_report_accuracy_and_their_composed_total(tmp_path: Path) -> None:
-    runner = LocalRunner(tiny_llm(), HashEmbedder())
+    models = LazyModels(tiny_llm(), HashEmbedder())
     settings = _settings(methods=["dp-rag", "dp-ksa", "sparse-vote"], epsilons=[10.0],
                          n_queries=6,
                          query_options={"dp-rag": {"max_new_tokens": 3},
                                         "dp-ksa": {"ensemble": 4, "answer_tokens": 3,
                                                    "final_tokens": 3},
                                         "sparse-vote": {"max_tokens": 3, "voters": 4}})
-    results = run_eval(settings, tmp_path / "report", runner=runner)
+    results = run_eval(settings, tmp_path / "report", models=models)
     runs = {m["method"]: m["runs"][0] for m in results["methods"]}
     questions = 6 + 4  # benign + one attack query per disease
     for method, run in runs.items():
@@ -93,11 +93,11 @@ def test_query_time_methods_report_accuracy_and_their_composed_total(tmp_path: P
 
 
 def test_facts_method_and_its_ceiling_run_and_report_weighted_recall(tmp_path: Path) -> None:
-    runner = LocalRunner(tiny_llm(), HashEmbedder())
+    models = LazyModels(tiny_llm(), HashEmbedder())
     settings = _settings(n_notes=300, n_diseases=4, methods=["rag", "dp-synrag-facts",
                                                              "facts-ceiling"],
                          end_to_end=False, build_options={"L": 2, "unit_column": "unit"})
-    results = run_eval(settings, tmp_path / "report", runner=runner)
+    results = run_eval(settings, tmp_path / "report", models=models)
     by_method = {m["method"]: m for m in results["methods"]}
     assert by_method["dp-synrag-facts"]["epsilon"] == 10.0
     assert by_method["facts-ceiling"]["epsilon"] is None  # not private: no epsilon
@@ -116,9 +116,9 @@ def test_tokens_ceiling_is_the_token_build_at_a_budget_where_noise_vanishes(
         tmp_path: Path) -> None:
     from dpsynrag.eval.harness import TOKENS_CEILING_EPSILON
 
-    runner = LocalRunner(tiny_llm(), HashEmbedder())
+    models = LazyModels(tiny_llm(), HashEmbedder())
     results = run_eval(_settings(methods=["tokens-ceiling"], end_to_end=False),
-                       tmp_path / "report", runner=runner)
+                       tmp_path / "report", models=models)
     (entry,) = results["methods"]
     assert entry["method"] == "tokens-ceiling" and entry["epsilon"] is None  # not private
     (run,) = entry["runs"]
@@ -133,5 +133,5 @@ def test_bad_build_options_are_refused_before_anything_runs(tmp_path: Path) -> N
     for options, message in (({"bogus": 1}, "unknown option"), ({"K": "abc"}, "--K")):
         with pytest.raises(EvalError, match=message):
             run_eval(_settings(build_options=options), tmp_path / "report",
-                     runner=LocalRunner(tiny_llm(), HashEmbedder()))
+                     models=LazyModels(tiny_llm(), HashEmbedder()))
         assert not (tmp_path / "report").exists()

@@ -30,7 +30,7 @@ def test_two_builds_cannot_hold_one_output_directory(tmp_path: Path) -> None:
 
 def test_an_output_directory_created_during_the_build_is_kept(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dpsynrag.transforms.emit as emit
+    import dpsynrag.pipeline.build as build_module  # the build writes through its write_output
 
     notes = write_clinic_dataset(tmp_path / "data", n_notes=200, n_diseases=4,
                                  seed=3)["notes"]
@@ -38,7 +38,7 @@ def test_an_output_directory_created_during_the_build_is_kept(
     generate_keypair(key, tmp_path / "key.pem.pub")
     config = make_config(None, {"generate": "facts", "runner": "local", "unit_column": "unit"})
     out = tmp_path / "out"
-    real_write = emit.write_output
+    real_write = build_module.write_output
 
     def someone_else_writes_out(partial: Path, **kwargs):
         out.mkdir()
@@ -50,7 +50,7 @@ def test_an_output_directory_created_during_the_build_is_kept(
                          runner=LocalRunner(NoLLM(), HashEmbedder()),
                          corpus_ledger=tmp_path / "corpus.sqlite", force=force)
 
-    monkeypatch.setattr(emit, "write_output", someone_else_writes_out)
+    monkeypatch.setattr(build_module, "write_output", someone_else_writes_out)
     with pytest.raises(BuildError, match="appeared while the build ran"):
         build(force=False)
     assert (out / "theirs.txt").read_text() == "not ours"
@@ -58,7 +58,7 @@ def test_an_output_directory_created_during_the_build_is_kept(
     with Ledger(tmp_path / "state" / "ledger.sqlite") as ledger:
         spent = ledger.total_rho()
     assert spent > 0
-    monkeypatch.setattr(emit, "write_output", real_write)
+    monkeypatch.setattr(build_module, "write_output", real_write)
     summary = build(force=True)  # the same command with --force: read back, not redrawn
     assert summary.resumed and summary.rho_spent == pytest.approx(spent, rel=1e-12)
     assert (out / "corpus.parquet").exists() and not (out / "theirs.txt").exists()

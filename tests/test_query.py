@@ -269,8 +269,8 @@ def test_service_charges_before_computing_and_refuses_past_the_cap(
 @pytest.fixture()
 def tiny_models(monkeypatch: pytest.MonkeyPatch):
     model = tiny_llm()
-    monkeypatch.setattr("dpsynrag.models.llm.load_llm", lambda *_a, **_k: model)
-    monkeypatch.setattr("dpsynrag.models.embedder.load_embedder",
+    monkeypatch.setattr("dpsynrag.query.service.load_llm", lambda *_a, **_k: model)
+    monkeypatch.setattr("dpsynrag.query.service.load_embedder",
                         lambda *_a, **_k: HashEmbedder())
 
 
@@ -322,8 +322,8 @@ def test_a_refused_query_loads_no_model_and_reads_nothing(tmp_path, monkeypatch,
     def tripwire(*_a, **_k):
         raise AssertionError("a refused query must not load a model or read the corpus")
 
-    monkeypatch.setattr("dpsynrag.models.llm.load_llm", tripwire)
-    monkeypatch.setattr("dpsynrag.models.embedder.load_embedder", tripwire)
+    monkeypatch.setattr("dpsynrag.query.service.load_llm", tripwire)
+    monkeypatch.setattr("dpsynrag.query.service.load_embedder", tripwire)
     monkeypatch.setattr(PrivateCorpus, "from_path", tripwire)
     notes, ledger = _notes(tmp_path), tmp_path / "ledger.sqlite"
     assert main(["ledger", "cap", "--corpus-ledger", str(ledger), "--epsilon", "1",

@@ -213,9 +213,9 @@ def tiny_models(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The CLI's models, and a record of each load (a refused query loads none)."""
     model = tiny_llm()
     loads: list[str] = []
-    monkeypatch.setattr("dpsynrag.models.llm.load_llm",
+    monkeypatch.setattr("dpsynrag.query.service.load_llm",
                         lambda *_a, **_k: loads.append("llm") or model)
-    monkeypatch.setattr("dpsynrag.models.embedder.load_embedder",
+    monkeypatch.setattr("dpsynrag.query.service.load_embedder",
                         lambda *_a, **_k: loads.append("embedder") or HashEmbedder())
     return loads
 

@@ -55,6 +55,7 @@ from dpsynrag.accounting.composition import (
     leaves,
 )
 from dpsynrag.accounting.conversions import CONVERSION_REFERENCES, Conversion, epsilon_for
+from dpsynrag.accounting.dp_accounting_check import cross_check
 from dpsynrag.accounting.ledger import Ledger, Release
 from dpsynrag.accounting.mechanisms import Mechanism, from_record
 from dpsynrag.accounting.planner import (
@@ -591,8 +592,6 @@ def _check_plan(plan: dict[str, Any], rho_total: float, sequential: list[Any],
 
 def _check_mechanisms_cross(tree: Sequential, problems: list[str]) -> None:
     """Each distinct mechanism's rho against dp-accounting's, where it has an event."""
-    from dpsynrag.accounting.dp_accounting_check import cross_check
-
     distinct = {leaf.mechanism for leaf in leaves(tree)}
     for event in sorted(distinct, key=repr):
         for check in cross_check(event):

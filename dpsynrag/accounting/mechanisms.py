@@ -32,6 +32,8 @@ from dataclasses import MISSING, dataclass, fields
 from functools import cached_property
 from typing import Any, ClassVar, Literal, Self, TypeAlias
 
+from dpsynrag.accounting.calibration import koga_max_steps
+
 Norm: TypeAlias = Literal["l2", "linf", "l1", "count"]
 #: A JSON value made hashable (lists as tuples): what ``info`` holds.
 FrozenJson: TypeAlias = str | int | float | bool | tuple["FrozenJson", ...] | None
@@ -407,7 +409,8 @@ class PartitionSelection(Mechanism):
     info: Info = ()
 
     def _cost(self) -> Cost:
-        from dpsynrag.accounting.partition_selection import (
+        # mpmath (60-digit tails): loaded when a partition selection is checked, not before
+        from dpsynrag.accounting.partition_threshold import (
             partition_selection_delta as derive,
         )
 
@@ -448,8 +451,6 @@ class DpComposition(Mechanism):
     info: Info = ()
 
     def _cost(self) -> Cost:
-        from dpsynrag.accounting.calibration import koga_max_steps
-
         epsilon, delta = float(self.epsilon), float(self.delta)
         token_epsilon, token_delta = float(self.token_epsilon), float(self.token_delta)
         _positive(epsilon, "epsilon")

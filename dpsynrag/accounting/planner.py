@@ -356,7 +356,7 @@ def plan_from_dict(record: Mapping[str, Any]) -> BudgetPlan | FactsBudgetPlan | 
 
 def plan_facts(request: PlanRequest) -> FactsBudgetPlan:
     """Solve the facts-mode budget (module docstring); ``PlanError`` if it is impossible."""
-    from dpsynrag.accounting.partition_selection import (  # mpmath: loaded for facts only
+    from dpsynrag.accounting.partition_threshold import (  # mpmath: loaded for facts only
         partition_selection_delta,
         selection_threshold,
     )

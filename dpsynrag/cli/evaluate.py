@@ -9,16 +9,13 @@ from typing import Any
 
 from dpsynrag.cli.errors import CliError, ExitCode
 from dpsynrag.cli.options import positive_int
+from dpsynrag.eval.methods import ALL_METHODS as METHODS
 
 __all__ = ["add_parser", "run_eval_command"]
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``eval`` to the ``dpsynrag`` subcommands."""
-    # the help lists the harness's methods; the harness loads numpy and scipy, so it is
-    # imported when the parser is built, not when this module is
-    from dpsynrag.eval.harness import ALL_METHODS as METHODS
-
     parser = subparsers.add_parser(
         "eval", help="compare non-RAG, private RAG, DP-Synth and DP-SynRAG on one dataset",
         description="Run the evaluation of DP-SynRAG's Tables 1-2 on this machine: answer "

@@ -41,46 +41,53 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpsynrag.eval.query_methods import QUERY_METHODS, run_query_method
-from dpsynrag.pipeline.config import BuildConfig, make_config
+import numpy as np
 
-METHODS = ("non-rag", "rag", "dp-synth", "dp-synrag", "dp-synrag-hard", "dp-synrag-no-filter",
-           "dp-synrag-no-retrieval", "dp-rag", "dp-ksa", "sparse-vote", "dp-synrag-facts",
-           "dp-synrag-writer")
-PRIVATE_METHODS = METHODS[2:]
-# epsilon = infinity ceilings of a generator: the same pipeline and writer on exact counts
-CEILING_METHODS = ("facts-ceiling", "tokens-ceiling")
-# the token mode's ceiling: the same build at a budget where the noise no longer matters
-TOKENS_CEILING_EPSILON = 1e6
-ALL_METHODS = (*METHODS, *CEILING_METHODS)
+from dpsynrag.accounting.conversions import Conversion, rho_for
+from dpsynrag.accounting.ledger import Ledger
+from dpsynrag.eval.datasets import load_qa_jsonl, make_clinic_dataset, write_clinic_dataset
+from dpsynrag.eval.eval_data import EvalData
+from dpsynrag.eval.methods import (
+    ALL_METHODS,
+    CEILING_METHODS,
+    METHODS,
+    PRIVATE_METHODS,
+    QUERY_METHODS,
+    TOKENS_CEILING_EPSILON,
+)
+from dpsynrag.eval.metrics import (
+    accuracy,
+    answer_recall_at_k,
+    name_leaks,
+    names_in_corpus,
+    verbatim_spans,
+    weighted_recall_at_k,
+)
+from dpsynrag.eval.query_methods import run_query_method
+from dpsynrag.eval.rag import CorpusIndex
+from dpsynrag.eval.report import write_markdown, write_plots
+from dpsynrag.io.output_files import CORPUS_FILE
+from dpsynrag.io.reader import read_documents
+from dpsynrag.models.greedy import answer_questions
+from dpsynrag.models.lazy import LazyModels
+from dpsynrag.pipeline.config import BuildConfig, ConfigError, make_config
+from dpsynrag.pipeline.facts_stages import fact_keywords
+from dpsynrag.pipeline.runners import LocalRunner, Runner
+from dpsynrag.prompts.rag import answer_prompt, no_context_prompt
+from dpsynrag.transforms.fact_clusters import anchor_clusters, fact_counts, fact_domain
+from dpsynrag.transforms.fact_writer import FactRule, select_facts, write_notes
+from dpsynrag.transforms.phrases import document_phrases
+from dpsynrag.transforms.vocabulary import public_vocabulary
+
+__all__ = ["ALL_METHODS", "CEILING_METHODS", "METHODS", "PRIVATE_METHODS", "QUERY_METHODS",
+           "TOKENS_CEILING_EPSILON", "EvalData", "EvalError", "EvalSettings", "load_data",
+           "measure_corpus", "run_eval"]
+
 ATTACK_TEMPLATE = "Who is the patient diagnosed with {disease}?"
 
 
 class EvalError(ValueError):
     """A bad evaluation request (one line)."""
-
-
-@dataclass
-class EvalData:
-    """Notes (private), queries with gold answers, and the names whose appearance is a leak."""
-
-    note_ids: list[str]
-    notes: list[str]
-    questions: list[str]
-    answers: list[str]
-    names: list[str]
-    attack_questions: list[str]
-    description: dict[str, Any]
-    notes_path: Path
-    _weights: list[int] | None = None
-
-    def answer_weights(self) -> list[int]:
-        """Per query, the number of private notes holding its answer (cached)."""
-        if self._weights is None:
-            from dpsynrag.eval.metrics import answer_weights
-
-            self._weights = answer_weights(self.answers, self.notes)
-        return self._weights
 
 
 @dataclass
@@ -111,7 +118,6 @@ class EvalSettings:
             raise EvalError("--epsilons must be finite positive numbers")
         if self.runs < 1 or self.rag_k < 1:
             raise EvalError("--runs and --k must be positive")
-        from dpsynrag.pipeline.config import ConfigError
 
         try:  # the build options (--config, --set) are checked before anything runs
             make_config(self.build_config, {**self.build_options, "runner": "local"})
@@ -122,8 +128,6 @@ class EvalSettings:
 # ---------------------------------------------------------------------- data
 def load_data(settings: EvalSettings, work: Path) -> EvalData:
     """The clinic generator (deterministic from the seed) or a user directory/JSONL pair."""
-    from dpsynrag.eval.datasets import load_qa_jsonl, make_clinic_dataset, write_clinic_dataset
-
     if settings.dataset == "clinic":
         dataset = make_clinic_dataset(n_notes=settings.n_notes, n_diseases=settings.n_diseases,
                                       seed=settings.seed, n_queries=settings.n_queries)
@@ -145,7 +149,6 @@ def load_data(settings: EvalSettings, work: Path) -> EvalData:
     notes_path, queries_path = root / "notes.jsonl", root / "queries.jsonl"
     if not (notes_path.is_file() and queries_path.is_file()):
         raise EvalError(f"{root}: expected notes.jsonl and queries.jsonl (see 'dpsynrag dataset')")
-    from dpsynrag.io.reader import read_documents
 
     docs = read_documents(notes_path)
     items = load_qa_jsonl(queries_path)
@@ -159,30 +162,19 @@ def load_data(settings: EvalSettings, work: Path) -> EvalData:
 
 
 # ---------------------------------------------------------------------- one corpus
-def measure_corpus(texts: Sequence[str] | None, data: EvalData, runner: Any, *, k: int,
+def measure_corpus(texts: Sequence[str] | None, data: EvalData, models: LazyModels, *, k: int,
                    end_to_end: bool, synthetic: bool,
-                   vectors: Any | None = None) -> dict[str, Any]:
-    """Recall@k, accuracy and leakage of answering ``data``'s questions from ``texts``."""
-    from dpsynrag.eval.metrics import (
-        accuracy,
-        answer_recall_at_k,
-        name_leaks,
-        names_in_corpus,
-        verbatim_spans,
-        weighted_recall_at_k,
-    )
-    from dpsynrag.eval.rag import CorpusIndex
-    from dpsynrag.models.greedy import answer_questions
-    from dpsynrag.prompts.rag import answer_prompt, no_context_prompt
-
-    worker = runner.worker
+                   vectors: np.ndarray | None = None) -> dict[str, Any]:
+    """Recall@k, accuracy and leakage of answering ``data``'s questions from ``texts``,
+    retrieving with ``models.embedder`` and answering with ``models.llm`` (each loaded on
+    first use: a retrieval-only measure never loads the LLM)."""
     result: dict[str, Any] = {}
     if texts is None:  # no retrieval at all
         retrieved: list[list[str]] = [[] for _ in data.questions]
         attack_ctx: list[list[str]] = [[] for _ in data.attack_questions]
         result["recall_at_k"] = None
     else:
-        index = CorpusIndex(list(texts), worker.embedder, vectors=vectors)
+        index = CorpusIndex(list(texts), models.embedder, vectors=vectors)
         retrieved = index.search_texts(data.questions, k)
         attack_ctx = index.search_texts(data.attack_questions, k)
         result["recall_at_k"] = answer_recall_at_k(retrieved, data.answers)
@@ -193,8 +185,8 @@ def measure_corpus(texts: Sequence[str] | None, data: EvalData, runner: Any, *, 
             return [answer_prompt(q, c) if c else no_context_prompt(q)
                     for q, c in zip(questions, contexts, strict=True)]
 
-        outputs = answer_questions(worker.llm, prompts(data.questions, retrieved))
-        attack = answer_questions(worker.llm, prompts(data.attack_questions, attack_ctx))
+        outputs = answer_questions(models.llm, prompts(data.questions, retrieved))
+        attack = answer_questions(models.llm, prompts(data.attack_questions, attack_ctx))
         result["accuracy"] = accuracy(outputs, data.answers)
         result["leaks_benign"] = name_leaks(outputs, data.names)
         result["leaks_attack"] = name_leaks(attack, data.names)
@@ -214,8 +206,6 @@ def _build_config(settings: EvalSettings, method: str, epsilon: float, run: int)
     square root (its cost is eps_theta^2 / 8), so every stage keeps its share of the budget
     and prediction gets the rest, as in the reference plan.
     """
-    from dpsynrag.accounting.conversions import Conversion, rho_for
-
     options = dict(settings.build_options)
     options["generate"] = "facts" if method in ("dp-synrag-facts", "dp-synrag-writer") \
         else "tokens"
@@ -238,11 +228,11 @@ def _build_config(settings: EvalSettings, method: str, epsilon: float, run: int)
     return make_config(settings.build_config, options)
 
 
-def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Any, work: Path,
-                   method: str, epsilon: float, run: int) -> dict[str, Any]:
+def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Runner, models: LazyModels,
+                   work: Path, method: str, epsilon: float, run: int) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
-    from dpsynrag.io.output_files import CORPUS_FILE
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.pipeline.build import make_plan, run_build
 
     config = _build_config(settings, method, epsilon, run)
@@ -255,7 +245,7 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Any, work: Pa
                         corpus_ledger=work / "ledgers" / f"{name}.sqlite")
     table = pq.read_table(out / CORPUS_FILE).to_pylist()
     texts = [row["text"] for row in table if row["kept"]]
-    result = measure_corpus(texts, data, runner, k=settings.rag_k,
+    result = measure_corpus(texts, data, models, k=settings.rag_k,
                             end_to_end=settings.end_to_end, synthetic=True)
     plan = make_plan(config)
     stage_rho = {"histogram": plan.rho_hist, "phrases": plan.rho_A, "cluster_facts": plan.rho_C,
@@ -276,12 +266,8 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     (at a negligible sigma) and writer. NOT private."""
     from collections import Counter
 
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.pipeline.build import make_plan
-    from dpsynrag.pipeline.facts_stages import fact_keywords
-    from dpsynrag.transforms.fact_clusters import anchor_clusters, fact_counts, fact_domain
-    from dpsynrag.transforms.fact_writer import FactRule, select_facts, write_notes
-    from dpsynrag.transforms.phrases import document_phrases
-    from dpsynrag.transforms.vocabulary import public_vocabulary
 
     config = _build_config(settings, "dp-synrag-facts", 10.0, 0)
     vocab = public_vocabulary()
@@ -304,9 +290,9 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     return write_notes(facts)
 
 
-def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Any, work: Path,
-                  epsilon: float, run: int) -> dict[str, Any]:
-    from dpsynrag.accounting.ledger import Ledger
+def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Runner, models: LazyModels,
+                  work: Path, epsilon: float, run: int) -> dict[str, Any]:
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.eval.dp_synth import plan_dp_synth, run_dp_synth
     from dpsynrag.pipeline.build import DEFAULT_REPHRASE_PROMPT
 
@@ -329,7 +315,7 @@ def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Any, work: Pat
         finally:
             ledger.close()
         cached.write_text(json.dumps(texts))
-    result = measure_corpus(texts, data, runner, k=settings.rag_k,
+    result = measure_corpus(texts, data, models, k=settings.rag_k,
                             end_to_end=settings.end_to_end, synthetic=True)
     result.update({"rho": plan.rho_total,
                    "stage_rho": {"histogram": 0.0, "retrieval": 0.0,
@@ -337,19 +323,26 @@ def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Any, work: Pat
     return result
 
 
-def run_eval(settings: EvalSettings, report_dir: Path, *, runner: Any = None,
+def run_eval(settings: EvalSettings, report_dir: Path, *, models: LazyModels | None = None,
+             runner: Runner | None = None,
              progress: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
-    """Run every requested method; write results.json, results.md and the plots."""
-    from dpsynrag.eval.report import write_markdown, write_plots
-    from dpsynrag.pipeline.runners import LocalRunner
+    """Run every requested method; write results.json, results.md and the plots.
 
+    ``models`` are the LLM and the embedder every method answers and retrieves with (by
+    default the build options' ``model`` and ``embedder``, loaded on first use); the builds
+    run on ``runner``, by default a local one over the same ``models``. A given ``runner``
+    must hold the same models (the evaluation compares methods on one model and embedder).
+    """
     settings.validate()
     report_dir.mkdir(parents=True, exist_ok=True)
     work = report_dir / "work"
     (report_dir / "runs").mkdir(exist_ok=True)
     data = load_data(settings, work)
-    runner = runner or LocalRunner(settings.build_options.get("model"),
-                                   settings.build_options.get("embedder"))
+    if models is None:
+        models = LazyModels(settings.build_options.get("model"),
+                            settings.build_options.get("embedder"))
+    if runner is None:
+        runner = LocalRunner(models=models)
     note_vectors = None
     entries: list[dict[str, Any]] = []
     for method in settings.methods:
@@ -357,7 +350,8 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, runner: Any = None,
         epsilons: list[float | None] = list(settings.epsilons) if private else [None]
         runs = settings.runs if private else 1
         for epsilon in epsilons:
-            entry = {"method": method, "epsilon": epsilon, "runs": []}
+            runs_done: list[dict[str, Any]] = []
+            entry: dict[str, Any] = {"method": method, "epsilon": epsilon, "runs": runs_done}
             for run in range(runs):
                 label = f"{method}-eps{'inf' if epsilon is None else f'{epsilon:g}'}-run{run}"
                 path = report_dir / "runs" / f"{label}.json"
@@ -367,35 +361,36 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, runner: Any = None,
                 progress(f"{label}: running")
                 started = time.monotonic()
                 if method == "non-rag":
-                    result = measure_corpus(None, data, runner, k=settings.rag_k,
+                    result = measure_corpus(None, data, models, k=settings.rag_k,
                                             end_to_end=settings.end_to_end, synthetic=False)
                 elif method == "facts-ceiling":
-                    result = measure_corpus(_facts_ceiling_texts(settings, data), data, runner,
+                    result = measure_corpus(_facts_ceiling_texts(settings, data), data, models,
                                             k=settings.rag_k, end_to_end=settings.end_to_end,
                                             synthetic=True)
                 elif method == "tokens-ceiling":
-                    result = _run_dp_synrag(settings, data, runner, work, "dp-synrag",
+                    result = _run_dp_synrag(settings, data, runner, models, work, "dp-synrag",
                                             TOKENS_CEILING_EPSILON, 0)
                     result["ceiling_epsilon"] = TOKENS_CEILING_EPSILON
                 elif method == "rag":
                     if note_vectors is None:
-                        note_vectors = runner.worker.embed(data.notes)
-                    result = measure_corpus(data.notes, data, runner, k=settings.rag_k,
+                        note_vectors = models.embedder.encode(list(data.notes))
+                    result = measure_corpus(data.notes, data, models, k=settings.rag_k,
                                             end_to_end=settings.end_to_end, synthetic=False,
                                             vectors=note_vectors)
                 elif method == "dp-synth":
                     assert epsilon is not None
-                    result = _run_dp_synth(settings, data, runner, work, epsilon, run)
+                    result = _run_dp_synth(settings, data, runner, models, work, epsilon, run)
                 elif method in QUERY_METHODS:
                     assert epsilon is not None
                     if note_vectors is None:
-                        note_vectors = runner.worker.embed(data.notes)
-                    result = run_query_method(data, runner, work, method, epsilon, run,
+                        note_vectors = models.embedder.encode(list(data.notes))
+                    result = run_query_method(data, models, work, method, epsilon, run,
                                               note_vectors, settings.query_options.get(method),
                                               attack=settings.query_attack)
                 else:
                     assert epsilon is not None
-                    result = _run_dp_synrag(settings, data, runner, work, method, epsilon, run)
+                    result = _run_dp_synrag(settings, data, runner, models, work, method,
+                                            epsilon, run)
                 result["wall_seconds"] = time.monotonic() - started
                 path.write_text(json.dumps(result, indent=1, sort_keys=True))
                 entry["runs"].append(result)

@@ -21,7 +21,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-QUERY_METHODS = ("dp-rag", "dp-ksa", "sparse-vote")
+import numpy as np
+
+from dpsynrag.accounting.corpus_ledger import CorpusLedger
+from dpsynrag.eval.eval_data import EvalData
+from dpsynrag.eval.metrics import accuracy, name_leaks
+from dpsynrag.io.private_files import write_private
+from dpsynrag.models.lazy import LazyModels
+from dpsynrag.prompts.rag import DEFAULT_INSTRUCTION
+from dpsynrag.query import dp_ksa
+from dpsynrag.query.dp_ksa import DPKsaSettings
+from dpsynrag.query.private_corpus import PrivateCorpus
+
 # A run's total is reported at delta = (sum of the queries' approximate deltas) + this, the
 # delta of the zCDP conversion; DP-SynRAG's whole corpus uses delta = 1e-3 too.
 CONVERSION_DELTA = 1e-3
@@ -34,17 +45,15 @@ DEFAULT_QUERY_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
-def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: float,
-                     run: int, note_vectors: Any, options: dict[str, Any] | None = None,
+def run_query_method(data: EvalData, models: LazyModels, work: Path, method: str,
+                     epsilon: float, run: int, note_vectors: np.ndarray,
+                     options: dict[str, Any] | None = None,
                      *, attack: bool = True) -> dict[str, Any]:
-    """Accuracy, leakage and spend of ``method`` at ``epsilon`` per query (one run)."""
-    from dpsynrag.accounting.corpus_ledger import CorpusLedger
-    from dpsynrag.eval.metrics import accuracy, name_leaks
-    from dpsynrag.prompts.rag import DEFAULT_INSTRUCTION
-    from dpsynrag.query.private_corpus import PrivateCorpus
+    """Accuracy, leakage and spend of ``method`` at ``epsilon`` per query (one run),
+    answering with ``models``."""
+    # loads torch and transformers: imported when this runs, not with this module
     from dpsynrag.query.service import QueryService, make_settings
 
-    worker = runner.worker
     corpus = PrivateCorpus(list(data.note_ids), list(data.notes), note_vectors)
     merged = {"instruction": DEFAULT_INSTRUCTION, **DEFAULT_QUERY_OPTIONS.get(method, {}),
               **(options or {})}
@@ -55,7 +64,7 @@ def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: f
     ledger_path.unlink(missing_ok=True)  # a rerun is a new run: start its ledger afresh
     ledger = CorpusLedger(ledger_path)
     try:
-        service = QueryService(corpus, ledger, worker.llm, worker.embedder, allow_no_cap=True)
+        service = QueryService(corpus, ledger, models.llm, models.embedder, allow_no_cap=True)
         questions = [*data.questions, *(data.attack_questions if attack else [])]
         receipts, refused, _ = service.charge(method, settings, len(questions))
         if refused:
@@ -63,7 +72,7 @@ def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: f
         extra: dict[str, Any] = {}
         releases: list[Any] = []
         if method == "dp-ksa":
-            extra["responses"] = _ksa_responses(work, questions, corpus, worker, settings)
+            extra["responses"] = _ksa_responses(work, questions, corpus, models, settings)
             extra["releases"] = releases
         answers = service.answer(method, settings, questions, receipts, **extra)
         spent = ledger.spent(delta=ledger.spent().delta_approx + CONVERSION_DELTA)
@@ -89,12 +98,9 @@ def run_query_method(data: Any, runner: Any, work: Path, method: str, epsilon: f
     return result
 
 
-def _ksa_responses(work: Path, questions: list[str], corpus: Any, worker: Any,
-                   settings: Any) -> list[list[str]]:
+def _ksa_responses(work: Path, questions: list[str], corpus: PrivateCorpus,
+                   models: LazyModels, settings: DPKsaSettings) -> list[list[str]]:
     """The ensemble answers (private), cached 0600 in ``work/state`` (0700)."""
-    from dpsynrag.io.private_files import write_private
-    from dpsynrag.query import dp_ksa
-
     key = f"ksa-responses-n{settings.ensemble}-t{settings.answer_tokens}.json"
     cache = _private_dir(work / "state") / key
     if cache.exists():
@@ -102,7 +108,7 @@ def _ksa_responses(work: Path, questions: list[str], corpus: Any, worker: Any,
         stored = json.loads(cache.read_text(encoding="utf-8"))
         if stored.get("questions") == questions:
             return stored["responses"]
-    responses = dp_ksa.ensemble_responses(questions, corpus, worker.llm, worker.embedder,
+    responses = dp_ksa.ensemble_responses(questions, corpus, models.llm, models.embedder,
                                           settings)
     write_private(cache, json.dumps({"questions": questions, "responses": responses}).encode())
     return responses

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dpsynrag.io.output_files import CORPUS_FILE, INDEX_FILE, MANIFEST_FILE
+from dpsynrag.models.protocols import Embedder
 from dpsynrag.models.vectors import unit_rows
 
 __all__ = ["CorpusIndex"]
@@ -31,7 +32,7 @@ class CorpusIndex:
     texts are encoded. ``ids`` (default ``"0"``, ``"1"``, ...) name the rows.
     """
 
-    def __init__(self, texts: Sequence[str], embedder: Any, *, vectors: Any | None = None,
+    def __init__(self, texts: Sequence[str], embedder: Embedder, *, vectors: Any | None = None,
                  ids: Sequence[str] | None = None) -> None:
         import faiss
 
@@ -53,7 +54,7 @@ class CorpusIndex:
             self.index.add(unit)
 
     @staticmethod
-    def _embedder_dimension(embedder: Any) -> int:
+    def _embedder_dimension(embedder: Embedder) -> int:
         dimension = getattr(embedder, "dimension", None)
         if dimension is None:
             raise ValueError("an empty corpus needs an embedder with a dimension attribute")
@@ -89,7 +90,7 @@ class CorpusIndex:
         return [[self.texts[i] for i in row] for row in self.search(queries, k)]
 
     @classmethod
-    def from_build_output(cls, out_dir: str | Path, embedder: Any, *,
+    def from_build_output(cls, out_dir: str | Path, embedder: Embedder, *,
                           kept_only: bool = True) -> CorpusIndex:
         """Load a build's ``corpus.parquet`` and ``index.faiss`` (no re-embedding).
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dpsynrag.handoff.files import CorpusIntegrityError, CorpusSource, ensure_loaded
+from dpsynrag.models.locate import PACKAGED_EMBEDDER_NAME
 
 if TYPE_CHECKING:
     from dpsynrag.models.embedder import LoadedEmbedder
@@ -25,8 +26,8 @@ def load_query_embedder(corpus: CorpusSource, path: str | os.PathLike[str] | Non
     ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1`` unless already set: nothing is
     downloaded.
     """
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.models.embedder import load_embedder
-    from dpsynrag.models.locate import PACKAGED_EMBEDDER_NAME
 
     for name, value in OFFLINE_ENV.items():
         os.environ.setdefault(name, value)

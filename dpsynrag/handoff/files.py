@@ -46,7 +46,7 @@ class LoadedCorpus(NamedTuple):
     """``(table, index, manifest)``: row i of ``table`` is vector i of ``index``."""
 
     table: pa.Table
-    index: faiss.Index
+    index: faiss.Index  # type: ignore[assignment]  # shadows tuple.index: a public field name
     manifest: dict[str, Any]
 
     @property
@@ -152,6 +152,7 @@ def _refuse_seeded(out: Path) -> None:
 
 
 def _verify_certificate(out: Path, public_key: Path, allow_seeded: bool) -> None:
+    # cryptography, scipy: loaded only when a certificate is checked
     from dpsynrag.accounting.certificate import verify_output
 
     problems = verify_output(out, public_key, allow_seeded=allow_seeded)

@@ -20,6 +20,7 @@ from dpsynrag.handoff._extras import import_extra
 from dpsynrag.handoff._rows import PROBE_QUERY, row_metadata, selected_rows, subset_index
 from dpsynrag.handoff.embeddings import check_query_vector, load_query_embedder
 from dpsynrag.handoff.files import CorpusSource, ensure_loaded
+from dpsynrag.models.protocols import Embedder
 
 _FEATURE = "the LangChain hand-off"
 
@@ -33,10 +34,12 @@ def cosine_relevance(score: float) -> float:
 def _embeddings_class() -> type:
     embeddings_module = import_extra("langchain_core.embeddings", _FEATURE)
 
-    class BuildEmbedderEmbeddings(embeddings_module.Embeddings):
+    base: Any = embeddings_module.Embeddings  # an optional extra's class, untyped here
+
+    class BuildEmbedderEmbeddings(base):
         """LangChain ``Embeddings`` over a dpsynrag embedder (unit-norm float32 rows)."""
 
-        def __init__(self, embedder: Any) -> None:
+        def __init__(self, embedder: Embedder) -> None:
             self.embedder = embedder
 
         def embed_documents(self, texts: list[str]) -> list[list[float]]:
@@ -50,7 +53,7 @@ def _embeddings_class() -> type:
     return BuildEmbedderEmbeddings
 
 
-def langchain_embeddings(embedder: Any) -> Any:
+def langchain_embeddings(embedder: Embedder) -> Any:
     """Wrap a dpsynrag embedder (``encode(list[str])``) as a LangChain ``Embeddings``."""
     return _embeddings_class()(embedder)
 

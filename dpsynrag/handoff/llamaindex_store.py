@@ -22,6 +22,7 @@ from dpsynrag.handoff._extras import import_extra
 from dpsynrag.handoff._rows import PROBE_QUERY, row_metadata, selected_rows
 from dpsynrag.handoff.embeddings import check_query_vector, load_query_embedder
 from dpsynrag.handoff.files import CorpusSource, ensure_loaded
+from dpsynrag.models.protocols import Embedder
 
 _FEATURE = "the LlamaIndex hand-off"
 
@@ -31,12 +32,14 @@ def _embedding_class() -> type:
     base = import_extra("llama_index.core.embeddings", _FEATURE)
     bridge = import_extra("llama_index.core.bridge.pydantic", _FEATURE)
 
-    class BuildEmbedderEmbedding(base.BaseEmbedding):
+    base_class: Any = base.BaseEmbedding  # an optional extra's class, untyped here
+
+    class BuildEmbedderEmbedding(base_class):
         """LlamaIndex ``BaseEmbedding`` over a dpsynrag embedder (unit-norm float32 rows)."""
 
-        _embedder: Any = bridge.PrivateAttr()
+        _embedder: Embedder = bridge.PrivateAttr()
 
-        def __init__(self, embedder: Any, **kwargs: Any) -> None:
+        def __init__(self, embedder: Embedder, **kwargs: Any) -> None:
             super().__init__(model_name=str(getattr(embedder, "name", "dpsynrag-embedder")),
                              **kwargs)
             self._embedder = embedder
@@ -63,7 +66,7 @@ def _embedding_class() -> type:
     return BuildEmbedderEmbedding
 
 
-def llamaindex_embedding(embedder: Any) -> Any:
+def llamaindex_embedding(embedder: Embedder) -> Any:
     """Wrap a dpsynrag embedder (``encode(list[str])``) as a LlamaIndex ``BaseEmbedding``."""
     return _embedding_class()(embedder)
 

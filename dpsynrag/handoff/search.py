@@ -7,7 +7,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dpsynrag.handoff.embeddings import load_query_embedder
 from dpsynrag.handoff.files import CorpusSource, LoadedCorpus, ensure_loaded
+from dpsynrag.models.protocols import Embedder
 from dpsynrag.models.vectors import unit_rows
 
 
@@ -51,7 +53,8 @@ def search(corpus: CorpusSource, query_vectors: Any, k: int, *,
         return [[] for _ in range(queries.shape[0])]
     params = None
     if allowed.size < len(kept):
-        params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(allowed.astype(np.int64)))
+        params = faiss.SearchParameters(  # type: ignore[call-arg]  # SWIG stubs list no kwargs
+            sel=faiss.IDSelectorBatch(allowed.astype(np.int64)))
     scores, ids = loaded.index.search(queries, min(k, int(allowed.size)), params=params)
     columns = loaded.table.select(["id", "text", "cluster_keyword"]).to_pydict()
     return [[Hit(row=int(i), id=str(columns["id"][i]), text=str(columns["text"][i]),
@@ -62,7 +65,8 @@ def search(corpus: CorpusSource, query_vectors: Any, k: int, *,
 
 
 def search_texts(corpus: CorpusSource, queries: Sequence[str], k: int, *,
-                 embedder: Any = None, kept_only: bool = True) -> list[list[Hit]]:
+                 embedder: Embedder | None = None,
+                 kept_only: bool = True) -> list[list[Hit]]:
     """:func:`search` for text queries, embedded as the build embedded the corpus.
 
     ``embedder`` needs ``encode(list[str]) -> (n, dimension)``; by default the embedder named
@@ -72,8 +76,6 @@ def search_texts(corpus: CorpusSource, queries: Sequence[str], k: int, *,
         raise TypeError("queries must be a list of strings, not a string")
     loaded = ensure_loaded(corpus)
     if embedder is None:
-        from dpsynrag.handoff.embeddings import load_query_embedder
-
         embedder = load_query_embedder(loaded)
     texts = [str(q) for q in queries]
     if not texts:

@@ -12,7 +12,7 @@ import codecs
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 __all__ = ["STRICT_UTF8", "Decoded", "Decoding", "decode_whole", "decoded_lines"]
 
@@ -58,7 +58,9 @@ def decoded_lines(handle: BinaryIO, decoding: Decoding, *, keep_bad: bool) -> It
     A line that is not valid UTF-8 (and no fallback) comes with ``problem`` set and, when
     ``keep_bad``, its text decoded with ``surrogateescape`` (for the CSV parser to go on).
     """
-    stream: BinaryIO = handle if hasattr(handle, "peek") else io.BufferedReader(handle)
+    # a stream that can peek: the handle itself (a buffered file), else a buffer around it
+    stream = cast(io.BufferedReader, handle if hasattr(handle, "peek")
+                  else io.BufferedReader(cast(io.RawIOBase, handle)))
     encoding, skip = _bom(stream.peek(4)[:4], decoding)
     if encoding == "utf-16":
         text = io.TextIOWrapper(stream, encoding="utf-16", newline="")

@@ -137,7 +137,8 @@ def _unique_ids(accepted: Sequence[_Accepted], docs: InputDocuments) -> None:
     for i, doc_id in kept:
         docs.ids.append(doc_id)
         docs.texts.append(accepted[i].text)
-        docs.units.append(accepted[i].unit if accepted[i].unit is not None else doc_id)
+        unit = accepted[i].unit
+        docs.units.append(unit if unit is not None else doc_id)
 
 
 def _strict(file: str | Path, items: Iterable[RawRecord | BadRow]) -> Iterator[RawRecord]:

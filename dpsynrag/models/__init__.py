@@ -13,11 +13,20 @@ if TYPE_CHECKING:
     from dpsynrag.models.embedder import LoadedEmbedder, load_embedder
     from dpsynrag.models.errors import ModelLoadError
     from dpsynrag.models.llm import LoadedLLM, load_llm
+    from dpsynrag.models.protocols import (
+        LLM,
+        Embedder,
+        IdentifiedEmbedder,
+        NamedEmbedder,
+    )
 
 _HOMES = {"LoadedEmbedder": "embedder", "load_embedder": "embedder",
-          "ModelLoadError": "errors", "LoadedLLM": "llm", "load_llm": "llm"}
+          "ModelLoadError": "errors", "LoadedLLM": "llm", "load_llm": "llm",
+          "LLM": "protocols", "Embedder": "protocols", "NamedEmbedder": "protocols",
+          "IdentifiedEmbedder": "protocols"}
 
-__all__ = ["LoadedEmbedder", "LoadedLLM", "ModelLoadError", "load_embedder", "load_llm"]
+__all__ = ["LLM", "Embedder", "IdentifiedEmbedder", "LoadedEmbedder", "LoadedLLM",
+           "ModelLoadError", "NamedEmbedder", "load_embedder", "load_llm"]
 
 
 def __getattr__(name: str) -> Any:

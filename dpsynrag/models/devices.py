@@ -57,7 +57,7 @@ def quiet_model_loading() -> None:
     and a worker's bars interleave with the driver's on the operator's terminal."""
     from transformers.utils import logging as transformers_logging
 
-    transformers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated
 
 
 def free_cuda_memory(device: torch.device) -> int:

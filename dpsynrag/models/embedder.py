@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ import numpy as np
 import torch
 
 from dpsynrag.models.cache import hash_index
-from dpsynrag.models.devices import resolve_device
+from dpsynrag.models.devices import quiet_model_loading, resolve_device
 from dpsynrag.models.errors import ModelLoadError
 from dpsynrag.models.hashing import weights_sha256
 from dpsynrag.models.locate import (
@@ -60,7 +61,8 @@ class LoadedEmbedder:
         return scale_to_unit(vectors).astype(np.float32, copy=False)
 
 
-def load_embedder(path: str | Path | None = None, device: str | torch.device | None = None, *,
+def load_embedder(path: str | os.PathLike[str] | None = None,
+                  device: str | torch.device | None = None, *,
                   cache_dir: str | Path | None = None) -> LoadedEmbedder:
     """Load a sentence embedder offline: packaged all-MiniLM-L6-v2, or a local directory.
 
@@ -91,8 +93,6 @@ def load_embedder(path: str | Path | None = None, device: str | torch.device | N
 def _load_sentence_transformer(directory: Path, device: torch.device) -> Any:
     """``SentenceTransformer`` from a local directory only (``local_files_only``), in eval mode."""
     from sentence_transformers import SentenceTransformer
-
-    from dpsynrag.models.devices import quiet_model_loading
 
     quiet_model_loading()
     try:

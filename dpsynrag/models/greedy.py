@@ -18,10 +18,12 @@ compute) and :data:`DEFAULT_BATCH_GPU` rows on CUDA. Nothing here is random or c
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dpsynrag.models.llm import LoadedLLM
+    import torch
+
+    from dpsynrag.models.protocols import LLM
 
 __all__ = [
     "DEFAULT_BATCH_GPU",
@@ -40,13 +42,13 @@ def bucket_width(length: int, pad_multiple: int) -> int:
     return (length // pad_multiple + 1) * pad_multiple
 
 
-def default_batch_size(device: Any) -> int:
+def default_batch_size(device: torch.device | str) -> int:
     """Rows per generate call when none is given: 1 on CPU, :data:`DEFAULT_BATCH_GPU` on CUDA."""
     return DEFAULT_BATCH_GPU if str(device).startswith("cuda") else 1
 
 
 def generate_greedy(
-    llm: LoadedLLM,
+    llm: LLM,
     prompts: Sequence[Sequence[int]],
     *,
     max_new_tokens: int,
@@ -109,7 +111,7 @@ def generate_greedy(
     return answers
 
 
-def answer_questions(llm: LoadedLLM, prompts: Sequence[str], *, max_new_tokens: int = 24,
+def answer_questions(llm: LLM, prompts: Sequence[str], *, max_new_tokens: int = 24,
                      batch_size: int | None = None, pad_multiple: int = 16) -> list[str]:
     """Greedy answers to user messages, one stripped string per prompt.
 

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from dpsynrag.models.cache import converted_gguf, hash_index
-from dpsynrag.models.devices import free_cuda_memory, resolve_device, resolve_dtype
+from dpsynrag.models.devices import (
+    free_cuda_memory,
+    quiet_model_loading,
+    resolve_device,
+    resolve_dtype,
+)
 from dpsynrag.models.errors import ModelLoadError
 from dpsynrag.models.hashing import weights_sha256
 from dpsynrag.models.locate import existing_local_path, packaged_llm_file
+from dpsynrag.models.protocols import CausalLM, Tokenizer
 
 
 @dataclass
@@ -31,8 +36,8 @@ class LoadedLLM:
     CPU or when built elsewhere); the packed engine's batch size is computed from it.
     """
 
-    model: Any
-    tokenizer: Any
+    model: CausalLM
+    tokenizer: Tokenizer
     device: torch.device
     dtype: torch.dtype
     identity: dict[str, str] = field(default_factory=dict)
@@ -115,16 +120,15 @@ def _check_model_dir(directory: Path) -> None:
 
 
 def _load_from_dir(model_dir: Path, device: torch.device,
-                   dtype: torch.dtype) -> tuple[Any, Any]:
+                   dtype: torch.dtype) -> tuple[CausalLM, Tokenizer]:
     """Model (eval mode, on ``device``, in ``dtype``) and tokenizer from a local directory."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dpsynrag.models.devices import quiet_model_loading
-
     quiet_model_loading()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(
+        tokenizer: Tokenizer = AutoTokenizer.from_pretrained(str(model_dir),
+                                                             local_files_only=True)
+        model: CausalLM = AutoModelForCausalLM.from_pretrained(
             str(model_dir), local_files_only=True, dtype=dtype)
     except Exception as error:
         first = (str(error).strip().splitlines() or [""])[0]

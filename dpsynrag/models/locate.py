@@ -8,6 +8,7 @@ No model hub is ever consulted: a string that is not an existing local path is r
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def packaged_embedder_dir() -> Path:
     return path
 
 
-def existing_local_path(path: str | Path) -> Path:
+def existing_local_path(path: str | os.PathLike[str]) -> Path:
     """``path`` as an absolute existing local path, or a ``ModelLoadError`` saying why not.
 
     Hub-style ids ("org/name") that do not exist locally are refused explicitly: no hub is

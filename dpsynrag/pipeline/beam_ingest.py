@@ -155,11 +155,12 @@ def list_input_files(source: str) -> list[InputFile]:
                         for m in matched if not m.path.endswith("/"))
     if not listed:
         raise InputError(source, None, "no input files")
-    kinds = {format_of(relative) for _, relative in listed}
-    if None in kinds:
+    formats = {format_of(relative) for _, relative in listed}
+    if None in formats:
         odd = next(rel for _, rel in listed if format_of(rel) is None)
         raise InputError(source, None, f"unsupported input file {odd!r}; expected .jsonl, "
                                        ".json, .ndjson, .csv, .parquet or .txt")
+    kinds = {kind for kind in formats if kind is not None}
     if len(kinds) > 1:
         raise InputError(source, None, f"mixed input formats ({', '.join(sorted(kinds))}); "
                                        "give one kind")

@@ -23,12 +23,27 @@ from typing import Any
 import numpy as np
 
 from dpsynrag import __version__
+from dpsynrag.accounting.certificate import build_certificate, write_certificate
+from dpsynrag.accounting.composition import records
 from dpsynrag.accounting.conversions import Conversion, epsilon_for
+from dpsynrag.accounting.corpus_ledger import (
+    CorpusLedger,
+    default_corpus_ledger_path,
+    privacy_unit_definition,
+)
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.planner import BudgetPlan, PlanRequest, plan_budget
 from dpsynrag.accounting.rng import secure_rng
+from dpsynrag.accounting.signing import sign_document
+from dpsynrag.io.fingerprint import input_fingerprint
+from dpsynrag.io.output_files import output_file_hashes
+from dpsynrag.io.reader import read_documents
+from dpsynrag.io.units import bound_units
+from dpsynrag.models.protocols import LLM, IdentifiedEmbedder
+from dpsynrag.pipeline.beam_ingest import parse_beam_options, run_ingest
 from dpsynrag.pipeline.config import BuildConfig
 from dpsynrag.pipeline.context import BuildContext, ProgressFactory, StageResult, no_progress
+from dpsynrag.pipeline.facts_stages import facts_stages
 from dpsynrag.pipeline.preflight import (
     check_writable_directory,
     load_signer,
@@ -38,6 +53,9 @@ from dpsynrag.pipeline.preflight import (
 from dpsynrag.pipeline.runners import LocalRunner, RayRunner, Runner
 from dpsynrag.pipeline.state import BuildState, OutputLock, default_state_dir
 from dpsynrag.pipeline.token_stages import DEFAULT_REPHRASE_PROMPT, token_stages
+from dpsynrag.prompts.templates import load_prompt
+from dpsynrag.transforms.emit import write_output
+from dpsynrag.transforms.ingest import IngestSettings
 from dpsynrag.transforms.prediction_release import GROUP
 
 
@@ -90,26 +108,28 @@ def make_plan(config: BuildConfig, vocab_size: int | None = None) -> Any:
             K_s=config.K_s, R_f=config.R_f, delta_phrases=config.delta_phrases,
             share_phrases=config.share_phrases, writer=config.writer,
             share_tokens=config.share_tokens, T=config.T))
+    sized: dict[str, Any] = {"vocab_size": vocab_size} if vocab_size else {}
     request = PlanRequest(
         epsilon=config.epsilon, delta=config.delta, K=config.K, L=config.L, T=config.T,
         eps_theta=config.eps_theta, rho_hist=config.rho_hist, rho_mean=config.rho_mean,
         conversion=Conversion(config.conversion), retrieval=not config.no_retrieval,
-        **({"vocab_size": vocab_size} if vocab_size else {}))
+        **sized)
     return plan_budget(request)
 
 
-def make_runner(config: BuildConfig, llm: Any = None, embedder: Any = None,
+def make_runner(config: BuildConfig, llm: LLM | None = None,
+                embedder: IdentifiedEmbedder | None = None,
                 state_dir: Path | None = None) -> Runner:
     """``llm``/``embedder`` objects override the config's paths (in-process runs only).
 
     ``state_dir`` is the build's private state directory: a local Ray cluster keeps its
     session files (object spills, logs) under it, never in a shared ``/tmp``. A seeded (test)
     build answers its Ray actors in turn, so that its draws do not depend on their timing."""
-    llm_source = llm if llm is not None else config.model
-    embedder_source = embedder if embedder is not None else config.embedder
     if config.runner == "local" or llm is not None or embedder is not None:
-        return LocalRunner(llm_source, embedder_source, config.device, config.dtype)
-    return RayRunner(llm_source, embedder_source, address=config.ray_address,
+        return LocalRunner(llm if llm is not None else config.model,
+                           embedder if embedder is not None else config.embedder,
+                           config.device, config.dtype)
+    return RayRunner(config.model, config.embedder, address=config.ray_address,
                      workers=config.workers, device=config.device, dtype=config.dtype,
                      state_dir=state_dir, ordered=config.seeded)
 
@@ -127,8 +147,6 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     for none) before any private computation; a resumed build finds its charge and pays
     nothing more, and a cap the build does not fit in refuses it (``BudgetRefusedError``).
     """
-    from dpsynrag.io.fingerprint import input_fingerprint
-
     started = time.monotonic()
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:
@@ -161,7 +179,8 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
             if corpus_ledger is not False:
                 ledger_path = charge_corpus_ledger(
                     input_path, config, plan, state,
-                    None if corpus_ledger in (None, True) else Path(corpus_ledger), out_dir)
+                    None if corpus_ledger is None or corpus_ledger is True
+                    else Path(corpus_ledger), out_dir)
             rng = secure_rng(config.seed) if config.seed is not None else None
             ledger = Ledger(state.ledger_path, rng=rng)
             ledger.record_target(config.delta, config.conversion)
@@ -170,8 +189,6 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
             context = BuildContext(config=config, plan=plan, ledger=ledger, state=state,
                                    runner=runner, progress=progress, log=log)
             if config.generate == "facts":
-                from dpsynrag.pipeline.facts_stages import facts_stages
-
                 result = facts_stages(context, docs.texts)
             else:
                 result = token_stages(context, docs.texts)
@@ -215,9 +232,6 @@ def read_input(input_path: str | Path, config: BuildConfig,
     """
     import tempfile
 
-    from dpsynrag.io.reader import read_documents
-    from dpsynrag.io.units import bound_units
-
     if config.ingest == "inline":
         docs = read_documents(Path(input_path), text_column=config.text_column,
                               id_column=config.id_column, unit_column=config.unit_column,
@@ -225,8 +239,6 @@ def read_input(input_path: str | Path, config: BuildConfig,
         if config.unit_column:
             docs = bound_units(docs, config.unit_bound, config.max_chars)
         return docs
-    from dpsynrag.pipeline.beam_ingest import parse_beam_options, run_ingest
-    from dpsynrag.transforms.ingest import IngestSettings
 
     settings = IngestSettings(text_column=config.text_column, id_column=config.id_column,
                               unit_column=config.unit_column, max_chars=config.max_chars,
@@ -254,8 +266,6 @@ def corpus_ledger_mechanisms(config: BuildConfig, plan: Any) -> list[dict[str, A
     (every cluster has the same parameters), so L copies of one cluster's releases are
     charged: exactly the build ledger's total.
     """
-    from dpsynrag.accounting.composition import records
-
     return records(plan.events(config.clip))
 
 #: The lifetime cap a corpus ledger gets at its first build charge, in units of that build's
@@ -269,8 +279,6 @@ def _add_lifetime_spend(summary: BuildSummary, ledger_path: Path, delta: float,
     """The corpus's lifetime spend (all its builds and queries), at the cap's delta and
     conversion, else at this build's delta plus the approximate deltas charged so far and
     this build's conversion."""
-    from dpsynrag.accounting.corpus_ledger import CorpusLedger
-
     with CorpusLedger(ledger_path) as corpus:
         spent = corpus.spent()
         cap = corpus.cap
@@ -294,12 +302,6 @@ def charge_corpus_ledger(input_path: str | Path, config: BuildConfig, plan: Budg
     apart in ``dpsynrag ledger show``.
     """
     import uuid
-
-    from dpsynrag.accounting.corpus_ledger import (
-        CorpusLedger,
-        default_corpus_ledger_path,
-        privacy_unit_definition,
-    )
 
     recorded = state.load("corpus_ledger") or {}
     build_id = recorded.get("build_id") or uuid.uuid4().hex
@@ -325,11 +327,6 @@ def _emit(context: BuildContext, out_dir: Path, result: StageResult, private_key
           force: bool) -> None:
     """Write the corpus, its index and its signed certificate into ``out_dir`` (atomically:
     a partial directory renamed into place)."""
-    from dpsynrag.accounting.certificate import build_certificate, write_certificate
-    from dpsynrag.accounting.signing import sign_document
-    from dpsynrag.io.output_files import output_file_hashes
-    from dpsynrag.transforms.emit import write_output
-
     config, plan, ledger, runner = context.config, context.plan, context.ledger, context.runner
     out_dir = out_dir.expanduser().absolute()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -371,8 +368,6 @@ def _public_config(config: BuildConfig) -> dict[str, Any]:
     """The released options plus the hashes of the prompts actually used (all public)."""
     import hashlib
     from importlib.metadata import version
-
-    from dpsynrag.prompts.templates import load_prompt
 
     prompts = {
         "rephrase": config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT,

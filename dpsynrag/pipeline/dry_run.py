@@ -16,7 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dpsynrag.accounting.corpus_ledger import CorpusLedger, default_corpus_ledger_path
+from dpsynrag.accounting.ledger import Ledger
+from dpsynrag.accounting.signing import default_key_path, load_private_key
+from dpsynrag.display import format_epsilon
 from dpsynrag.pipeline.config import BuildConfig
+from dpsynrag.pipeline.preflight import check_writable_directory, required_free_bytes
+from dpsynrag.pipeline.runners import LocalRunner, Runner
+from dpsynrag.pipeline.state import default_state_dir
+from dpsynrag.reporting import print_plan
 
 # Public filler text for timing the models (no private document is ever timed).
 FILLER = ("The patient reported mild symptoms over several weeks and was seen at the clinic "
@@ -49,9 +57,6 @@ def _timed(work: Callable[[], Any]) -> float:
 
 def _corpus_ledger_fit(input_path: str | Path, config: BuildConfig, plan: Any,
                        corpus_ledger: Path | None) -> str:
-    from dpsynrag.accounting.corpus_ledger import CorpusLedger, default_corpus_ledger_path
-    from dpsynrag.display import format_epsilon
-
     path = corpus_ledger or default_corpus_ledger_path(input_path)
     if not Path(path).exists():
         return f"{path} does not exist yet (created at the build's first charge, no cap)"
@@ -74,12 +79,8 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     else 2. Spends nothing (module docstring)."""
     from rich.console import Console
 
-    from dpsynrag.accounting.signing import default_key_path, load_private_key
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.pipeline.build import make_plan, read_input
-    from dpsynrag.pipeline.preflight import check_writable_directory, required_free_bytes
-    from dpsynrag.pipeline.runners import LocalRunner
-    from dpsynrag.pipeline.state import default_state_dir
-    from dpsynrag.reporting import print_plan
 
     plan = make_plan(config)  # PlanError: exit 3, as for a build
     print_plan(plan, Console())
@@ -121,8 +122,11 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
 
     checks.run("output directory", output)
     state_path = (state_dir or default_state_dir(out_dir)).expanduser().absolute()
-    checks.run("state directory", lambda: check_writable_directory(
-        state_path.parent, needed, "state directory") or f"{state_path} (0700), free space ok")
+    def state_directory() -> str:
+        check_writable_directory(state_path.parent, needed, "state directory")
+        return f"{state_path} (0700), free space ok"
+
+    checks.run("state directory", state_directory)
     checks.run("corpus ledger", lambda: _corpus_ledger_fit(input_path, config, plan,
                                                            corpus_ledger))
     runner = LocalRunner(config.model, config.embedder, config.device, config.dtype)
@@ -150,10 +154,10 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     return 0 if not checks.failed else 2
 
 
-def _time_prediction(runner: Any, config: BuildConfig, docs_box: list[Any]) -> dict[str, float]:
+def _time_prediction(runner: Runner, config: BuildConfig, docs_box: list[Any]) -> dict[str, float]:
     """Seconds of one cluster's prefill and of one token step, on public filler documents of
     the input's mean length, with a throwaway in-memory ledger (never the build's)."""
-    from dpsynrag.accounting.ledger import Ledger
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.pipeline.build import DEFAULT_REPHRASE_PROMPT, GROUP
     from dpsynrag.transforms.prediction_release import LedgerTokenSampler
 

@@ -31,6 +31,25 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dpsynrag.pipeline.context import BuildContext, StageResult
+from dpsynrag.pipeline.token_stages import model_eos_ids
+from dpsynrag.transforms.fact_clusters import (
+    GROUP,
+    anchor_clusters,
+    fact_domain,
+    partition_name,
+    release_fact_histograms,
+)
+from dpsynrag.transforms.fact_writer import (
+    FactRule,
+    display_names,
+    keyword_shares,
+    select_facts,
+    write_notes,
+)
+from dpsynrag.transforms.histogram import released_top_keywords
+from dpsynrag.transforms.keywords import statistical_keywords
+from dpsynrag.transforms.phrases import document_phrases
+from dpsynrag.transforms.vocabulary import public_vocabulary
 
 if TYPE_CHECKING:
     import numpy as np
@@ -73,8 +92,6 @@ class FactClusters(NamedTuple):
 def facts_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
     """Run stages (a), (f1)-(f3) (and (f4) with ``--writer tokens``, which needs the
     context's runner); return the build's result (notes, kept, anchors, ...)."""
-    from dpsynrag.transforms.vocabulary import public_vocabulary
-
     vocab = public_vocabulary()
     keywords = keyword_histogram(ctx, texts, vocab)  # (a)
     phrases = released_phrases(ctx, texts, vocab)  # (f1)
@@ -96,8 +113,6 @@ def keyword_histogram(ctx: BuildContext, texts: list[str], vocab: PublicVocabula
                       ) -> ReleasedKeywords:
     """(a): keywords per document (checkpoint ``keywords``) and the noisy keyword histogram
     -> its top R_f keywords W."""
-    from dpsynrag.transforms.histogram import released_top_keywords
-
     def extract() -> list[list[str]]:
         ctx.log("(a) extracting keywords")
         with ctx.progress("(a) keywords", len(texts)) as advance:
@@ -118,8 +133,8 @@ def released_phrases(ctx: BuildContext, texts: list[str], vocab: PublicVocabular
                      ) -> ReleasedPhrases:
     """(f1): open-vocabulary phrases per document (checkpoint ``phrases``) -> DP partition
     selection."""
+    # mpmath (60-digit tails): loaded for the facts mode only
     from dpsynrag.accounting.partition_selection import phrase_counts, release_partitions
-    from dpsynrag.transforms.phrases import document_phrases
 
     def extract() -> list[list[str]]:
         ctx.log("(f1) extracting phrases")
@@ -142,12 +157,6 @@ def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: Relea
                     ) -> FactClusters:
     """(f2): clusters anchored on the released phrases; one noisy fact histogram per
     cluster (every value read back from the ledger on resume: nothing to checkpoint)."""
-    from dpsynrag.transforms.fact_clusters import (
-        anchor_clusters,
-        fact_domain,
-        release_fact_histograms,
-    )
-
     with ctx.state.timed("f2_fact_histograms"):
         domain = fact_domain(phrases.released, keywords.words)
         in_domain = set(domain)
@@ -168,13 +177,6 @@ def write_facts(ctx: BuildContext, keywords: ReleasedKeywords, phrases: Released
                 clusters: FactClusters) -> tuple[list[ClusterFacts], list[str]]:
     """(f3): fact selection and one note per kept cluster: post-processing of released values
     only. Returns the kept clusters' facts and their notes."""
-    from dpsynrag.transforms.fact_writer import (
-        FactRule,
-        keyword_shares,
-        select_facts,
-        write_notes,
-    )
-
     with ctx.state.timed("f3_write"):
         shares = keyword_shares({w: float(keywords.noisy[int(i)])
                                  for w, i in zip(keywords.words, keywords.top, strict=True)},
@@ -213,9 +215,7 @@ def token_writer(ctx: BuildContext, groups: list[list[str]], written: list[Clust
 
 def _write_tokens(ctx: BuildContext, groups: list[list[str]], written: list[ClusterFacts],
                   notes: list[str]) -> dict[str, list[Any]]:
-    from dpsynrag.pipeline.token_stages import model_eos_ids
-    from dpsynrag.transforms.fact_clusters import GROUP, partition_name
-    from dpsynrag.transforms.fact_writer import display_names
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.transforms.prediction_release import PartitionTokenSampler, charge_unstarted
     from dpsynrag.transforms.public_prior import PublicPriorSettings
 
@@ -258,8 +258,6 @@ def with_released_notes(replies: list[str], written: list[ClusterFacts]) -> list
     Privacy cost: none. The reply is a released token sequence and the note is written from
     the cluster's released facts (``write_notes``), so the text is post-processing.
     """
-    from dpsynrag.transforms.fact_writer import write_notes
-
     return [f"{reply.strip()}\n{note}".strip()
             for reply, note in zip(replies, write_notes(written), strict=True)]
 
@@ -267,8 +265,6 @@ def with_released_notes(replies: list[str], written: list[ClusterFacts]) -> list
 def fact_keywords(texts: list[str], vocab: PublicVocabulary, K_s: int) -> list[list[str]]:
     """Each document's K_s keywords of the facts mode: the statistical keywords of its
     uncapitalised words, inflections folded onto V (a rule of the document alone)."""
-    from dpsynrag.transforms.keywords import statistical_keywords
-
     return statistical_keywords([without_names(t) for t in texts], vocab, K_s,
                                 fold_inflections=True)
 

@@ -14,10 +14,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dpsynrag.accounting.signing import ensure_default_key, fingerprint, load_private_key
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from dpsynrag.pipeline.runners import Runner
 
 #: Free space an output directory and a state directory need at the least, on top of the
 #: input's own size (the corpus, its index and the intermediates are a fraction of it).
@@ -31,8 +35,6 @@ class PreflightError(RuntimeError):
 def load_signer(signing_key: Path | None) -> tuple[Ed25519PrivateKey, str, bool]:
     """``(private key, fingerprint, created)``: the given key (must be 0600, Ed25519, PEM) or
     the default one, created on first use. Raises ``SigningKeyError`` (one line)."""
-    from dpsynrag.accounting.signing import ensure_default_key, fingerprint, load_private_key
-
     if signing_key is None:
         return ensure_default_key()
     key = load_private_key(signing_key)
@@ -70,7 +72,7 @@ def check_writable_directory(directory: Path, needed_bytes: int, what: str) -> N
                              f"the build needs about {needed_bytes / 2**20:.0f} MiB")
 
 
-def preload_models(runner: Any, uses_llm: bool) -> None:
+def preload_models(runner: Runner, uses_llm: bool) -> None:
     """Load the embedder (every mode writes vectors) and, when the build runs it (token mode,
     the facts mode's token writer), the LLM, so that a missing model or an unavailable device
     fails now. ``ModelLoadError`` and friends pass through unchanged (one-line messages)."""

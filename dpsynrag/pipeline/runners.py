@@ -20,11 +20,16 @@ import tempfile
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from dpsynrag.models.lazy import LazyModels
+from dpsynrag.models.protocols import LLM, IdentifiedEmbedder
 from dpsynrag.pipeline.worker import ModelWorker
+
+if TYPE_CHECKING:  # the settings' module imports torch: annotations only
+    from dpsynrag.transforms.public_prior import PublicPriorSettings
 
 # votes (active groups x vocab, float64) and the active groups' global indices -> tokens
 DriverSampler = Callable[[np.ndarray, list[int]], np.ndarray]
@@ -34,6 +39,8 @@ CHUNK_DOCS = 64  # documents per task for the sharded stages
 
 
 class Runner(Protocol):
+    """What the build and the evaluation call on a runner (``LocalRunner``, ``RayRunner``)."""
+
     def llm_identity(self) -> dict[str, Any]: ...
     def embedder_identity(self) -> dict[str, Any]: ...
     def llm_keywords(self, texts: Sequence[str], K: int, prompt: str | None,
@@ -44,7 +51,7 @@ class Runner(Protocol):
     def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
                 max_new_tokens: int, clip: float, temperature: float,
                 batch_rows: int | None, response_prefix: str | Sequence[str] = "",
-                public_prior: Any = None) -> list[str]: ...
+                public_prior: PublicPriorSettings | None = None) -> list[str]: ...
     def close(self) -> None: ...
 
 
@@ -111,9 +118,12 @@ def _balanced_shards(groups: Sequence[Sequence[str]], n: int) -> list[list[int]]
 class LocalRunner:
     """Everything in this process: for laptops, tests and debugging (``--runner local``)."""
 
-    def __init__(self, llm: Any = None, embedder: Any = None, device: str | None = None,
-                 dtype: str | None = None) -> None:
-        self.worker = ModelWorker(llm, embedder, device, dtype)
+    def __init__(self, llm: LLM | str | None = None,
+                 embedder: IdentifiedEmbedder | str | None = None, device: str | None = None,
+                 dtype: str | None = None, *, models: LazyModels | None = None) -> None:
+        """``llm``/``embedder``: paths, ``None`` (packaged) or loaded objects; or ``models``,
+        the caller's own (the evaluation shares them with its answering step)."""
+        self.worker = ModelWorker(llm, embedder, device, dtype, models=models)
 
     def llm_identity(self) -> dict[str, Any]:
         return self.worker.llm_identity()
@@ -149,7 +159,7 @@ class LocalRunner:
     def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
                 max_new_tokens: int, clip: float, temperature: float,
                 batch_rows: int | None, response_prefix: str | Sequence[str] = "",
-                public_prior: Any = None) -> list[str]:
+                public_prior: PublicPriorSettings | None = None) -> list[str]:
         worker = self.worker
         worker.start_prediction(groups, prompt=prompt, max_new_tokens=max_new_tokens, clip=clip,
                                 temperature=temperature, batch_rows=batch_rows,
@@ -286,7 +296,8 @@ class RayRunner:
                  state_dir: Path | None = None, ordered: bool = False) -> None:
         import ray
 
-        self._ray = ray
+        # the module, untyped here: Ray's stubs pick get()'s list overload for an actor call
+        self._ray: Any = ray
         self.ordered = ordered
         self._owns_ray = not ray.is_initialized()
         self._temp_dir: Path | None = None
@@ -306,11 +317,14 @@ class RayRunner:
                 extra["_temp_dir"] = str(temp_dir)
             with _keep_signal_handlers():
                 ray.init(address=address, include_dashboard=False, configure_logging=True,
-                         logging_level="warning", log_to_driver=True,
+                         logging_level="warning",  # type: ignore[arg-type]  # a name is fine
+                         log_to_driver=True,
                          runtime_env={"env_vars": _worker_env()}, **extra)
         count, options = _actor_layout(ray, workers, device)
-        actor = ray.remote(ModelWorker).options(**options, max_concurrency=1)
-        self.workers = [actor.remote(llm, embedder, device, dtype) for _ in range(count)]
+        # Ray's stubs type an actor's methods as plain functions (no ``.remote``): handles are Any
+        actor: Any = ray.remote(ModelWorker).options(**options, max_concurrency=1)
+        self.workers: list[Any] = [actor.remote(llm, embedder, device, dtype)
+                                   for _ in range(count)]
         ray.get([w.ping.remote() for w in self.workers])
 
     def _map(self, method: str, texts: Sequence[str], progress: Progress,
@@ -356,7 +370,7 @@ class RayRunner:
     def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
                 max_new_tokens: int, clip: float, temperature: float,
                 batch_rows: int | None, response_prefix: str | Sequence[str] = "",
-                public_prior: Any = None) -> list[str]:
+                public_prior: PublicPriorSettings | None = None) -> list[str]:
         ray = self._ray
         shards = _balanced_shards(groups, len(self.workers))
         calls = [(self.workers[i], shard) for i, shard in enumerate(shards)]

@@ -24,9 +24,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpsynrag.pipeline.context import BuildContext, StageResult
+from dpsynrag.transforms.clustering import soft_clusters as clusters_of
+from dpsynrag.transforms.histogram import released_top_keywords
+from dpsynrag.transforms.keywords import statistical_keywords
+from dpsynrag.transforms.retrieval import retrieve_cluster
+from dpsynrag.transforms.vocabulary import public_vocabulary
 
 if TYPE_CHECKING:
     from dpsynrag.pipeline.config import BuildConfig
+    from dpsynrag.transforms.public_prior import PublicPriorSettings
     from dpsynrag.transforms.vocabulary import PublicVocabulary
 
 DEFAULT_REPHRASE_PROMPT = (
@@ -42,8 +48,6 @@ __all__ = ["DEFAULT_REPHRASE_PROMPT", "model_eos_ids", "public_prior_settings", 
 
 def token_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
     """Run stages (a)-(e) over the documents ``texts``; return one text per cluster."""
-    from dpsynrag.transforms.vocabulary import public_vocabulary
-
     vocab = public_vocabulary()
     doc_keywords, top_words = keyword_histogram(ctx, texts, vocab)  # (a)
     clusters = soft_clusters(ctx, doc_keywords, top_words)  # (b)
@@ -60,8 +64,6 @@ def keyword_histogram(ctx: BuildContext, texts: list[str], vocab: PublicVocabula
                       ) -> tuple[list[list[str]], list[str]]:
     """(a): each document's keywords (private, checkpoint ``keywords``) and the top R words of
     the released noisy histogram over the public vocabulary."""
-    from dpsynrag.transforms.histogram import released_top_keywords
-
     doc_keywords = ctx.state.checkpoint(
         "keywords", lambda: _document_keywords(ctx, texts, vocab), stage=SECONDS_A)
     with ctx.state.timed(SECONDS_A):
@@ -73,8 +75,6 @@ def keyword_histogram(ctx: BuildContext, texts: list[str], vocab: PublicVocabula
 
 def _document_keywords(ctx: BuildContext, texts: list[str], vocab: PublicVocabulary
                        ) -> list[list[str]]:
-    from dpsynrag.transforms.keywords import statistical_keywords
-
     config = ctx.config
     ctx.log("(a) extracting keywords")
     if config.keywords == "statistical":
@@ -91,8 +91,6 @@ def soft_clusters(ctx: BuildContext, doc_keywords: list[list[str]], top_words: l
                   ) -> list[list[int]]:
     """(b): the clusters' document indices (checkpoint ``clusters``); a rule of the
     documents' keywords and the released top words."""
-    from dpsynrag.transforms.clustering import soft_clusters as clusters_of
-
     return ctx.state.checkpoint(
         "clusters", lambda: clusters_of(doc_keywords, top_words, ctx.config.L),
         stage=SECONDS_B)
@@ -117,8 +115,6 @@ def _embeddings_path(ctx: BuildContext) -> Path:
 
 def _select(ctx: BuildContext, texts: list[str], clusters: list[list[int]]
             ) -> list[list[int]]:
-    from dpsynrag.transforms.retrieval import retrieve_cluster
-
     if ctx.config.no_retrieval:  # ablation: S_r = C_r, nothing released
         return [list(members) for members in clusters]
     path = _embeddings_path(ctx)
@@ -158,6 +154,7 @@ def private_prediction(ctx: BuildContext, texts: list[str], selected: list[list[
 
 def _predict(ctx: BuildContext, texts: list[str], selected: list[list[int]],
              top_words: list[str]) -> dict[str, list[Any]]:
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.transforms.prediction_release import LedgerTokenSampler, charge_unstarted
 
     config = ctx.config
@@ -199,7 +196,8 @@ def _reply_prefixes(config: BuildConfig, top_words: list[str]) -> str | list[str
     return [prefix.replace("{keyword}", word) for word in top_words]
 
 
-def public_prior_settings(config: BuildConfig, top_words: list[str]) -> Any:
+def public_prior_settings(config: BuildConfig,
+                          top_words: list[str]) -> PublicPriorSettings | None:
     """The public-difference sampler's settings (issue 15), or None without --public-prior.
 
     Each cluster's public text is ``--public-document`` with ``{keyword}`` replaced by its
@@ -207,6 +205,7 @@ def public_prior_settings(config: BuildConfig, top_words: list[str]) -> Any:
     """
     if not config.public_prior:
         return None
+    # loads torch: imported when this runs, not with this module
     from dpsynrag.transforms.public_prior import PublicPriorSettings
 
     template = config.public_document or "{keyword}"

@@ -11,9 +11,17 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from dpsynrag.models.lazy import LazyModels
+from dpsynrag.models.protocols import LLM, IdentifiedEmbedder
+from dpsynrag.transforms.keywords import llm_keywords
+from dpsynrag.transforms.vocabulary import public_vocabulary
+
+if TYPE_CHECKING:  # the settings' module imports torch: annotations only
+    from dpsynrag.transforms.public_prior import PublicPriorSettings
 
 
 class _Cancelled(Exception):
@@ -22,34 +30,25 @@ class _Cancelled(Exception):
 
 class ModelWorker:
     """Loads the models lazily. ``llm``/``embedder`` are a path, ``None`` (packaged) or an
-    already loaded object (in-process runs and tests)."""
+    already loaded object (in-process runs and tests); or ``models`` holds both, shared with
+    the caller (the evaluation answers with the same loaded models as its builds)."""
 
-    def __init__(self, llm: Any = None, embedder: Any = None, device: str | None = None,
-                 dtype: str | None = None) -> None:
-        self._llm_source, self._embedder_source = llm, embedder
-        self._device, self._dtype = device, dtype
-        self._llm: Any = None if llm is None or isinstance(llm, str) else llm
-        self._embedder: Any = None if embedder is None or isinstance(embedder, str) else embedder
+    def __init__(self, llm: LLM | str | None = None,
+                 embedder: IdentifiedEmbedder | str | None = None, device: str | None = None,
+                 dtype: str | None = None, *, models: LazyModels | None = None) -> None:
+        self.models = models if models is not None else LazyModels(llm, embedder, device, dtype)
         self._requests: queue.Queue[tuple[Any, ...]] = queue.Queue()
-        self._answers: queue.Queue[Any] = queue.Queue()
+        self._answers: queue.Queue[list[int] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ models
     @property
-    def llm(self) -> Any:
-        if self._llm is None:
-            from dpsynrag.models.llm import load_llm
-
-            self._llm = load_llm(self._llm_source, device=self._device, dtype=self._dtype)
-        return self._llm
+    def llm(self) -> LLM:
+        return self.models.llm
 
     @property
-    def embedder(self) -> Any:
-        if self._embedder is None:
-            from dpsynrag.models.embedder import load_embedder
-
-            self._embedder = load_embedder(self._embedder_source, device=self._device)
-        return self._embedder
+    def embedder(self) -> IdentifiedEmbedder:
+        return self.models.embedder
 
     def llm_identity(self) -> dict[str, Any]:
         llm = self.llm
@@ -67,9 +66,6 @@ class ModelWorker:
     # ------------------------------------------------------------------ deterministic stages
     def llm_keywords(self, texts: Sequence[str], K: int, prompt: str | None,
                      batch_size: int = 16) -> list[list[str]]:
-        from dpsynrag.transforms.keywords import llm_keywords
-        from dpsynrag.transforms.vocabulary import public_vocabulary
-
         return llm_keywords(self.llm, list(texts), public_vocabulary(), K, prompt=prompt,
                             batch_size=batch_size)
 
@@ -77,6 +73,7 @@ class ModelWorker:
         return self.embedder.encode(list(texts))
 
     def self_filter(self, texts: Sequence[str], prompt: str | None) -> list[bool]:
+        # loads torch: imported when this runs, not with this module
         from dpsynrag.transforms.self_filter import self_filter
 
         return self_filter(self.llm, list(texts), prompt=prompt)
@@ -86,8 +83,9 @@ class ModelWorker:
                          max_new_tokens: int, clip: float, temperature: float,
                          batch_rows: int | None = None,
                          response_prefix: str | Sequence[str] = "",
-                         public_prior: Any = None) -> None:
+                         public_prior: PublicPriorSettings | None = None) -> None:
         """Start the engine on ``groups``; its votes come out of ``next_request``."""
+        # loads torch and transformers: imported when this runs, not with this module
         from dpsynrag.transforms.private_prediction import private_predict
 
         if self._thread is not None and self._thread.is_alive():

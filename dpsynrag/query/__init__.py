@@ -16,6 +16,7 @@ __all__ = ["METHODS", "QueryResult", "QueryService", "make_settings"]
 def __getattr__(name: str) -> Any:
     """Import the service (and with it torch) only when it is used, not for ``--help``."""
     if name in __all__:
+        # loads torch and transformers: imported when this runs, not with this module
         from dpsynrag.query import service
 
         return getattr(service, name)

@@ -42,6 +42,7 @@ from dpsynrag.accounting.corpus_ledger import ChargeReceipt, consume_receipts
 from dpsynrag.accounting.ptr import find_best_k, ptr_stable_gap
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.models.greedy import answer_questions
+from dpsynrag.models.protocols import LLM, Embedder
 from dpsynrag.prompts.query import keyword_prompt, sanitize_question, single_document_prompt
 from dpsynrag.prompts.rag import no_context_prompt
 from dpsynrag.query.private_corpus import PrivateCorpus
@@ -136,7 +137,7 @@ def release_keywords(responses: Sequence[str], question: str, settings: DPKsaSet
     return KeywordRelease(k_hat, passed, keywords)
 
 
-def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: Any, embedder: Any,
+def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: LLM, embedder: Embedder,
            settings: DPKsaSettings, rng: RandomSource, *,
            receipts: Sequence[ChargeReceipt],
            responses: Sequence[Sequence[str]] | None = None,
@@ -166,8 +167,8 @@ def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: Any, embedder: 
     return answer_questions(llm, finals, max_new_tokens=settings.final_tokens)
 
 
-def ensemble_responses(questions: Sequence[str], corpus: PrivateCorpus, llm: Any,
-                       embedder: Any, settings: DPKsaSettings) -> list[list[str]]:
+def ensemble_responses(questions: Sequence[str], corpus: PrivateCorpus, llm: LLM,
+                       embedder: Embedder, settings: DPKsaSettings) -> list[list[str]]:
     """Steps 1-2: the N one-document greedy answers per question.
 
     PRIVATE output that releases nothing by itself: it must only be kept 0600 (the

@@ -48,6 +48,7 @@ from dpsynrag.accounting.threshold import (
     top_p_interval_log_weights,
 )
 from dpsynrag.accounting.token_sampling import sample_tokens
+from dpsynrag.models.protocols import LLM, Embedder
 from dpsynrag.prompts.query import collapse, document_prompt, sanitize_question
 from dpsynrag.prompts.rag import no_context_prompt
 from dpsynrag.query.private_corpus import PrivateCorpus
@@ -137,7 +138,7 @@ def select_documents(corpus: PrivateCorpus, question_vector: np.ndarray,
     return [int(i) for i in np.flatnonzero(clipped > theta)]
 
 
-def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: Any, embedder: Any,
+def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: LLM, embedder: Embedder,
            settings: DPRagSettings, rng: RandomSource, *,
            receipts: Sequence[ChargeReceipt], batch_rows: int | None = None) -> list[str]:
     """DP-RAG answers to ``questions``, one committed charge each.

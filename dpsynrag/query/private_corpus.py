@@ -33,11 +33,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from dpsynrag.accounting.corpus_ledger import RECORD_UNIT, privacy_unit_definition
+from dpsynrag.io.private_files import write_private
+from dpsynrag.io.reader import read_documents
+from dpsynrag.io.units import bound_units
+from dpsynrag.models.protocols import Embedder
 
 
 class QueryInputError(ValueError):
@@ -81,14 +84,14 @@ class PrivateCorpus:
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def from_texts(cls, ids: Sequence[str], texts: Sequence[str], embedder: Any, *,
+    def from_texts(cls, ids: Sequence[str], texts: Sequence[str], embedder: Embedder, *,
                    source: str = "", privacy_unit: str = RECORD_UNIT) -> PrivateCorpus:
         """Embed ``texts`` with ``embedder`` (unit rows)."""
         vectors = embedder.encode(list(texts)) if texts else np.zeros((0, 1), np.float32)
         return cls(list(ids), list(texts), vectors, source, privacy_unit)
 
     @classmethod
-    def from_path(cls, path: str | Path, embedder: Any, *, text_column: str = "text",
+    def from_path(cls, path: str | Path, embedder: Embedder, *, text_column: str = "text",
                   id_column: str | None = "id", unit_column: str | None = None,
                   unit_bound: str = "pick", max_chars: int | None = 20000,
                   cache_dir: Path | None = None) -> PrivateCorpus:
@@ -100,9 +103,6 @@ class PrivateCorpus:
         looks at each unit's own records only: adding or removing a unit changes one
         document. Errors name the file and row, never text.
         """
-        from dpsynrag.io.reader import read_documents
-        from dpsynrag.io.units import bound_units
-
         definition = privacy_unit_definition(unit_column, unit_bound)
         docs = read_documents(path, text_column=text_column, id_column=id_column,
                               unit_column=unit_column or None, max_chars=max_chars)
@@ -142,7 +142,7 @@ class PrivateCorpus:
 
 
 def cached_vectors(cache_dir: Path, ids: Sequence[str], texts: Sequence[str],
-                   embedder: Any) -> np.ndarray:
+                   embedder: Embedder) -> np.ndarray:
     """The documents' embeddings, computed once per (documents, embedder) and kept in
     ``cache_dir`` (0700; files 0600): repeated ``dpsynrag query`` calls on one corpus do not
     re-embed it. The file name is a sha256 of the embedder's identity and every id and text,
@@ -158,7 +158,6 @@ def cached_vectors(cache_dir: Path, ids: Sequence[str], texts: Sequence[str],
         vectors = np.load(path, allow_pickle=False)
         if vectors.ndim == 2 and vectors.shape[0] == len(texts):
             return vectors
-    from dpsynrag.io.private_files import write_private
 
     vectors = np.asarray(embedder.encode(list(texts)), dtype=np.float32)
     cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -12,13 +12,14 @@ from typing import Any
 
 import torch
 
-from dpsynrag.transforms.decoding_reference import feed_token, prefill_rows
+from dpsynrag.models.protocols import LLM
+from dpsynrag.transforms.kv_cache import feed_token, prefill_rows
 
 
 class PublicStream:
     """Next-token log-probabilities of ``prompt_ids`` followed by the tokens fed so far."""
 
-    def __init__(self, llm: Any, prompt_ids: Sequence[int]) -> None:
+    def __init__(self, llm: LLM, prompt_ids: Sequence[int]) -> None:
         if not prompt_ids:
             raise ValueError("the public prompt is empty")
         self._llm = llm

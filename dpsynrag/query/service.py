@@ -25,8 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpsynrag.accounting.corpus_ledger import BudgetRefusedError, ChargeReceipt, CorpusLedger
+from dpsynrag.accounting.corpus_ledger import (
+    BudgetRefusedError,
+    ChargeReceipt,
+    CorpusLedger,
+    default_corpus_ledger_path,
+    privacy_unit_definition,
+)
 from dpsynrag.accounting.rng import RandomSource, secure_rng
+from dpsynrag.models.embedder import load_embedder
+from dpsynrag.models.llm import load_llm
+from dpsynrag.models.protocols import LLM, Embedder
 from dpsynrag.query import dp_ksa, dp_rag, sparse_vote
 from dpsynrag.query.private_corpus import PrivateCorpus
 
@@ -67,10 +76,10 @@ class QueryService:
     ``NoCapError``; set one with ``dpsynrag ledger cap``).
     """
 
-    def __init__(self, corpus: PrivateCorpus | None, ledger: CorpusLedger | None, llm: Any,
-                 embedder: Any, *, rng: RandomSource | None = None,
-                 allow_no_cap: bool = False,
-                 load: Callable[[], tuple[PrivateCorpus, Any, Any]] | None = None,
+    def __init__(self, corpus: PrivateCorpus | None, ledger: CorpusLedger | None,
+                 llm: LLM | None, embedder: Embedder | None, *,
+                 rng: RandomSource | None = None, allow_no_cap: bool = False,
+                 load: Callable[[], tuple[PrivateCorpus, LLM, Embedder]] | None = None,
                  privacy_unit: str | None = None) -> None:
         """``load`` (from ``open``) reads, bounds and embeds the corpus and loads the models
         the first time they are needed: after the charges, so a refused question costs no
@@ -103,13 +112,15 @@ class QueryService:
         return self._corpus
 
     @property
-    def llm(self) -> Any:
+    def llm(self) -> LLM:
         self._ensure_loaded()
+        assert self._llm is not None, "no language model was given"
         return self._llm
 
     @property
-    def embedder(self) -> Any:
+    def embedder(self) -> Embedder:
         self._ensure_loaded()
+        assert self._embedder is not None, "no embedder was given"
         return self._embedder
 
     @property
@@ -135,13 +146,6 @@ class QueryService:
         loads anything, so a query that would be refused reads nothing private and loads no
         model (measured: a refusal took 18 s when the corpus was embedded first).
         """
-        from dpsynrag.accounting.corpus_ledger import (
-            default_corpus_ledger_path,
-            privacy_unit_definition,
-        )
-        from dpsynrag.models.embedder import load_embedder
-        from dpsynrag.models.llm import load_llm
-
         unit = privacy_unit_definition(unit_column, unit_bound)
         path = Path(ledger) if ledger else default_corpus_ledger_path(Path(private_input))
         opened = CorpusLedger(path)
@@ -151,7 +155,7 @@ class QueryService:
             opened.close()
             raise
 
-        def load() -> tuple[PrivateCorpus, Any, Any]:
+        def load() -> tuple[PrivateCorpus, LLM, Embedder]:
             loaded_embedder = load_embedder(embedder)
             corpus = PrivateCorpus.from_path(private_input, loaded_embedder,
                                              text_column=text_column, id_column=id_column,

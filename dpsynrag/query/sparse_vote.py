@@ -42,6 +42,7 @@ from dpsynrag.accounting.corpus_ledger import ChargeReceipt, consume_receipts
 from dpsynrag.accounting.limited_domain import limited_domain_top1
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.accounting.sparse_vector import SparseVectorBelow
+from dpsynrag.models.protocols import LLM, Embedder
 from dpsynrag.prompts.query import collapse, document_prompt, sanitize_question
 from dpsynrag.prompts.rag import no_context_prompt
 from dpsynrag.query.private_corpus import PrivateCorpus
@@ -134,7 +135,7 @@ class _QueryState:
         self.private_tokens = 0
 
 
-def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: Any, embedder: Any,
+def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: LLM, embedder: Embedder,
            settings: SparseVoteSettings, rng: RandomSource, *,
            receipts: Sequence[ChargeReceipt], batch_rows: int | None = None) -> list[str]:
     """(Sparse)VoteRAG answers, one committed charge each.

@@ -207,8 +207,8 @@ class PackedEngine:
         if batch_rows < 1:
             raise ValueError("batch_rows must be positive")
         shared = tuple(prefix_ids)
-        for g in groups:
-            for row in g:
+        for rows in groups:
+            for row in rows:
                 if len(row) <= prefix_len or tuple(row[:prefix_len]) != shared:
                     raise ValueError("every row must start with the shared prefix and keep "
                                      "a token of its own")

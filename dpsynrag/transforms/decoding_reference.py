@@ -18,22 +18,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from dpsynrag.accounting.clipping import clip_logits
-
-if TYPE_CHECKING:
-    from dpsynrag.transforms.public_prior import PublicPrior
+from dpsynrag.models.protocols import CausalLM
+from dpsynrag.transforms.kv_cache import feed_token, prefill_rows
+from dpsynrag.transforms.public_prior import PublicPrior
 
 Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
+
+# the per-row steps the loop calls, by module name (a batch-invariance test spies on _prefill)
+_prefill, _feed = prefill_rows, feed_token
 
 
 @torch.inference_mode()
 def reference_tokens(
-    model: Any,
+    model: CausalLM,
     groups: Sequence[Sequence[Sequence[int]]],
     *,
     max_new_tokens: int,
@@ -94,43 +97,3 @@ def reference_tokens(
     if timings is not None:
         timings.update(clock)
     return results
-
-
-def _prefill(
-    model: Any, rows: Sequence[Sequence[int]], device: torch.device
-) -> tuple[torch.Tensor, dict[str, Any]]:
-    width = max(len(r) for r in rows)
-    ids = torch.zeros((len(rows), width), dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row):] = torch.tensor(list(row), dtype=torch.long)
-        mask[i, width - len(row):] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                logits_to_keep=1)
-    state = {"mask": mask, "next": positions[:, -1:] + 1, "cache": out.past_key_values}
-    return out.logits[:, -1].float(), state
-
-
-def _feed(model: Any, state: dict[str, Any], token: int) -> tuple[torch.Tensor, dict[str, Any]]:
-    mask = state["mask"]
-    mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-    ids = torch.full_like(state["next"], token)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=state["next"],
-                past_key_values=state["cache"], use_cache=True)
-    state = {"mask": mask, "next": state["next"] + 1, "cache": out.past_key_values}
-    return out.logits[:, -1].float(), state
-
-
-def prefill_rows(
-    model: Any, rows: Sequence[Sequence[int]], device: torch.device
-) -> tuple[torch.Tensor, dict[str, Any]]:
-    """Run left-padded ``rows`` once; their next-token logits and a cache state for feeding."""
-    return _prefill(model, rows, device)
-
-
-def feed_token(model: Any, state: dict[str, Any], token: int) -> tuple[torch.Tensor,
-                                                                       dict[str, Any]]:
-    """Append ``token`` to every row of ``state``; the next-token logits and the new state."""
-    return _feed(model, state, token)

@@ -51,6 +51,8 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from dpsynrag.models.protocols import CausalLM
+
 
 @dataclass(frozen=True)
 class Family:
@@ -127,7 +129,7 @@ def _rope_types(config: Any) -> list[Any]:
             for p in params.values()]
 
 
-def unsupported_reason(model: Any) -> str | None:
+def unsupported_reason(model: CausalLM) -> str | None:
     """Why the packed engine cannot drive ``model`` exactly (``None`` when it can).
 
     A function of the model's class, configuration and module layout only (public).
@@ -137,6 +139,7 @@ def unsupported_reason(model: Any) -> str | None:
     family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
     if family is None:
         return f"not one of the supported decoder families: {', '.join(sorted(FAMILIES))}"
+    assert config is not None  # a family was found from the config's model_type
     inner = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)
     if inner is None or not layers or not all(
@@ -146,9 +149,10 @@ def unsupported_reason(model: Any) -> str | None:
         return "the model has no LM head"
     if getattr(config, "use_bidirectional_attention", False):
         return "bidirectional attention is not causal decoding"
-    attn_needed = ("q_proj", "k_proj", "v_proj", "o_proj", "scaling", "head_dim")
+    attn_needed: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "scaling", "head_dim")
     attn_needed += ("q_norm", "k_norm") if family.qk_norm else ()
-    layer_needed = ("input_layernorm", "post_attention_layernorm", "mlp", "self_attn")
+    layer_needed: tuple[str, ...] = ("input_layernorm", "post_attention_layernorm", "mlp",
+                                     "self_attn")
     layer_needed += (("pre_feedforward_layernorm", "post_feedforward_layernorm")
                      if family.sandwich_norms else ())
     for layer in layers[: config.num_hidden_layers]:
@@ -172,7 +176,7 @@ def unsupported_reason(model: Any) -> str | None:
     return None
 
 
-def supports(model: Any) -> bool:
+def supports(model: CausalLM) -> bool:
     """True when ``model`` is a causal LM of a family this module drives exactly."""
     return unsupported_reason(model) is None
 
@@ -194,7 +198,7 @@ Rotary = dict[str | None, tuple[torch.Tensor, torch.Tensor]]
 class DecoderStack:
     """The forward passes of one decoder-only model (a family of ``FAMILIES``)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: CausalLM) -> None:
         reason = unsupported_reason(model)
         if reason is not None:
             model_type = getattr(getattr(model, "config", None), "model_type", None)
@@ -306,7 +310,7 @@ class DecoderStack:
             q, k, v = self._qkv(layer, x, *rot[self.rope_keys[li]])
             kv_out[li, 0] = k
             kv_out[li, 1] = v
-            if p_len:
+            if prefix is not None and p_len:  # p_len > 0 only with a prefix
                 pk = prefix.kv[li, 0].unsqueeze(0).expand(n, -1, -1, -1)
                 pv = prefix.kv[li, 1].unsqueeze(0).expand(n, -1, -1, -1)
                 k = torch.cat([pk, k], dim=2)

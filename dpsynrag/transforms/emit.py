@@ -35,6 +35,7 @@ from dpsynrag.io.output_files import (
     RESERVED_FILES,
     sha256_file,
 )
+from dpsynrag.models.protocols import NamedEmbedder
 from dpsynrag.models.vectors import unit_rows
 
 MANIFEST_FORMAT = "dpsynrag-output"
@@ -56,7 +57,7 @@ def write_output(
     cluster_keywords: Sequence[str],
     kept: Sequence[bool],
     token_counts: Sequence[int],
-    embedder: Any,
+    embedder: NamedEmbedder,
     extra_files: Mapping[str, bytes | str | Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write corpus.parquet, index.faiss, the extra files and manifest.json into ``out_dir``.

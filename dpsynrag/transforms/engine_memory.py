@@ -50,6 +50,8 @@ from typing import Any
 import torch
 
 from dpsynrag.models.devices import free_cuda_memory
+from dpsynrag.models.protocols import LLM
+from dpsynrag.transforms.decoding_stack import DecoderStack
 
 FRACTION = 0.85  # of the free memory measured at load
 ROW_SHARE = 0.75  # of the budget, at most, for the rows
@@ -78,7 +80,7 @@ class ModelSizes:
     dtype_bytes: int
 
     @classmethod
-    def of(cls, stack: Any, config: Any) -> ModelSizes:
+    def of(cls, stack: DecoderStack, config: Any) -> ModelSizes:
         """From a ``DecoderStack`` and its model's config."""
         hidden = int(stack.embed.weight.shape[1])
         return cls(layers=int(stack.n_layers), heads=int(stack.n_heads),
@@ -163,7 +165,7 @@ def planned_width(max_new_tokens: int) -> int:
     return width
 
 
-def free_memory(llm: Any) -> int:
+def free_memory(llm: LLM) -> int:
     """Free bytes on ``llm``'s CUDA device as measured once: ``llm.free_memory`` (taken by
     ``load_llm`` right after loading), else measured now and kept on ``llm`` (a model built
     outside ``load_llm``: then measure it before any document reaches it)."""

@@ -160,7 +160,8 @@ def select_facts(
             continue
         cut = max(float(c_abs), rule.frac * support)
         cut_phrases = max(float(c_abs), rule.frac_phrases * support)
-        kept = [j for j in np.flatnonzero(row >= min(cut, cut_phrases)) if domain[j] != anchor]
+        kept = [int(j) for j in np.flatnonzero(row >= min(cut, cut_phrases))
+                if domain[int(j)] != anchor]
         kept.sort(key=lambda j: (-int(row[j]), domain[j]))
         chosen_phrases = tuple(domain[j] for j in kept
                                if domain[j] in phrase_set and row[j] >= cut_phrases)

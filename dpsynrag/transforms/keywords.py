@@ -30,7 +30,7 @@ from dpsynrag.prompts.templates import load_prompt
 from dpsynrag.transforms.vocabulary import PublicVocabulary
 
 if TYPE_CHECKING:
-    from dpsynrag.models.llm import LoadedLLM
+    from dpsynrag.models.protocols import LLM
 
 _WORD = re.compile(r"[A-Za-z]+")
 _LIST_MARKER = re.compile(r"^\s*(?:\(?\d{1,3}[.):]|\(?[A-Za-z][.)]|[-*+\u2022\u00b7\u2013>])\s+")
@@ -237,7 +237,7 @@ def statistical_keywords(texts: Sequence[str], vocab: PublicVocabulary,
 
 # ---------------------------------------------------------------------------- LLM
 def llm_keywords(
-    llm: LoadedLLM,
+    llm: LLM,
     texts: Sequence[str],
     vocab: PublicVocabulary,
     K: int,

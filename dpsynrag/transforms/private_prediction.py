@@ -48,14 +48,16 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
 
 from dpsynrag.accounting.clipping import clip_logits
+from dpsynrag.accounting.public_difference import difference_clip, prior_votes, public_support
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.accounting.token_sampling import sample_tokens
+from dpsynrag.models.protocols import LLM, CausalLM, Tokenizer
 from dpsynrag.prompts.templates import PLACEHOLDER
 from dpsynrag.transforms import decoding_stack
 from dpsynrag.transforms.decoding_packed import PackedEngine, RowTransform, StepReport
@@ -68,7 +70,12 @@ from dpsynrag.transforms.engine_memory import (
     plan_engine_memory,
     planned_width,
 )
-from dpsynrag.transforms.public_prior import PublicPrior, PublicPriorSettings
+from dpsynrag.transforms.public_prior import (
+    PublicPrior,
+    PublicPriorSettings,
+    candidate_forced,
+    candidate_next,
+)
 
 # marks the document's place when the chat template is rendered to text (never tokenised)
 _MARK = "\ue000dpsynrag-document\ue000"
@@ -98,7 +105,7 @@ def _check(clip: float, temperature: float | None, max_new_tokens: int) -> None:
         raise ValueError("max_new_tokens must be a non-negative integer")
 
 
-def response_prefix_ids(llm: Any, response_prefix: str) -> list[int]:
+def response_prefix_ids(llm: LLM, response_prefix: str) -> list[int]:
     """Token ids of a public text that every reply starts with (no special tokens)."""
     if not response_prefix:
         return []
@@ -126,7 +133,7 @@ class PromptLayout:
     gap: str = ""
 
 
-def _chat_text(llm: Any, message: str) -> tuple[str, bool]:
+def _chat_text(llm: LLM, message: str) -> tuple[str, bool]:
     """The text ``llm.chat_prompt_ids`` tokenises for ``message``, and whether it adds the
     tokenizer's special tokens (only without a chat template)."""
     tokenizer = llm.tokenizer
@@ -137,11 +144,11 @@ def _chat_text(llm: Any, message: str) -> tuple[str, bool]:
     return f"User: {message}\nAssistant:", True
 
 
-def _encode(tokenizer: Any, text: str, add_special_tokens: bool) -> list[int]:
+def _encode(tokenizer: Tokenizer, text: str, add_special_tokens: bool) -> list[int]:
     return [int(t) for t in tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]]
 
 
-def prompt_layout(llm: Any, prompt: str) -> PromptLayout:
+def prompt_layout(llm: LLM, prompt: str) -> PromptLayout:
     """The public layout of ``prompt``: the template rendered around the document placeholder.
 
     A function of the prompt, the chat template, the tokenizer and fixed public probe
@@ -173,7 +180,7 @@ def prompt_layout(llm: Any, prompt: str) -> PromptLayout:
     return best if best is not None else none
 
 
-def _head_ids(tokenizer: Any, head: str, special: bool) -> list[int]:
+def _head_ids(tokenizer: Tokenizer, head: str, special: bool) -> list[int]:
     """Token ids of the head text; a trailing special token (e.g. an EOS some tokenizers
     append to any text) is dropped when the tokenizer adds its special tokens."""
     ids = _encode(tokenizer, head, special)
@@ -184,7 +191,7 @@ def _head_ids(tokenizer: Any, head: str, special: bool) -> list[int]:
     return ids
 
 
-def document_row_ids(llm: Any, layout: PromptLayout, document: str) -> tuple[int, ...]:
+def document_row_ids(llm: LLM, layout: PromptLayout, document: str) -> tuple[int, ...]:
     """Token ids of one document's chat prompt, guaranteed to start with ``layout.prefix``.
 
     The joint tokenisation of the whole prompt when it starts with the public prefix (the
@@ -220,7 +227,7 @@ def public_prefix_length(layouts: Sequence[PromptLayout]) -> int:
 
 @torch.inference_mode()
 def aggregated_logits(
-    llm: Any, docs: Sequence[str], *, prompt: str, generated: Sequence[int], clip: float,
+    llm: LLM, docs: Sequence[str], *, prompt: str, generated: Sequence[int], clip: float,
     response_prefix: str = "",
 ) -> torch.Tensor:
     """z = sum over ``docs`` of clip_c(next-token logits after ``generated``), float64 (vocab,).
@@ -242,7 +249,7 @@ def aggregated_logits(
     return total
 
 
-def candidate_ids(llm: Any, candidates: Sequence[str]) -> list[tuple[int, ...]]:
+def candidate_ids(llm: LLM, candidates: Sequence[str]) -> list[tuple[int, ...]]:
     """Token ids of each released candidate string, as a word inside a reply (with a leading
     space) and at the start of one (without): public strings in, public ids out."""
     seen: dict[tuple[int, ...], None] = {}
@@ -254,7 +261,7 @@ def candidate_ids(llm: Any, candidates: Sequence[str]) -> list[tuple[int, ...]]:
     return list(seen)
 
 
-def _public_rows(llm: Any, prompts: Sequence[str], prefixes: Sequence[str],
+def _public_rows(llm: LLM, prompts: Sequence[str], prefixes: Sequence[str],
                  documents: Sequence[str]) -> list[tuple[int, ...]]:
     """Each group's public row: its prompt around its public text, then its reply prefix."""
     layouts = {p: prompt_layout(llm, p) for p in dict.fromkeys(prompts)}
@@ -262,7 +269,7 @@ def _public_rows(llm: Any, prompts: Sequence[str], prefixes: Sequence[str],
             for p, prefix, doc in zip(prompts, prefixes, documents, strict=True)]
 
 
-def _make_prior(llm: Any, settings: PublicPriorSettings, prompts: Sequence[str],
+def _make_prior(llm: LLM, settings: PublicPriorSettings, prompts: Sequence[str],
                 prefixes: Sequence[str], *, clip: float, temperature: float) -> PublicPrior:
     settings.validate()
     documents, candidates = settings.per_group(len(prompts))
@@ -277,7 +284,7 @@ def _make_prior(llm: Any, settings: PublicPriorSettings, prompts: Sequence[str],
 
 @torch.inference_mode()
 def aggregated_prior_votes(
-    llm: Any, docs: Sequence[str], *, prompt: str, generated: Sequence[int], clip: float,
+    llm: LLM, docs: Sequence[str], *, prompt: str, generated: Sequence[int], clip: float,
     temperature: float, public_prior: PublicPriorSettings, response_prefix: str = "",
 ) -> torch.Tensor:
     """The votes of one group under the public-difference sampler, float64 (vocab,).
@@ -287,13 +294,6 @@ def aggregated_prior_votes(
     the public term and -inf off the support. ``public_prior`` holds one group's public text
     and candidates (the first group's when it holds several).
     """
-    from dpsynrag.accounting.public_difference import (
-        difference_clip,
-        prior_votes,
-        public_support,
-    )
-    from dpsynrag.transforms.public_prior import candidate_forced, candidate_next
-
     _check(clip, temperature, 0)
     public_prior.validate()
     documents, candidates = public_prior.per_group(1) if isinstance(
@@ -324,7 +324,7 @@ def aggregated_prior_votes(
 
 
 def private_predict(
-    llm: Any,
+    llm: LLM,
     groups: Sequence[Sequence[str]],
     *,
     prompt: str | Sequence[str],
@@ -435,7 +435,7 @@ def private_predict(
 
 
 def packed_memory_plan(
-    llm: Any, stack: decoding_stack.DecoderStack, *, max_new_tokens: int, prefix_len: int,
+    llm: LLM, stack: decoding_stack.DecoderStack, *, max_new_tokens: int, prefix_len: int,
     batch_rows: int | None = None,
 ) -> tuple[int, int | None]:
     """``(batch_rows, doc_cache_bytes)`` for the packed engine; both public.
@@ -462,7 +462,7 @@ def packed_memory_plan(
     return plan.batch_rows, plan.doc_cache_bytes
 
 
-def _packed_engine_fits(model: Any) -> bool:
+def _packed_engine_fits(model: CausalLM) -> bool:
     """Whether the packed engine drives ``model`` exactly; if not, one warning line naming
     the model type and the reason (public: the model's configuration only, never data)."""
     reason = decoding_stack.unsupported_reason(model)
@@ -474,7 +474,7 @@ def _packed_engine_fits(model: Any) -> bool:
     return False
 
 
-def _decode(tokenizer: Any, tokens: list[int]) -> str:
+def _decode(tokenizer: Tokenizer, tokens: list[int]) -> str:
     """Text of the sampled tokens (post-processing; special tokens are dropped)."""
     known = len(tokenizer)
     return tokenizer.decode([t for t in tokens if t < known], skip_special_tokens=True)

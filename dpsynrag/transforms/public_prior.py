@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 from dpsynrag.accounting.public_difference import difference_clip, prior_votes, public_support
-from dpsynrag.transforms.decoding_reference import feed_token, prefill_rows
+from dpsynrag.models.protocols import CausalLM
+from dpsynrag.transforms.kv_cache import feed_token, prefill_rows
 
 DEFAULT_TOP_K = 50
 COMPLETE_AFTER = 2  # tokens of a candidate that must be generated before it is completed
@@ -142,7 +143,7 @@ class PriorStep:
 class PublicPrior:
     """The public rows of every group and their incremental KV caches (active groups only)."""
 
-    def __init__(self, model: Any, rows: Sequence[Sequence[int]],
+    def __init__(self, model: CausalLM, rows: Sequence[Sequence[int]],
                  candidates: Sequence[Sequence[tuple[int, ...]]], *, eos_ids: Iterable[int],
                  top_k: int, scale: float, clip: float, device: torch.device,
                  vocab_size: int) -> None:

@@ -16,10 +16,10 @@ logits are those of the text run on its own (up to float round-off).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
+from dpsynrag.models.protocols import LLM, CausalLM, Tokenizer
 from dpsynrag.prompts.templates import PLACEHOLDER, load_prompt
 
 YES_VARIANTS = ("YES", "Yes", "yes", " YES", " Yes", " yes")
@@ -35,7 +35,8 @@ def _check_prompt(prompt: str) -> str:
     return prompt
 
 
-def answer_token_ids(tokenizer: Any, vocab_size: int | None = None) -> tuple[list[int], list[int]]:
+def answer_token_ids(tokenizer: Tokenizer,
+                     vocab_size: int | None = None) -> tuple[list[int], list[int]]:
     """Token ids that start a YES answer and a NO answer.
 
     For each spelling the first token of its encoding is taken (for tokenizers that split
@@ -56,16 +57,16 @@ def answer_token_ids(tokenizer: Any, vocab_size: int | None = None) -> tuple[lis
             ids.add(token)
         return ids
 
-    yes, no = first_ids(YES_VARIANTS), first_ids(NO_VARIANTS)
-    shared = yes & no
-    yes, no = sorted(yes - shared), sorted(no - shared)
+    yes_ids, no_ids = first_ids(YES_VARIANTS), first_ids(NO_VARIANTS)
+    shared = yes_ids & no_ids
+    yes, no = sorted(yes_ids - shared), sorted(no_ids - shared)
     if not yes or not no:
         raise ValueError("the tokenizer has no token that starts a YES answer and a different "
                          "one that starts a NO answer")
     return yes, no
 
 
-def _forward_last_logits(model: Any, input_ids: torch.Tensor,
+def _forward_last_logits(model: CausalLM, input_ids: torch.Tensor,
                          attention_mask: torch.Tensor) -> torch.Tensor:
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
@@ -79,7 +80,7 @@ def _forward_last_logits(model: Any, input_ids: torch.Tensor,
 
 @torch.inference_mode()
 def decision_logits(
-    llm: Any, texts: Sequence[str], *, prompt: str | None = None, batch_size: int = 16
+    llm: LLM, texts: Sequence[str], *, prompt: str | None = None, batch_size: int = 16
 ) -> torch.Tensor:
     """(n, 2) float32 tensor: best YES logit and best NO logit at the start of each reply."""
     if isinstance(texts, str):
@@ -114,7 +115,7 @@ def decision_logits(
 
 
 def self_filter(
-    llm: Any, texts: Sequence[str], *, prompt: str | None = None, batch_size: int = 16
+    llm: LLM, texts: Sequence[str], *, prompt: str | None = None, batch_size: int = 16
 ) -> list[bool]:
     """Keep-flags for ``texts``: True where the model answers YES rather than NO.
 

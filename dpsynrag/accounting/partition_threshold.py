@@ -1,0 +1,187 @@
+"""The threshold and delta_A of DP partition selection: exact discrete Gaussian tails.
+
+The math behind ``partition_selection.release_partitions`` (see that module's docstring for
+the privacy argument), kept apart from the release so that the mechanism records
+(``mechanisms``) and the planner can re-derive a release's delta without importing the
+ledger. ``selection_threshold`` picks the smallest tau >= 2 whose delta_A does not exceed
+the requested delta, using ``discrete_gaussian_tail``, an upper bound of the exact tail
+computed with 60-digit arithmetic and rounded up.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from fractions import Fraction
+from statistics import NormalDist
+
+import mpmath
+import numpy as np
+
+__all__ = ["discrete_gaussian_tail", "partition_selection_delta", "selection_threshold"]
+
+_DIGITS = 60
+_NEGLIGIBLE = mpmath.mpf(10) ** -55  # relative size at which a series is cut
+_DIRECT_SIGMA = 500.0  # above this sigma, tails far from 0 are bounded by an integral
+
+
+def _check_sigma(sigma: float) -> float:
+    if isinstance(sigma, bool) or not (isinstance(sigma, int | float)
+                                       and math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"sigma must be a finite positive number, got {sigma!r}")
+    return float(sigma)
+
+
+def _check_int(value: object, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _one_sided_sum(a: mpmath.mpf, start: int) -> mpmath.mpf:
+    """sum_{x >= start} exp(-a x^2) for start >= 0, with a bound on the cut remainder added."""
+    term = mpmath.exp(-a * start * start)
+    ratio = mpmath.exp(-a * (2 * start + 1))  # term(x + 1) / term(x), decreasing in x
+    step = mpmath.exp(-2 * a)
+    total = mpmath.mpf(0)
+    while True:
+        total += term
+        term *= ratio
+        ratio *= step
+        # every later ratio is <= ratio, so the rest is at most term / (1 - ratio)
+        remainder = term / (1 - ratio)
+        if remainder <= total * _NEGLIGIBLE:
+            return total + remainder
+
+
+@functools.lru_cache(maxsize=256)
+def _normaliser(sigma: float) -> mpmath.mpf:
+    """sum_{x in Z} exp(-x^2 / (2 sigma^2)) to ~55 digits."""
+    with mpmath.workdps(_DIGITS):
+        s = mpmath.mpf(sigma)
+        if sigma < 1:
+            return 1 + 2 * _one_sided_sum(1 / (2 * s * s), 1)
+        # Poisson summation (exact identity): sigma sqrt(2 pi) sum_k exp(-2 pi^2 sigma^2 k^2)
+        b = 2 * mpmath.pi**2 * s * s
+        return s * mpmath.sqrt(2 * mpmath.pi) * (1 + 2 * _one_sided_sum(b, 1))
+
+
+def _round_up(value: mpmath.mpf) -> float:
+    """The float just above ``value``: at least one ulp of margin over the 60-digit error."""
+    result = float(value)
+    if mpmath.mpf(result) < value:
+        result = math.nextafter(result, math.inf)
+    return min(1.0, math.nextafter(result, math.inf))
+
+
+def _tail_sum(sigma: float, start: int, *, upper: bool) -> mpmath.mpf:
+    """A bound (upper or lower) of sum_{x >= start} exp(-x^2 / (2 sigma^2)), start >= 1.
+
+    Summed term by term (with the cut remainder bounded geometrically) while sigma <=
+    _DIRECT_SIGMA. Beyond, the terms before m = ceil(sigma + 1/2) are summed and the rest,
+    where the Gaussian is convex, is bracketed by integrals: each term is at most its mean
+    over [x - 1/2, x + 1/2] (Hermite-Hadamard), so the rest is at most the integral from
+    m - 1/2 (too large by a relative amount of about (t / sigma^2)^2 / 24 at t), and at
+    least the integral from m plus f(m)/2 (trapezoid rule on a convex function).
+    """
+    s = mpmath.mpf(sigma)
+    a = 1 / (2 * s * s)
+    if sigma <= _DIRECT_SIGMA:
+        total = _one_sided_sum(a, start)
+        return total if upper else total * (1 - _NEGLIGIBLE)
+    m = max(start, math.ceil(sigma + 0.5))
+    head = mpmath.fsum(mpmath.exp(-a * x * x) for x in range(start, m))
+
+    def integral_from(u: mpmath.mpf) -> mpmath.mpf:
+        return s * mpmath.sqrt(mpmath.pi / 2) * mpmath.erfc(u / (s * mpmath.sqrt(2)))
+
+    if upper:
+        return (head + integral_from(mpmath.mpf(m) - mpmath.mpf(1) / 2)) * (1 + _NEGLIGIBLE)
+    rest = integral_from(mpmath.mpf(m)) + mpmath.exp(-a * m * m) / 2
+    return (head + rest) * (1 - _NEGLIGIBLE)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tail_cached(sigma: float, t: int) -> float:
+    with mpmath.workdps(_DIGITS):
+        norm = _normaliser(sigma)
+        if t >= 1:
+            probability = _tail_sum(sigma, t, upper=True) / norm
+        else:  # P(Z >= t) = 1 - P(Z >= 1 - t) by symmetry, with a lower bound of the latter
+            probability = 1 - _tail_sum(sigma, 1 - t, upper=False) / norm
+        return _round_up(probability)
+
+
+def discrete_gaussian_tail(sigma: float, t: int) -> float:
+    """P(Z >= t) for Z ~ N_Z(0, sigma^2), the discrete Gaussian over all integers.
+
+    Computed with 60-digit arithmetic and rounded up by at least one ulp, so the returned
+    float is never below the true value. The normaliser is summed directly (sigma < 1) or by
+    Poisson summation (an exact identity; its series cut after 1e-55). The tail is summed
+    term by term until the rest, bounded geometrically, is below 1e-55 of the sum; for
+    sigma > 500 the part beyond sigma + 1/2 is bounded by an integral instead, which
+    over-states the tail by a relative (t / sigma^2)^2 / 24 or so (about 1e-5 at t = 10 sigma,
+    sigma = 600): still an upper bound, a hair loose.
+    """
+    sigma = _check_sigma(sigma)
+    if isinstance(t, bool) or not isinstance(t, int | np.integer):
+        raise ValueError(f"t must be an integer, got {t!r}")
+    return _tail_cached(sigma, int(t))
+
+
+def partition_selection_delta(sigma: float, max_items: int, threshold: int) -> float:
+    """delta_A = max_items * P(Z >= threshold - 1), rounded up to a float (an upper bound).
+
+    The probability that any of ``max_items`` phrases held by one unit alone (count 1) passes
+    ``threshold`` under N_Z(0, sigma^2) noise.
+    """
+    sigma = _check_sigma(sigma)
+    max_items = _check_int(max_items, "max_items", 1)
+    threshold = _check_int(threshold, "threshold", 2)
+    exact = max_items * Fraction(discrete_gaussian_tail(sigma, threshold - 1))
+    result = float(exact)
+    if Fraction(result) < exact:
+        result = math.nextafter(result, math.inf)
+    return result
+
+
+def selection_threshold(sigma: float, max_items: int, delta: float) -> int:
+    """The smallest integer tau >= 2 with max_items * P(1 + Z >= tau) <= delta.
+
+    A phrase held by one unit (count 1) is then released with probability <= delta /
+    max_items, so the phrases that exist only because of one unit appear with total
+    probability <= delta. The comparison is exact (rationals) on the upper-bounded tail.
+    """
+    sigma = _check_sigma(sigma)
+    max_items = _check_int(max_items, "max_items", 1)
+    if isinstance(delta, bool) or not (isinstance(delta, int | float) and math.isfinite(delta)
+                                       and 0 < delta < 1):
+        raise ValueError(f"delta must lie strictly between 0 and 1, got {delta!r}")
+    bound = Fraction(float(delta))
+
+    def fits(tau: int) -> bool:
+        return max_items * Fraction(discrete_gaussian_tail(sigma, tau - 1)) <= bound
+
+    # Start near the continuous-Gaussian answer, then bracket [low fails, high fits] exactly.
+    per_item = float(delta) / max_items
+    quantile = NormalDist().inv_cdf(1.0 - per_item) if per_item > 1e-15 \
+        else math.sqrt(2.0 * math.log(1.0 / per_item))
+    guess = max(2, 1 + round(sigma * quantile))
+    width = 1
+    if fits(guess):
+        high, low = guess, guess - 1
+        while low >= 2 and fits(low):
+            high, width = low, 2 * width
+            low = max(1, high - width)
+    else:
+        low, high = guess, guess + 1
+        while not fits(high):
+            low, width = high, 2 * width
+            high = low + width
+    while high - low > 1:
+        mid = (low + high) // 2
+        if fits(mid):
+            high = mid
+        else:
+            low = mid
+    return high
