@@ -180,6 +180,24 @@ class Mechanism(ABC):
         return cls(**kwargs)
 
 
+@dataclass(frozen=True)
+class CountMechanism(Mechanism):
+    """A mechanism on counts of sensitivity 1 (one unit moves each count by at most 1)."""
+
+    norm: ClassVar[Norm] = "count"
+
+    def sensitivity(self) -> float:
+        return 1.0
+
+
+@dataclass(frozen=True)
+class PureCountMechanism(CountMechanism):
+    """A count mechanism whose only cost parameter is its epsilon."""
+
+    epsilon: float
+    info: Info = ()
+
+
 # ---------------------------------------------------------------------- the mechanisms
 @dataclass(frozen=True)
 class DiscreteGaussian(Mechanism):
@@ -226,7 +244,7 @@ class Gaussian(Mechanism):
 
 
 @dataclass(frozen=True)
-class ExponentialThreshold(Mechanism):
+class ExponentialThreshold(PureCountMechanism):
     """Exponential-mechanism similarity threshold, utility of count sensitivity 1
     (docs/mechanisms.md, section 4): epsilon-DP and epsilon-bounded-range, so
     rho = epsilon^2 / 8 (Cesar & Rogers 2021), delta 0.
@@ -236,19 +254,13 @@ class ExponentialThreshold(Mechanism):
     """
 
     name: ClassVar[str] = "exponential_threshold"
-    norm: ClassVar[Norm] = "count"
-    epsilon: float
-    info: Info = ()
 
     def _cost(self) -> Cost:
         return Cost(exponential_rho(self.epsilon))
 
-    def sensitivity(self) -> float:
-        return 1.0
-
 
 @dataclass(frozen=True)
-class Exponential(Mechanism):
+class Exponential(PureCountMechanism):
     """Exponential mechanism by Gumbel-max at scale 2 Delta_u / epsilon (DP-KSA's FindBestK;
     docs/mechanisms.md, sections 1 and 12): rho = epsilon^2 / 8 (bounded range), delta 0.
 
@@ -256,15 +268,9 @@ class Exponential(Mechanism):
     """
 
     name: ClassVar[str] = "exponential"
-    norm: ClassVar[Norm] = "count"
-    epsilon: float
-    info: Info = ()
 
     def _cost(self) -> Cost:
         return Cost(exponential_rho(self.epsilon))
-
-    def sensitivity(self) -> float:
-        return 1.0
 
 
 @dataclass(frozen=True)
@@ -321,7 +327,7 @@ class Laplace(Mechanism):
 
 
 @dataclass(frozen=True)
-class LimitedDomain(Mechanism):
+class LimitedDomain(CountMechanism):
     """LimitedDomain (Durfee & Rogers 2019) on a vote histogram of count sensitivity 1,
     (epsilon, delta)-DP (docs/mechanisms.md, section 13): delta-approximately
     rho = epsilon^2 / 2 zCDP (Bun & Steinke 2016, Prop. 1.4 and Def. 8.1).
@@ -330,7 +336,6 @@ class LimitedDomain(Mechanism):
     """
 
     name: ClassVar[str] = "limited_domain"
-    norm: ClassVar[Norm] = "count"
     epsilon: float
     delta: float
     info: Info = ()
@@ -339,12 +344,9 @@ class LimitedDomain(Mechanism):
         rho = pure_dp_rho(self.epsilon)
         return Cost(rho, approximate_delta(self.delta))
 
-    def sensitivity(self) -> float:
-        return 1.0
-
 
 @dataclass(frozen=True)
-class SparseVectorEpoch(Mechanism):
+class SparseVectorEpoch(PureCountMechanism):
     """One sparse-vector epoch (AboveThreshold up to one crossing) on queries of sensitivity 1,
     epsilon-DP (Dwork & Roth 2014, Thm 3.23; docs/mechanisms.md, section 13):
     rho = epsilon^2 / 2 (Bun & Steinke 2016, Prop. 1.4), delta 0.
@@ -353,15 +355,9 @@ class SparseVectorEpoch(Mechanism):
     """
 
     name: ClassVar[str] = "sparse_vector_epoch"
-    norm: ClassVar[Norm] = "count"
-    epsilon: float
-    info: Info = ()
 
     def _cost(self) -> Cost:
         return Cost(pure_dp_rho(self.epsilon))
-
-    def sensitivity(self) -> float:
-        return 1.0
 
 
 @dataclass(frozen=True)
@@ -432,7 +428,7 @@ class PartitionSelection(Mechanism):
 
 
 @dataclass(frozen=True)
-class DpComposition(Mechanism):
+class DpComposition(CountMechanism):
     """Koga et al.'s per-query composition: ``steps`` (token_epsilon, token_delta)-DP private
     tokens that fit in the charged (epsilon, delta) by the better of sequential and advanced
     composition (docs/mechanisms.md, sections 8.3 and 13). Charged in (epsilon, delta)
@@ -442,7 +438,6 @@ class DpComposition(Mechanism):
     """
 
     name: ClassVar[str] = "dp_composition"
-    norm: ClassVar[Norm] = "count"
     epsilon: float
     delta: float
     token_epsilon: float
@@ -462,9 +457,6 @@ class DpComposition(Mechanism):
             raise ValueError(f"{steps} steps of ({token_epsilon:g}, {token_delta:g})-DP do not "
                              f"fit in ({epsilon:g}, {delta:g})-DP")
         return Cost(0.0, 0.0, epsilon, delta)
-
-    def sensitivity(self) -> float:
-        return 1.0  # one vote changes per neighbour
 
 
 #: The mechanisms a ledger row, a certificate entry or a corpus-ledger charge may name.
