@@ -198,9 +198,26 @@ class PureCountMechanism(CountMechanism):
     info: Info = ()
 
 
+@dataclass(frozen=True)
+class GaussianNoise(Mechanism):
+    """Gaussian noise of scale ``sigma`` on a query of l2 sensitivity ``l2_sensitivity``:
+    rho = Delta_2^2 / (2 sigma^2), delta 0."""
+
+    norm: ClassVar[Norm] = "l2"
+    sigma: float
+    l2_sensitivity: float
+    info: Info = ()
+
+    def _cost(self) -> Cost:
+        return Cost(gaussian_rho(self.l2_sensitivity, self.sigma))
+
+    def sensitivity(self) -> float:
+        return float(self.l2_sensitivity)
+
+
 # ---------------------------------------------------------------------- the mechanisms
 @dataclass(frozen=True)
-class DiscreteGaussian(Mechanism):
+class DiscreteGaussian(GaussianNoise):
     """Exact discrete Gaussian noise N_Z(0, sigma^2) on every entry of an integer vector of
     l2 sensitivity Delta_2 (keyword histogram, fact histograms; docs/mechanisms.md, sections
     2 and 7): rho = Delta_2^2 / (2 sigma^2) (Canonne, Kamath & Steinke 2020), delta 0.
@@ -210,20 +227,10 @@ class DiscreteGaussian(Mechanism):
     """
 
     name: ClassVar[str] = "discrete_gaussian"
-    norm: ClassVar[Norm] = "l2"
-    sigma: float
-    l2_sensitivity: float
-    info: Info = ()
-
-    def _cost(self) -> Cost:
-        return Cost(gaussian_rho(self.l2_sensitivity, self.sigma))
-
-    def sensitivity(self) -> float:
-        return float(self.l2_sensitivity)
 
 
 @dataclass(frozen=True)
-class Gaussian(Mechanism):
+class Gaussian(GaussianNoise):
     """Gaussian noise sum of unit embeddings, l2 sensitivity Delta_2 (1), noise sigma_mu
     (docs/mechanisms.md, section 3): rho = Delta_2^2 / (2 sigma^2), delta 0. Drawn as the
     equivalent exact discrete Gaussian on the fixed-point grid recorded in ``info``
@@ -231,16 +238,6 @@ class Gaussian(Mechanism):
     """
 
     name: ClassVar[str] = "gaussian"
-    norm: ClassVar[Norm] = "l2"
-    sigma: float
-    l2_sensitivity: float
-    info: Info = ()
-
-    def _cost(self) -> Cost:
-        return Cost(gaussian_rho(self.l2_sensitivity, self.sigma))
-
-    def sensitivity(self) -> float:
-        return float(self.l2_sensitivity)
 
 
 @dataclass(frozen=True)
