@@ -101,9 +101,9 @@ def facts_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
     if ctx.config.facts_writer_tokens:
         with ctx.state.timed("f4_token_writer"):  # (f4)
             groups = [[texts[i] for i in clusters.members[item.cluster]] for item in written]
-            notes, tokens = token_writer(ctx, groups, written, notes)
-        if ctx.config.writer_keeps_note:
-            notes = with_released_notes(notes, written)
+            replies, tokens = token_writer(ctx, groups, written, notes)
+        notes = with_released_notes(replies, notes) if ctx.config.writer_keeps_note \
+            else replies
     return StageResult(texts=notes, tokens=tokens, kept=[True] * len(notes),
                        cluster_keywords=[item.anchor for item in written],
                        vocabulary_sha256=vocab.sha256, clusters=len(clusters.anchors))
@@ -252,14 +252,14 @@ def _write_tokens(ctx: BuildContext, groups: list[list[str]], written: list[Clus
     return {"texts": texts, "tokens": token_counts}
 
 
-def with_released_notes(replies: list[str], written: list[ClusterFacts]) -> list[str]:
+def with_released_notes(replies: list[str], notes: list[str]) -> list[str]:
     """``--writer-keeps-note``: each writer reply followed by its cluster's template note.
 
     Privacy cost: none. The reply is a released token sequence and the note is written from
-    the cluster's released facts (``write_notes``), so the text is post-processing.
+    the cluster's released facts (stage (f3)), so the text is post-processing.
     """
     return [f"{reply.strip()}\n{note}".strip()
-            for reply, note in zip(replies, write_notes(written), strict=True)]
+            for reply, note in zip(replies, notes, strict=True)]
 
 
 def fact_keywords(texts: list[str], vocab: PublicVocabulary, K_s: int) -> list[list[str]]:
