@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -244,3 +245,104 @@ def test_writer_keeps_note_is_checked() -> None:
     # writer builds made before the option keep their fingerprint
     plain = make_config(None, {**FACTS, "writer": "tokens"})
     assert "writer_keeps_note" not in plain.released_options()
+
+
+@pytest.mark.parametrize("levers", ["public-difference", "slot",
+                                    "top-k,public-facts,candidates,trie"])
+def test_writer_ablation_keeps_the_releases_and_rho(clinic: Path, tmp_path: Path,
+                                                    levers: str) -> None:
+    """Issue 15's ablation: switching a lever of the writer off is a public choice: the same
+    ledger keys, partitions and rho as the full writer; only the texts may change."""
+    from test_build import tiny_llm
+
+    options = {**FACTS, "writer": "tokens", "T": 3, "public_top_k": 5, "seed": 11,
+               "response_prefix": "Diagnosis: {keyword}. Symptoms:"}
+    tables, released, spent = [], [], []
+    for ablate in ("", levers):
+        config = make_config(None, {**options, "writer_ablate": ablate})
+        tag = "full" if not ablate else "ablated"
+        summary = run_build(clinic, tmp_path / f"out-{tag}", config,
+                            state_dir=tmp_path / f"state-{tag}", signing_key=None,
+                            runner=LocalRunner(tiny_llm(), HashEmbedder()),
+                            corpus_ledger=tmp_path / f"corpus-{tag}.sqlite", force=True)
+        ledger = Ledger(tmp_path / f"state-{tag}" / "ledger.sqlite")
+        released.append([(r.key, r.rho, r.partition) for r in ledger.releases()])
+        ledger.close()
+        spent.append(summary.rho_spent)
+        tables.append(pq.read_table(tmp_path / f"out-{tag}" / "corpus.parquet").to_pylist())
+    assert spent[0] == spent[1]
+    # the same releases before the writer, and the same rho per cluster in it (a cluster that
+    # draws EOS early is charged its unstarted draws as one reserve: same total)
+    assert [r for r in released[0] if "/token" not in r[0]] == \
+        [r for r in released[1] if "/token" not in r[0]]
+    per_cluster: list[dict[str, float]] = [{}, {}]
+    for totals, rows in zip(per_cluster, released, strict=True):
+        for key, rho, partition in rows:
+            if "/token" in key:
+                totals[partition] = totals.get(partition, 0.0) + rho
+    assert per_cluster[0].keys() == per_cluster[1].keys() and all(
+        math.isclose(per_cluster[0][p], per_cluster[1][p], rel_tol=1e-12) for p in per_cluster[0])
+    assert len(tables[0]) == len(tables[1]) >= 1
+    cert = json.loads((tmp_path / "out-ablated" / "certificate.json").read_text())
+    assert cert["config"]["writer_ablate"] == levers
+    from dpsynrag.accounting.explain import explain_certificate
+
+    assert f"levers switched off: {levers}" in explain_certificate(cert, verified=True,
+                                                                   trust="test")
+
+
+def test_writer_inputs_switch_each_lever_off() -> None:
+    """What each lever of --writer-ablate changes in the writer's public inputs."""
+    from dpsynrag.pipeline.facts_stages import ALL_TOKENS, WRITER_NEUTRAL_DOCUMENT, writer_inputs
+    from dpsynrag.transforms.fact_writer import ClusterFacts
+
+    written = [ClusterFacts(cluster=3, anchor="cough", support=9, phrases=("Brel Fever",),
+                            keywords=("fever",))]
+    notes = ["Symptoms: fever. Brel Fever."]
+    base = {**FACTS, "writer": "tokens", "public_top_k": 7,
+            "response_prefix": "Diagnosis: {keyword}. Symptoms:"}
+
+    def inputs(levers: str) -> tuple[list[str], Any]:
+        return writer_inputs(make_config(None, {**base, "writer_ablate": levers}), written,
+                             notes)
+
+    prefixes, full = inputs("")
+    assert prefixes == ["Diagnosis: Brel Fever. Symptoms:"] and full is not None
+    assert (full.documents, full.top_k, full.candidate_support, full.trie_completion) == \
+        (notes, 7, True, True)
+    assert list(full.candidates[0]) == ["Brel Fever", "Cough", "fever"]
+    assert inputs("slot")[0] == ["Diagnosis:"] and inputs("slot")[1] == full
+    assert inputs("public-difference") == (prefixes, None)
+    assert inputs("top-k")[1].top_k == ALL_TOKENS
+    assert inputs("public-facts")[1].documents == [WRITER_NEUTRAL_DOCUMENT]
+    assert inputs("candidates")[1].candidate_support is False
+    assert inputs("trie")[1].trie_completion is False
+    both = inputs("trie,candidates")[1]
+    assert not both.trie_completion and not both.candidate_support and both.top_k == 7
+
+
+def test_writer_ablate_is_checked() -> None:
+    with pytest.raises(ConfigError, match="unknown lever 'nope'"):
+        make_config(None, {**FACTS, "writer": "tokens", "writer_ablate": "trie,nope"})
+    with pytest.raises(ConfigError, match="--writer-ablate applies"):
+        make_config(None, {**FACTS, "writer_ablate": "trie"})
+    with pytest.raises(ConfigError, match="comma-separated"):
+        make_config(None, {**FACTS, "writer": "tokens", "writer_ablate": ["trie"]})
+    plain = make_config(None, {**FACTS, "writer": "tokens"})
+    assert "writer_ablate" not in plain.released_options()  # older writer builds keep theirs
+    ablated = make_config(None, {**FACTS, "writer": "tokens", "writer_ablate": "slot"})
+    assert ablated.fingerprint() != plain.fingerprint()
+
+
+def test_writer_ablate_help_names_every_lever() -> None:
+    import argparse
+
+    from dpsynrag.cli.build_args import add_build_arguments
+    from dpsynrag.pipeline.config import WRITER_LEVERS
+
+    parser = argparse.ArgumentParser()
+    add_build_arguments(parser)
+    (action,) = [a for a in parser._actions if a.dest == "writer_ablate"]
+    assert action.help is not None and "--writer-ablate" in parser.format_help()
+    for lever in WRITER_LEVERS:
+        assert lever in action.help

@@ -252,3 +252,53 @@ def test_trie_completion_through_the_engine_draws_the_forced_token(llm: LoadedLL
                     public_prior=_settings(candidates=(name,), top_k=4))
     assert int(torch.isfinite(seen[2]).sum()) == 1 and torch.isfinite(seen[2][ids[2]])
     assert eos != ids[2]
+
+
+@pytest.mark.parametrize("candidate_support,trie_completion", [(False, True), (True, False),
+                                                              (False, False)])
+def test_ablated_levers_keep_engine_and_reference_equal(
+        llm: LoadedLLM, candidate_support: bool, trie_completion: bool) -> None:
+    """--writer-ablate candidates / trie: the packed engine still equals the audit reference,
+    and without candidate support the support is the public top-k plus EOS only."""
+    from dataclasses import replace
+
+    groups = _groups("mixed")
+    eos = next(iter(llm.eos_token_ids))
+    script = Scripted(llm.vocab_size, eos, {0: 1, 3: 3, 4: 0})
+    settings = replace(_settings(), candidate_support=candidate_support,
+                       trie_completion=trie_completion)
+    assert settings.subset([0]).candidate_support is candidate_support
+    assert settings.subset([0]).trie_completion is trie_completion
+    private_predict(llm, groups, prompt=PROMPT, max_new_tokens=4, clip=CLIP, temperature=0.7,
+                    rng=secure_rng(0), sampler=script, public_prior=settings)
+    assert script.votes
+    for (g, step), votes in script.votes.items():
+        expected = aggregated_prior_votes(llm, groups[g], prompt=PROMPT,
+                                          generated=script.tokens[g][:step], clip=CLIP,
+                                          temperature=0.7, public_prior=settings)
+        assert torch.equal(torch.isinf(votes), torch.isinf(expected))
+        finite = torch.isfinite(expected)
+        torch.testing.assert_close(votes[finite], expected[finite], rtol=0, atol=2e-5)
+        if not candidate_support:
+            assert int(finite.sum()) <= settings.top_k + len(llm.eos_token_ids)
+
+
+def test_without_trie_completion_a_begun_candidate_is_not_forced(llm: LoadedLLM) -> None:
+    """The trie-completion test's script with the lever off: the third step's support is the
+    public top-k plus extras again, not the candidate's one next token."""
+    from dataclasses import replace
+
+    name = "chest pain fever"
+    ids = candidate_ids(llm, [name])[0]
+    seen: dict[int, torch.Tensor] = {}
+
+    def scripted(votes: torch.Tensor, active: list[int]) -> np.ndarray:
+        step = len(seen)
+        seen[step] = votes[0].clone()
+        return np.asarray([ids[step] if step < 2 else int(torch.argmax(votes[0]))])
+
+    settings = replace(_settings(candidates=(name,), top_k=4), trie_completion=False)
+    private_predict(llm, [["red green blue"]], prompt=PROMPT, max_new_tokens=3, clip=CLIP,
+                    temperature=1.0, rng=secure_rng(0), sampler=scripted, public_prior=settings)
+    assert int(torch.isfinite(seen[2]).sum()) >= settings.top_k
+    assert torch.isfinite(seen[2][ids[2]])  # still in the support (a candidate's next token)

@@ -115,6 +115,10 @@ def explain_certificate(certificate: Mapping[str, Any], *, verified: bool,
                      f"vote of the cluster's documents against the model's reading of the "
                      f"released facts alone (public top-{config.get('public_top_k', '?')} "
                      "tokens); only the noisy choice was kept.")
+        if str(config.get("writer_ablate") or "").strip():
+            lines.append(f"An ablation build: the writer ran with these levers switched off: "
+                         f"{config['writer_ablate']} (public choices; the same releases and "
+                         "cost).")
     elif mode == "facts":
         lines.append("How the texts were written: from the released facts by a fixed "
                      "template; no language model read a private document.")

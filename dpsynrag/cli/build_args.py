@@ -145,6 +145,11 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                    help="facts with --writer tokens: each corpus text is the writer's reply "
                         "followed by the cluster's released template note (free: post-"
                         "processing of released values; default off)")
+    g.add_argument("--writer-ablate", metavar="LEVERS",
+                   help="facts with --writer tokens: switch levers of the writer off for an "
+                        "ablation, comma-separated: public-difference, top-k, public-facts, "
+                        "candidates, trie, slot (public choices: the same draws and rho; "
+                        "default none)")
     g.add_argument("--facts-label", help="facts: public lead word of every note, e.g. "
                    "'Symptoms' (default 'Reported')")
     g = parser.add_argument_group("stages")

@@ -95,6 +95,9 @@ class BuildConfig:
     # facts with --writer tokens: each corpus text is the writer's reply followed by the
     # cluster's released template note (post-processing of released values: free)
     writer_keeps_note: bool = False
+    # facts with --writer tokens: levers of the writer to switch off, comma-separated (the
+    # ablation of issue 15; WRITER_LEVERS). Public choices only: the same releases and rho.
+    writer_ablate: str = ""
     # models and execution (not part of the fingerprint unless they change the output)
     model: str | None = None
     embedder: str | None = None
@@ -109,7 +112,7 @@ class BuildConfig:
 
     # options only one generation mode reads
     FACTS_ONLY = ("K_e", "K_s", "R_f", "share_phrases", "delta_phrases", "facts_label",
-                  "writer", "share_tokens", "writer_keeps_note")
+                  "writer", "share_tokens", "writer_keeps_note", "writer_ablate")
     TOKENS_ONLY = ("K", "R", "k", "T", "eps_theta", "rho_mean", "clip", "keywords",
                    "rephrase_prompt", "response_prefix", "keyword_prompt", "filter_prompt",
                    "no_filter", "no_retrieval", "public_prior", "public_top_k",
@@ -192,6 +195,16 @@ class BuildConfig:
                               f"{self.writer_keeps_note!r}")
         if self.writer_keeps_note and not self.facts_writer_tokens:
             raise ConfigError("--writer-keeps-note applies to --generate facts --writer tokens")
+        if not isinstance(self.writer_ablate, str):
+            raise ConfigError(f"--writer-ablate must be a comma-separated list of levers, got "
+                              f"{self.writer_ablate!r}")
+        unknown = [lever for lever in ablated_levers(self.writer_ablate)
+                   if lever not in WRITER_LEVERS]
+        if unknown:
+            raise ConfigError(f"--writer-ablate: unknown lever {unknown[0]!r}; choose from "
+                              f"{', '.join(WRITER_LEVERS)}")
+        if self.writer_ablate.strip() and not self.facts_writer_tokens:
+            raise ConfigError("--writer-ablate applies to --generate facts --writer tokens")
         if self.keywords not in ("llm", "statistical"):
             raise ConfigError(f"--keywords must be 'llm' or 'statistical', got {self.keywords!r}")
         if self.unit_bound not in ("pick", "concat"):
@@ -226,6 +239,8 @@ class BuildConfig:
             skip |= {"writer", "share_tokens"}
         if not self.writer_keeps_note:  # writer builds made before the option keep theirs
             skip.add("writer_keeps_note")
+        if not self.writer_ablate.strip():  # as do builds without an ablated lever
+            skip.add("writer_ablate")
         return {k: v for k, v in asdict(self).items() if k not in skip}
 
     def fingerprint(self) -> str:
@@ -245,6 +260,20 @@ class BuildConfig:
     @property
     def seeded(self) -> bool:
         return self.seed is not None
+
+
+# the token writer's levers (issue 15) that --writer-ablate can switch off, one at a time or
+# together: "public-difference" (the paper's clip_c(phi_i) sampler over the whole vocabulary:
+# no public prior, so no support, candidates or completion either), "top-k" (the support is
+# the whole vocabulary), "public-facts" (the public prompt holds WRITER_NEUTRAL_DOCUMENT, not
+# the released note), "candidates" (the next tokens of released facts no longer join the
+# support), "trie" (no trie completion) and "slot" (the reply prefix stops before {keyword})
+WRITER_LEVERS = ("public-difference", "top-k", "public-facts", "candidates", "trie", "slot")
+
+
+def ablated_levers(text: str) -> list[str]:
+    """The lever names of a ``--writer-ablate`` value (comma-separated; blanks ignored)."""
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 _FIELD_NAMES = {f.name for f in fields(BuildConfig)} - {"extra"}

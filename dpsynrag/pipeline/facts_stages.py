@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from dpsynrag.pipeline.config import ablated_levers
 from dpsynrag.pipeline.context import BuildContext, StageResult
 from dpsynrag.pipeline.token_stages import model_eos_ids
 from dpsynrag.transforms.fact_clusters import (
@@ -54,7 +55,9 @@ from dpsynrag.transforms.vocabulary import public_vocabulary
 if TYPE_CHECKING:
     import numpy as np
 
+    from dpsynrag.pipeline.config import BuildConfig
     from dpsynrag.transforms.fact_writer import ClusterFacts
+    from dpsynrag.transforms.public_prior import PublicPriorSettings
     from dpsynrag.transforms.vocabulary import PublicVocabulary
 
 PHRASES_KEY = "phrases"
@@ -193,6 +196,9 @@ def write_facts(ctx: BuildContext, keywords: ReleasedKeywords, phrases: Released
 WRITER_PROMPT = ("Summarize the diagnosis and the symptoms of the following patient note in one "
                  "sentence.\n\nNote: {document}")
 WRITER_STAGE = "f-writer"
+# --writer-ablate public-facts: the public text in place of the released note
+WRITER_NEUTRAL_DOCUMENT = "(not shown)"
+ALL_TOKENS = 2**31 - 1  # --writer-ablate top-k: a public top-k that keeps the whole vocabulary
 
 
 def token_writer(ctx: BuildContext, groups: list[list[str]], written: list[ClusterFacts],
@@ -207,6 +213,8 @@ def token_writer(ctx: BuildContext, groups: list[list[str]], written: list[Clust
     more words first, e.g. the disease before its drug),
     T of them per cluster whatever the data (``PartitionTokenSampler``): rho = T (c/tau)^2 / 2
     per cluster. A resumed build reads the released tokens back (never redrawn).
+    ``--writer-ablate`` switches levers off (config.WRITER_LEVERS): public choices, the same
+    draws and rho.
     """
     synthetic = ctx.state.checkpoint("synthetic",
                                      lambda: _write_tokens(ctx, groups, written, notes))
@@ -217,7 +225,6 @@ def _write_tokens(ctx: BuildContext, groups: list[list[str]], written: list[Clus
                   notes: list[str]) -> dict[str, list[Any]]:
     # loads torch: imported when this runs, not with this module
     from dpsynrag.transforms.prediction_release import PartitionTokenSampler, charge_unstarted
-    from dpsynrag.transforms.public_prior import PublicPriorSettings
 
     if ctx.runner is None:
         raise ValueError("--writer tokens needs a runner with a language model")
@@ -235,13 +242,7 @@ def _write_tokens(ctx: BuildContext, groups: list[list[str]], written: list[Clus
             ctx.ledger, [partition_name(item.cluster) for item in written], group=GROUP,
             stage=WRITER_STAGE, clip=config.clip, temperature=temperature,
             max_new_tokens=config.T, eos_ids=eos, on_finish=finished)
-        prefix = config.response_prefix or ""
-        names = [display_names(item) for item in written]  # as the notes write them
-        prefixes = [prefix.replace("{keyword}", group_names[0]) for group_names in names]
-        settings = PublicPriorSettings(
-            documents=notes, top_k=config.public_top_k, temperature=config.public_temperature,
-            candidates=[[*group_names, *item.keywords]
-                        for group_names, item in zip(names, written, strict=True)])
+        prefixes, settings = writer_inputs(config, written, notes)
         texts = ctx.runner.predict(groups, sampler,
                                    prompt=config.rephrase_prompt or WRITER_PROMPT,
                                    max_new_tokens=config.T, clip=config.clip,
@@ -250,6 +251,36 @@ def _write_tokens(ctx: BuildContext, groups: list[list[str]], written: list[Clus
                                    public_prior=settings) if groups else []
         charge_unstarted(ctx.ledger, sampler)
     return {"texts": texts, "tokens": token_counts}
+
+
+def writer_inputs(config: BuildConfig, written: list[ClusterFacts], notes: list[str]
+                  ) -> tuple[list[str], PublicPriorSettings | None]:
+    """Each written cluster's reply prefix and the writer's public-prior settings (``None``:
+    the paper's plain sampler), after ``--writer-ablate`` (config.WRITER_LEVERS).
+
+    Public values in, public values out: the response prefix, the released notes and their
+    facts; no lever changes what is drawn or charged.
+    """
+    # loads torch: imported when this runs, not with this module
+    from dpsynrag.transforms.public_prior import PublicPriorSettings
+
+    levers = set(ablated_levers(config.writer_ablate))
+    prefix = config.response_prefix or ""
+    if "slot" in levers:  # no public slot: the private tokens write the diagnosis too
+        prefix = prefix.split("{keyword}")[0].rstrip()
+    names = [display_names(item) for item in written]  # as the notes write them
+    prefixes = [prefix.replace("{keyword}", group_names[0]) for group_names in names]
+    if "public-difference" in levers:
+        return prefixes, None
+    return prefixes, PublicPriorSettings(
+        documents=([WRITER_NEUTRAL_DOCUMENT] * len(notes) if "public-facts" in levers
+                   else list(notes)),
+        top_k=ALL_TOKENS if "top-k" in levers else config.public_top_k,
+        temperature=config.public_temperature,
+        candidates=[[*group_names, *item.keywords]
+                    for group_names, item in zip(names, written, strict=True)],
+        candidate_support="candidates" not in levers,
+        trie_completion="trie" not in levers)
 
 
 def with_released_notes(replies: list[str], notes: list[str]) -> list[str]:

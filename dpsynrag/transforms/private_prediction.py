@@ -279,7 +279,9 @@ def _make_prior(llm: LLM, settings: PublicPriorSettings, prompts: Sequence[str],
         [[ids for c in group for ids in ids_of[c]] for group in candidates],
         eos_ids=llm.eos_token_ids, top_k=settings.top_k,
         scale=temperature / float(settings.temperature), clip=clip,
-        device=torch.device(llm.device), vocab_size=llm.vocab_size)
+        device=torch.device(llm.device), vocab_size=llm.vocab_size,
+        candidate_support=settings.candidate_support,
+        trie_completion=settings.trie_completion)
 
 
 @torch.inference_mode()
@@ -307,9 +309,10 @@ def aggregated_prior_votes(
     public_row = _public_rows(llm, [prompt], [response_prefix], documents[:1])[0]
     public = logits_of([*public_row, *map(int, generated)]).unsqueeze(0)
     cands = candidate_ids(llm, candidates[0])
-    extra = {*map(int, llm.eos_token_ids), *candidate_next(generated, cands)}
+    extra = {*map(int, llm.eos_token_ids),
+             *(candidate_next(generated, cands) if public_prior.candidate_support else ())}
     support = public_support(public, public_prior.top_k, [extra])
-    completion = candidate_forced(generated, cands)
+    completion = candidate_forced(generated, cands) if public_prior.trie_completion else None
     if completion is not None:  # trie completion: the one continuation of a begun candidate
         support[:] = False
         support[0, completion] = True

@@ -48,13 +48,18 @@ class PublicPriorSettings:
     ``documents``: the public text put in place of ``{document}`` (one for every group, or one
     per group); ``top_k``: the public top-k of the support; ``temperature``: tau_pub, the public
     prior's temperature (its weight in the votes is tau / tau_pub); ``candidates``: released
-    strings per group (or one list for all) whose next tokens join the support.
+    strings per group (or one list for all) whose next tokens join the support;
+    ``candidate_support`` / ``trie_completion``: whether the candidates' next tokens join the
+    support and whether a begun candidate is completed (both on by default; off only for the
+    writer's ablation, ``--writer-ablate``). Every setting is public: none changes the cost.
     """
 
     documents: str | Sequence[str]
     top_k: int = DEFAULT_TOP_K
     temperature: float = DEFAULT_PUBLIC_TEMPERATURE
     candidates: Sequence[str] | Sequence[Sequence[str]] = ()
+    candidate_support: bool = True
+    trie_completion: bool = True
 
     def validate(self) -> None:
         if not (isinstance(self.top_k, int) and not isinstance(self.top_k, bool)
@@ -71,7 +76,9 @@ class PublicPriorSettings:
         if candidates and not all(isinstance(c, str) for c in candidates):
             candidates = [candidates[i] for i in indices]
         return PublicPriorSettings(documents=documents, top_k=self.top_k,
-                                   temperature=self.temperature, candidates=candidates)
+                                   temperature=self.temperature, candidates=candidates,
+                                   candidate_support=self.candidate_support,
+                                   trie_completion=self.trie_completion)
 
     def per_group(self, groups: int) -> tuple[list[str], list[list[str]]]:
         """The public text and the candidate strings of each of ``groups`` groups."""
@@ -146,7 +153,8 @@ class PublicPrior:
     def __init__(self, model: CausalLM, rows: Sequence[Sequence[int]],
                  candidates: Sequence[Sequence[tuple[int, ...]]], *, eos_ids: Iterable[int],
                  top_k: int, scale: float, clip: float, device: torch.device,
-                 vocab_size: int) -> None:
+                 vocab_size: int, candidate_support: bool = True,
+                 trie_completion: bool = True) -> None:
         if len(candidates) != len(rows):
             raise ValueError("one list of candidate token ids per group is required")
         if any(len(row) == 0 for row in rows):
@@ -156,6 +164,7 @@ class PublicPrior:
         self.candidates = [list(c) for c in candidates]
         self.eos_ids = sorted(int(t) for t in eos_ids)
         self.top_k, self.scale, self.clip = top_k, float(scale), float(clip)
+        self.candidate_support, self.trie_completion = candidate_support, trie_completion
         self._states: dict[int, tuple[Any, int, torch.Tensor]] = {}
 
     @torch.inference_mode()
@@ -180,12 +189,14 @@ class PublicPrior:
         public = torch.stack([self._logits(g, tokens) for g, tokens
                               in zip(active, generated, strict=True)]) if active else \
             torch.zeros((0, self.vocab_size), dtype=torch.float32, device=self.device)
-        extra = [{*self.eos_ids, *candidate_next(tokens, self.candidates[g])}
+        extra = [{*self.eos_ids, *(candidate_next(tokens, self.candidates[g])
+                                   if self.candidate_support else ())}
                  for g, tokens in zip(active, generated, strict=True)]
         support = public_support(public, self.top_k, extra) if active else \
             torch.zeros((0, self.vocab_size), dtype=torch.bool, device=self.device)
         for row, (g, tokens) in enumerate(zip(active, generated, strict=True)):
-            forced = candidate_forced(tokens, self.candidates[g])
+            forced = candidate_forced(tokens, self.candidates[g]) \
+                if self.trie_completion else None
             if forced is not None and forced < self.vocab_size:  # trie completion
                 support[row] = False
                 support[row, forced] = True
