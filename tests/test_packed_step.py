@@ -1,7 +1,7 @@
 """The packed engine's decode step (``packed_step``): bucket sizes, the step's key and index,
-and votes that buckets leave bit for bit unchanged, on the workloads of the
-engine-vs-reference tests: mixed and staggered groups, the public-prior path, a row
-transform, and every decoder family."""
+and votes that buckets and (stand-in) CUDA graphs leave bit for bit unchanged, on the
+workloads of the engine-vs-reference tests: mixed and staggered groups, the public-prior
+path, a row transform, and every decoder family."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 from test_batch_invariance import _one_hot
 from test_decoder_families import _groups as family_groups
 from test_private_prediction import CLIP, PROMPT, WORDS, Scripted, _doc, _groups, tiny_llm
+from test_step_graphs import FakeCapturer
 from tiny_models import FAMILY_KINDS, make_tiny_family_llm
 
 from dpsynrag.accounting.rng import secure_rng
@@ -22,6 +23,7 @@ from dpsynrag.transforms import private_prediction as pp
 from dpsynrag.transforms.decoding_packed import PackedEngine
 from dpsynrag.transforms.packed_step import LaneRows, StepKey, bucket, step_index, unbucketed
 from dpsynrag.transforms.public_prior import PublicPriorSettings
+from dpsynrag.transforms.step_graphs import StepGraphs
 
 PUBLIC = PublicPriorSettings(documents="known facts : fever cough", top_k=6, temperature=2.0,
                              candidates=("chest pain",))
@@ -61,9 +63,10 @@ def test_step_index_routes_holes_and_filler_to_the_dummy_row() -> None:
 
 
 def _engine(llm: LoadedLLM, groups: list[list[str]], *, batch_rows: int | None, steps: int,
-            stops: dict[int, int], sizes: str = "bucket", prior: bool = False,
-            transform: bool = False) -> tuple[Scripted, PackedEngine]:
-    """A packed engine run, as ``private_predict`` builds it, with buckets on or off."""
+            stops: dict[int, int], sizes: str = "bucket", graphs: str = "eager",
+            prior: bool = False, transform: bool = False) -> tuple[Scripted, PackedEngine]:
+    """A packed engine run, as ``private_predict`` builds it, with buckets on or off and
+    eager steps or stand-in graphs (captured on the first occurrence of a key)."""
     script = Scripted(llm.vocab_size, next(iter(llm.eos_token_ids)), stops)
     made: list[PackedEngine] = []
     real = pp.PackedEngine
@@ -71,6 +74,8 @@ def _engine(llm: LoadedLLM, groups: list[list[str]], *, batch_rows: int | None, 
     def build(*args: Any, **kwargs: Any) -> PackedEngine:
         kwargs["bucket"] = bucket if sizes == "bucket" else unbucketed
         engine = real(*args, **kwargs)
+        if graphs == "fake":
+            engine.graphs = StepGraphs(FakeCapturer(), capture_after=1)
         made.append(engine)
         return engine
 
@@ -106,12 +111,14 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
-def test_buckets_leave_every_vote_bit_identical(llm: LoadedLLM, name: str) -> None:
+def test_buckets_and_graphs_leave_every_vote_bit_identical(llm: LoadedLLM, name: str) -> None:
     spec = WORKLOADS[name]
     groups = _staggered() if name.startswith("staggered") else _groups("mixed")
     plain, plain_engine = _engine(llm, groups, sizes="none", **spec)
     bucketed, engine = _engine(llm, groups, **spec)
+    graphed, graph_engine = _engine(llm, groups, graphs="fake", **spec)
     _assert_same_votes(plain, bucketed)
+    _assert_same_votes(plain, graphed)
     # the buckets did round: every bucketed part count is a bucket size
     for key in engine.step_keys:
         assert all(bucket(parts) == parts for _, parts in key.lanes)
@@ -120,6 +127,28 @@ def test_buckets_leave_every_vote_bit_identical(llm: LoadedLLM, name: str) -> No
     if name == "staggered-16":  # some lane's part count was rounded up (filler parts ran)
         assert any(bucket(p) != p for key in plain_engine.step_keys for _, p in key.lanes)
         assert len(engine.step_keys) < len(plain_engine.step_keys)
+    # the graph path captured each key on sight and replayed every step
+    graphs = graph_engine.graphs
+    assert graphs.active and graphs.eager_steps == 0
+    assert graphs.captures >= len(graph_engine.step_keys) and graphs.replays >= graphs.captures
+    assert graph_engine.step_keys == engine.step_keys
+
+
+def test_a_lane_that_grows_after_a_capture_is_captured_again(llm: LoadedLLM) -> None:
+    """Group 0 (2 rows) runs alone for 3 steps: its key is captured on a 2-slot lane. Group 1
+    (8 rows, the row budget) then grows the lane to 8 slots, a new buffer, and stops at once;
+    group 2 (2 rows) has group 0's key again: the stale graph must not be replayed."""
+    rs = np.random.default_rng(11)
+    docs = [_doc(rs, int(n)) for n in rs.integers(1, 12, size=12)]
+    groups = [docs[0:2], docs[2:10], docs[10:12]]
+    stops = {0: 2, 1: 0}
+    eager, _ = _engine(llm, groups, batch_rows=8, steps=4, stops=stops)
+    graphed, engine = _engine(llm, groups, batch_rows=8, steps=4, stops=stops, graphs="fake")
+    _assert_same_votes(eager, graphed)
+    graphs = engine.graphs
+    assert engine.lanes[64].generation > 2  # grew after the first capture
+    assert graphs.invalidations == 1 and graphs.captures == 3
+    assert graphs.replays == len(eager.votes)  # one group per step, every step replayed
 
 
 def test_step_keys_repeat_and_the_last_is_exposed(llm: LoadedLLM) -> None:
@@ -133,12 +162,14 @@ def test_step_keys_repeat_and_the_last_is_exposed(llm: LoadedLLM) -> None:
 
 
 @pytest.mark.parametrize("kind", FAMILY_KINDS)
-def test_each_family_votes_are_unchanged_by_buckets(kind: str) -> None:
+def test_each_family_votes_are_unchanged_by_buckets_and_graphs(kind: str) -> None:
     llm = make_tiny_family_llm(kind, WORDS)
     groups = family_groups()
-    runs = [_engine(llm, groups, batch_rows=8, steps=3, stops={1: 1}, sizes=sizes)[0]
-            for sizes in ("none", "bucket")]
+    runs = [_engine(llm, groups, batch_rows=8, steps=3, stops={1: 1}, sizes=sizes,
+                    graphs=graphs)[0]
+            for sizes, graphs in (("none", "eager"), ("bucket", "eager"), ("bucket", "fake"))]
     _assert_same_votes(runs[0], runs[1])
+    _assert_same_votes(runs[0], runs[2])
 
 
 @pytest.mark.parametrize("prior", [False, True], ids=["clipped", "public-difference"])

@@ -32,6 +32,14 @@ How the work is shared (all exact: every row sees exactly the tokens of its own 
   checks on the logits (finite; non-empty public supports) are a device flag pair read once,
   where the votes go to the sampler; nothing else in a step waits for the device (admission
   steps also prefill documents, and a compaction sends its slot indices by one pinned copy).
+* **CUDA graphs** (``step_graphs``). On CUDA (unless ``graphs=False`` or
+  ``DPSYNRAG_STEP_GRAPHS=0``) the step of a key is captured into a CUDA graph the second time
+  the key occurs and replayed after that; a lane's growth gives it a new slot buffer, so the
+  graphs of that lane are captured again; a capture that raises turns graphs off for the run
+  (one warning line). The same step function runs eagerly on CPU and whenever graphs are off.
+  **Written for CUDA but not yet run on a GPU**: its speed and its equality with eager steps
+  there are unmeasured; the cache, invalidation and fallback logic are tested on CPU with a
+  stand-in capturer.
 * **Continuous batching.** When a group ends (EOS drawn or ``max_new_tokens`` reached), its
   rows leave; waiting groups (in input order) take their place at the next step while the
   rows computed per step (whole parts, bucketed per lane) stay within
@@ -51,28 +59,30 @@ So every computation a row takes part in has a shape fixed by public values and 
   ``batch_rows`` rows (holes, filler parts and filler rows are computed and discarded).
 
 What still depends on other documents is which slot, part and chunk a row occupies, which rows
-share them, and how many parts and chunks a step has: rows never mix (attention is per row,
-every other operation is row-wise), and a deterministic kernel of a fixed shape computes each
-row by the same sequence of operations whatever its index or its neighbours' values. That is
-the one assumption left; it holds for the dense matmul, softmax and reduction kernels used
-here (no atomics, no split chosen by content), on CPU and CUDA. The float64 ``index_add_`` of
-a group's own rows may add them in a varying order on CUDA: that rounds the group's sum
-(~1e-16 relative), not any row. On CPU the bucketed votes equal the unbucketed ones bit for
-bit (tested), and those of the engine before this step on the tests' workloads (checked once
-against the previous commit). Measured cost on the 2-core CPU (SmolLM2-135M, 16 groups x 12
-documents of 20-250 words, T = 16), before the step of ``packed_step``: 22-26 s before batch
-invariance, 23-26 s after; the tiny benchmark of issue 17 before and after this step is in
-``benchmarks/README.md``.
+share them, how many parts and chunks a step has, and whether the step runs eagerly or replays
+a graph: rows never mix (attention is per row, every other operation is row-wise), and a
+deterministic kernel of a fixed shape computes each row by the same sequence of operations
+whatever its index or its neighbours' values. That is the one assumption left; it holds for
+the dense matmul, softmax and reduction kernels used here (no atomics, no split chosen by
+content), on CPU and CUDA, and it assumes a graph replay launches the kernels eager execution
+launches for the same shapes (unverified on a GPU). The float64 ``index_add_`` of a group's
+own rows may add them in a varying order on CUDA: that rounds the group's sum (~1e-16
+relative), not any row. On CPU the bucketed votes equal the unbucketed ones bit for bit, with
+or without (stand-in) graphs (tested), and those of the engine before this step on the tests'
+workloads (checked once against the previous commit). Measured cost on the 2-core CPU
+(SmolLM2-135M, 16 groups x 12 documents of 20-250 words, T = 16), before the step of
+``packed_step``: 22-26 s before batch invariance, 23-26 s after; the tiny benchmark of issue
+17 before and after this step is in ``benchmarks/README.md``.
 
 Memory is bounded for any number of groups: the rows in flight (the budget above plus one
 part per lane), lanes of at most 1.5x their rows' parts, the document-KV cache bound, the
-logits of one chunk.
+logits of one chunk, and on CUDA at most ``step_graphs.MAX_GRAPHS`` graphs' static buffers.
 
 Privacy: the engine computes z_n = sum_{d in group} clip_c(logits_d) exactly as DP-SynRAG
 stage (d) defines it (or, with a ``PublicPrior``, each document's public-difference row),
 for every group independently (a row contributes only to its own group's sum); the sampler
 is the only randomness, and nothing random happens in the engine. Scheduling (which groups
-share a step), the step keys and timings depend on group sizes, so the
+share a step), the step keys, graph counts and timings depend on group sizes, so the
 ``on_step`` report must never be logged or released.
 """
 
@@ -82,6 +92,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
@@ -97,6 +108,7 @@ from dpsynrag.transforms.packed_step import (
     step_index,
 )
 from dpsynrag.transforms.public_prior import PriorStep, PublicPrior
+from dpsynrag.transforms.step_graphs import Capturer, StepGraphs
 
 Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
 Bucket = Callable[[int], int]
@@ -110,7 +122,9 @@ class StepReport:
     """Progress and timings after one decode step.
 
     Contains counts that depend on private group sizes: for in-process progress and
-    benchmarks only; never log or release it. ``step_keys``: distinct step keys so far.
+    benchmarks only; never log or release it. ``graphs``: whether the CUDA-graph path is
+    still on; ``step_keys``: distinct step keys so far; ``graph_captures`` /
+    ``graph_replays``: captures and replays so far.
     """
 
     step: int
@@ -121,7 +135,10 @@ class StepReport:
     decode_seconds: float
     distinct_prefills: int
     row_steps: int
+    graphs: bool = False
     step_keys: int = 0
+    graph_captures: int = 0
+    graph_replays: int = 0
 
 
 MIN_LANE_WIDTH = 64
@@ -172,6 +189,7 @@ class _Lane:
         self.group = np.full(0, -1, dtype=np.int64)
         self.length = np.zeros(0, dtype=np.int64)
         self.input = np.zeros(0, dtype=np.int64)
+        self.generation = 0  # growths so far: a graph captured on older slots is stale
 
     @property
     def capacity(self) -> int:
@@ -189,6 +207,7 @@ class _Lane:
         self.group = np.concatenate([self.group, np.full(extra, -1, dtype=np.int64)])
         self.length = np.concatenate([self.length, np.zeros(extra, dtype=np.int64)])
         self.input = np.concatenate([self.input, np.zeros(extra, dtype=np.int64)])
+        self.generation += 1
         return old
 
 
@@ -227,7 +246,9 @@ class _DocCache:
 class PackedEngine:
     """Runs DP-SynRAG private prediction for many groups through packed slot lanes.
 
-    ``bucket``: the rounding of part counts and of the active
+    ``graphs``: the CUDA-graph path of the decode step (``step_graphs``): ``None`` is on for
+    CUDA unless ``DPSYNRAG_STEP_GRAPHS=0``, ``True``/``False`` force it; ``capturer`` replaces
+    the CUDA capturer (tests). ``bucket``: the rounding of part counts and of the active
     groups (``packed_step.bucket``; ``packed_step.unbucketed`` turns it off).
     """
 
@@ -249,6 +270,8 @@ class PackedEngine:
         on_step: Callable[[StepReport], None] | None = None,
         row_transform: RowTransform | None = None,
         prior: PublicPrior | None = None,
+        graphs: bool | None = None,
+        capturer: Capturer | None = None,
         bucket: Bucket = bucket,
     ) -> None:
         if len(prefix_ids) != prefix_len:
@@ -306,6 +329,7 @@ class PackedEngine:
         self.decode_shapes: set[tuple[int, int]] = set()
         self.step_keys: set[StepKey] = set()  # the distinct keys of the steps run
         self.last_key: StepKey | None = None
+        self.graphs = StepGraphs.for_device(stack.device, graphs, capturer)
         self._pin = stack.device.type == "cuda"
 
     # ------------------------------------------------------------------ public
@@ -351,7 +375,8 @@ class PackedEngine:
                     finished_groups=finished, prefill_seconds=self.prefill_seconds,
                     decode_seconds=self.decode_seconds,
                     distinct_prefills=self.distinct_prefills, row_steps=self.row_steps,
-                    step_keys=len(self.step_keys)))
+                    graphs=self.graphs.active, step_keys=len(self.step_keys),
+                    graph_captures=self.graphs.captures, graph_replays=self.graphs.replays))
         return [g.tokens for g in self.groups]
 
     def step_key(self) -> StepKey | None:
@@ -495,10 +520,10 @@ class PackedEngine:
         """The step's float64 votes ``(active, vocab)``: every lane row's clipped logits (or
         public-difference row, or ``row_transform``) added into its group's row.
 
-        The device work is ``packed_step.StepVotes`` on the plan's key; one host-to-device
-        copy (the index) goes in, and the one host read is the flag pair, right where the
-        votes go to the sampler. Then each decoded occupied slot holds one more token (hole
-        slots stay at length 0).
+        The device work is ``packed_step.StepVotes`` on the plan's key, eager or by a CUDA
+        graph (``step_graphs``); one host-to-device copy (the index) goes in, and the one
+        host read is the flag pair, right where the votes go to the sampler. Then each
+        decoded occupied slot holds one more token (hole slots stay at length 0).
         """
         device = self.stack.device
         key = plan.key
@@ -515,8 +540,10 @@ class PackedEngine:
             public[:active] = prior.public.to(device)
             support[:active] = prior.support.to(device)
             inputs += (public, support)
-        state = tuple(self.lanes[width].slots for width, _ in key.lanes)
-        votes, flags = self.votes_fn(key, state, inputs)
+        lanes = [self.lanes[width] for width, _ in key.lanes]
+        state = tuple(lane.slots for lane in lanes)
+        binding = tuple(lane.generation for lane in lanes)
+        votes, flags = self.graphs.run(key, binding, partial(self.votes_fn, key), state, inputs)
         # the step's one host read, where its votes go to the sampler (which then finds
         # them computed): the checks clip_logits / difference_clip make per call
         finite, supported = flags.tolist()

@@ -9,7 +9,7 @@ the chunk count, and the rows of the votes buffer (``bucket(active groups) + 1``
 row a dummy that takes hole and filler rows and is dropped). Bucket sizes are 1, 2, 3, 4, 6,
 8, 12, 16, 24, ... (powers of two and three times powers of two): a count rounds up by less
 than half, and a run sees few distinct keys, so a key's shapes repeat (what a CUDA graph per
-key needs). The chunk count is a function of the lanes' bucketed parts, so
+key, ``step_graphs``, needs). The chunk count is a function of the lanes' bucketed parts, so
 it is not rounded again (that would only add filler chunks).
 
 Everything per row that the device needs is built on the host, where the engine keeps it
