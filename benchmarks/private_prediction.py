@@ -457,9 +457,12 @@ def _timed(llm: LoadedLLM, work: Callable[[], object]) -> tuple[float, int]:
 
 
 def run_engine(llm: LoadedLLM, groups: list[list[str]], tokens: int,
-               batch_rows: int | None) -> dict[str, Any]:
+               batch_rows: int | None, graphs: str = "auto") -> dict[str, Any]:
     """``private_predict`` as a build calls it: it picks the packed engine when the model's
-    architecture is supported, else its reference loop (in the model's own dtype)."""
+    architecture is supported, else its reference loop (in the model's own dtype).
+    ``graphs``: the packed engine's CUDA-graph steps, ``auto`` (``DPSYNRAG_STEP_GRAPHS``:
+    off unless 1), ``on``, ``off``.
+    """
     sampler, counts = _counting_sampler(groups, secure_rng(0))
     reports: list[Any] = []
     timings: dict[str, float] = {}
@@ -474,18 +477,23 @@ def run_engine(llm: LoadedLLM, groups: list[list[str]], tokens: int,
         wall, peak = _timed(llm, lambda: private_predict(
             llm, groups, prompt=PROMPT, max_new_tokens=tokens, clip=CLIP,
             temperature=TEMPERATURE, rng=secure_rng(0), batch_rows=batch_rows,
-            on_step=reports.append, sampler=sampler))
+            on_step=reports.append, sampler=sampler,
+            step_graphs={"auto": None, "on": True, "off": False}[graphs]))
+    facts: dict[str, Any] = {"graphs_requested": graphs, "graphs": None, "step_keys": None,
+                             "graph_captures": None, "graph_replays": None}
     if reports:
         last = reports[-1]
+        facts.update(graphs=last.graphs, step_keys=last.step_keys,
+                     graph_captures=last.graph_captures, graph_replays=last.graph_replays)
         return _figures(llm, counts, wall, last.prefill_seconds, last.decode_seconds, peak,
-                        engine="packed", distinct_prefills=last.distinct_prefills)
+                        engine="packed", distinct_prefills=last.distinct_prefills) | facts
     if timings:  # the reference loop prefills every row
         return _figures(llm, counts, wall, timings["prefill_seconds"],
                         timings["decode_seconds"], peak, engine="reference",
-                        distinct_prefills=sum(len(g) for g in groups))
+                        distinct_prefills=sum(len(g) for g in groups)) | facts
     return _figures(llm, counts, wall, None, None, peak,
                     engine="packed" if decoding_stack.supports(llm.model) else "reference",
-                    distinct_prefills=0)
+                    distinct_prefills=0) | facts
 
 
 def run_reference(llm: LoadedLLM, groups: list[list[str]], tokens: int) -> dict[str, Any]:
@@ -561,6 +569,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--projection", type=_projection_arg, default=(500, 80, 70, 5),
                         metavar="R,k,T,L", help="paper-scale workload to project (default "
                                                 "500,80,70,5)")
+    parser.add_argument("--graphs", choices=["auto", "on", "off"], default="auto",
+                        help="the packed engine's CUDA-graph decode steps (auto: off unless "
+                             "DPSYNRAG_STEP_GRAPHS=1)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16",
                                                            "float16"])
@@ -600,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     prompt_lengths = [len(llm.chat_prompt_ids(render_prompt(PROMPT, d)))
                       for d in {d for g in groups for d in g}]
     prefix_length = public_prefix_length([prompt_layout(llm, PROMPT)])
-    engine = run_engine(llm, groups, args.tokens, args.batch_rows)
+    engine = run_engine(llm, groups, args.tokens, args.batch_rows, args.graphs)
     reference = None
     if args.reference_groups:
         subset = groups if args.reference_groups < 0 else groups[: args.reference_groups]

@@ -173,6 +173,10 @@ def test_tiny_cpu_run_reports_the_new_fields(bench: ModuleType, tokenizer: Any,
 
     engine = result["engine"]
     assert engine["engine"] == "packed"  # tiny is a Llama
+    # the step's engine facts: no CUDA graphs on CPU, a few distinct step shapes
+    assert engine["graphs_requested"] == "auto" and engine["graphs"] is False
+    assert engine["graph_captures"] == engine["graph_replays"] == 0
+    assert 1 <= engine["step_keys"] <= 3 * 2  # tokens x groups steps at most
     flops = result["flops"]
     unit = 4 * model["layers"] * model["attention_heads"] * model["head_dim"]
     per_token = 2 * (flops["weights_layers"] + flops["weights_lm_head"]) \

@@ -30,6 +30,17 @@ def clip_logits(logits: torch.Tensor, c: float) -> torch.Tensor:
     rows = rows.unsqueeze(0) if rows.dim() == 1 else rows
     if not torch.isfinite(rows).all():
         raise ValueError("logits contain NaN or infinity")
+    clipped = clip_rows(rows, c)
+    return clipped.squeeze(0) if logits.dim() == 1 else clipped
+
+
+def clip_rows(rows: torch.Tensor, c: float) -> torch.Tensor:
+    """``clip_logits``' arithmetic on a float32 ``(rows, vocab)`` batch, without its checks.
+
+    For callers that check the inputs themselves without a host read per call (the packed
+    engine folds ``torch.isfinite(rows).all()`` into a device flag it reads once per step);
+    ``c`` must be finite and positive and the rows finite, or the result is meaningless.
+    """
     # exp(l - max) - 1 via expm1: the constant -1 cancels in the centring below, and expm1
     # keeps full relative precision for rows whose logits are close together (exp would
     # round to ~1 and the centring would cancel catastrophically in float32).
@@ -44,8 +55,7 @@ def clip_logits(logits: torch.Tensor, c: float) -> torch.Tensor:
         torch.zeros_like(half_range),
     )
     bound = float32_at_most(c)
-    clipped = torch.clamp(centred * scale, min=-bound, max=bound)
-    return clipped.squeeze(0) if logits.dim() == 1 else clipped
+    return torch.clamp(centred * scale, min=-bound, max=bound)
 
 
 def float32_at_most(value: float) -> float:

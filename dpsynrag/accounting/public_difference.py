@@ -36,7 +36,7 @@ import torch
 
 from dpsynrag.accounting.clipping import float32_at_most
 
-__all__ = ["difference_clip", "prior_votes", "public_support"]
+__all__ = ["difference_clip", "difference_rows", "prior_votes", "public_support"]
 
 
 def public_support(public_logits: torch.Tensor, top_k: int,
@@ -87,9 +87,21 @@ def difference_clip(private_logits: torch.Tensor, public_logits: torch.Tensor,
     public = public_logits.to(torch.float32)
     if not (torch.isfinite(private[support]).all() and torch.isfinite(public[support]).all()):
         raise ValueError("logits contain NaN or infinity on the support")
-    low = torch.tensor(float("-inf"), dtype=torch.float32, device=private.device)
-    diff = torch.log_softmax(torch.where(support, private, low), dim=1) \
-        - torch.log_softmax(torch.where(support, public, low), dim=1)
+    return difference_rows(private, public, support, c)
+
+
+def difference_rows(private: torch.Tensor, public: torch.Tensor, support: torch.Tensor,
+                    c: float) -> torch.Tensor:
+    """``difference_clip``' arithmetic on float32 rows of one shape, without its checks.
+
+    For callers that check the inputs themselves without a host read per call (the packed
+    engine folds the support and finiteness checks into a device flag it reads once per
+    step); ``c`` must be finite and positive, every support row non-empty and the logits
+    finite on the support, or the result is meaningless.
+    """
+    off = ~support  # -inf off the support: masked_fill takes the scalar, no host tensor
+    diff = torch.log_softmax(private.masked_fill(off, float("-inf")), dim=1) \
+        - torch.log_softmax(public.masked_fill(off, float("-inf")), dim=1)
     bound = float32_at_most(c)
     rows = torch.clamp(torch.where(support, diff, torch.zeros_like(diff)), min=-bound,
                        max=bound)

@@ -15,14 +15,36 @@ How the work is shared (all exact: every row sees exactly the tokens of its own 
   when the bound is reached (a later use then recomputes it: same values).
 * **Packing into lanes.** A row's slot width is a function of its own length: the next power
   of two (at least 64) of its document tokens plus T. Rows of one width share a lane, a slot
-  buffer ``(layers, 2, rows, kvh, width, d)`` grown in parts of ``attn_rows = batch_rows //
-  8`` slots. Each step feeds one token to every row (its document's last prompt token on its
-  first step, then the group's latest token), computes the rows' logits, clips each row in
-  float32 and adds the rows into their group's float64 vote with ``index_add_``.
+  buffer ``(layers, 2, slots, kvh, width, d)`` in parts of ``attn_rows = batch_rows // 8``
+  slots; a full lane grows to the next bucket size of parts (below). The device holds only
+  the slot buffers; each slot's group, cached length and next input token are kept on the
+  host, which knows them.
+* **The decode step** (``packed_step``). For each lane holding a row, the first
+  ``bucket(parts)`` parts (``parts``: up to its highest occupied slot; extra parts are hole
+  slots), then filler rows up to whole chunks of ``batch_rows``. Bucket sizes are 1, 2, 3, 4,
+  6, 8, 12, ... (powers of two and three times powers of two), and the votes buffer has
+  ``bucket(active groups) + 1`` rows (the last a dummy that takes hole and filler rows), so a
+  step's shapes, its **key** (``step_key()``; ``step_keys``: the distinct keys of the run),
+  repeat. The host builds the step's one index tensor (each row's input token, cached length
+  and votes row), pinned on CUDA and copied with one non-blocking transfer; the device feeds
+  one token to every row, computes the logits of each chunk that holds a lane row, clips each
+  row in float32 and adds the chunk's rows into the float64 votes with one ``index_add_``. The
+  checks on the logits (finite; non-empty public supports) are a device flag pair read once,
+  where the votes go to the sampler; nothing else in a step waits for the device (admission
+  steps also prefill documents, and a compaction sends its slot indices by one pinned copy).
+* **CUDA graphs** (``step_graphs``). On CUDA, when asked for (``graphs=True`` or
+  ``DPSYNRAG_STEP_GRAPHS=1``; off by default until measured on a GPU) the step of a key is captured
+  into a CUDA graph the second time the key occurs and replayed after that; a lane's growth gives it
+  a new slot buffer, so the graphs of that lane are captured again; a capture that raises turns
+  graphs off for the run (one warning line). The same step function runs eagerly on CPU and whenever
+  graphs are off. **Written for CUDA but not yet run on a GPU**: its speed and its equality with
+  eager steps there are unmeasured; the cache, invalidation and fallback logic are tested on CPU
+  with a stand-in capturer.
 * **Continuous batching.** When a group ends (EOS drawn or ``max_new_tokens`` reached), its
   rows leave; waiting groups (in input order) take their place at the next step while the
-  rows computed per step (whole parts) stay within ``max(batch_rows, largest group)``
-  rounded up to whole chunks of ``batch_rows``. A lane is compacted when that saves a part.
+  rows computed per step (whole parts, bucketed per lane) stay within
+  ``max(batch_rows, largest group)`` rounded up to whole chunks of ``batch_rows``. A lane is
+  compacted when that saves a part.
 
 Batch invariance (why a row's output is a function of its own document): one-hot greedy
 votes (Koga et al.) and clipped logits rest on each row being computed alone; on a GPU a
@@ -34,25 +56,34 @@ So every computation a row takes part in has a shape fixed by public values and 
 * each decode step: attention on a part of exactly ``attn_rows`` slots at its lane's width
   (a function of its own length), over the whole width with a mask; every row-wise operation
   (norms, projections, MLP, logits, the clipping or ``row_transform``) on chunks of exactly
-  ``batch_rows`` rows (holes and filler rows are computed and discarded).
+  ``batch_rows`` rows (holes, filler parts and filler rows are computed and discarded).
 
-What still depends on other documents is which slot, part and chunk a row occupies and which
-rows share them: rows never mix (attention is per row, every other operation is row-wise),
-and a deterministic kernel of a fixed shape computes each row by the same sequence of
-operations whatever its index or its neighbours' values. That is the one assumption left; it
-holds for the dense matmul, softmax and reduction kernels used here (no atomics, no split
-chosen by content), on CPU and CUDA. The float64 ``index_add_`` of a group's own rows may add
-them in a varying order on CUDA: that rounds the group's sum (~1e-16 relative), not any row.
-Measured cost on the 2-core CPU (SmolLM2-135M, 16 groups x 12 documents of 20-250 words,
-T = 16): 22-26 s before, 23-26 s after.
+What still depends on other documents is which slot, part and chunk a row occupies, which rows
+share them, how many parts and chunks a step has, and whether the step runs eagerly or replays
+a graph: rows never mix (attention is per row, every other operation is row-wise), and a
+deterministic kernel of a fixed shape computes each row by the same sequence of operations
+whatever its index or its neighbours' values. That is the one assumption left; it holds for
+the dense matmul, softmax and reduction kernels used here (no atomics, no split chosen by
+content), on CPU and CUDA, and it assumes a graph replay launches the kernels eager execution
+launches for the same shapes (unverified on a GPU). The float64 ``index_add_`` of a group's
+own rows may add them in a varying order on CUDA: that rounds the group's sum (~1e-16
+relative), not any row. On CPU the bucketed votes equal the unbucketed ones bit for bit, with
+or without (stand-in) graphs (tested), and those of the engine before this step on the tests'
+workloads (checked once against the previous commit). Measured cost on the 2-core CPU
+(SmolLM2-135M, 16 groups x 12 documents of 20-250 words, T = 16), before the step of
+``packed_step``: 22-26 s before batch invariance, 23-26 s after; the tiny benchmark of issue
+17 before and after this step is in ``benchmarks/README.md``.
 
 Memory is bounded for any number of groups: the rows in flight (the budget above plus one
-part per lane), the document-KV cache bound, and the logits of one chunk.
+part per lane), lanes of at most 1.5x their rows' parts, the document-KV cache bound, the
+logits of one chunk, and on CUDA at most ``step_graphs.MAX_GRAPHS`` graphs' static buffers.
 
 Privacy: the engine computes z_n = sum_{d in group} clip_c(logits_d) exactly as DP-SynRAG
-stage (d) defines it, for every group independently (a row contributes only to its own
-group's sum); the sampler is the only randomness. Scheduling (which groups share a step) and
-timings depend on group sizes, so the ``on_step`` report must never be logged or released.
+stage (d) defines it (or, with a ``PublicPrior``, each document's public-difference row),
+for every group independently (a row contributes only to its own group's sum); the sampler
+is the only randomness, and nothing random happens in the engine. Scheduling (which groups
+share a step), the step keys, graph counts and timings depend on group sizes, so the
+``on_step`` report must never be logged or released.
 """
 
 from __future__ import annotations
@@ -61,16 +92,29 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
 
-from dpsynrag.accounting.clipping import clip_logits
 from dpsynrag.transforms.decoding_stack import DecoderStack, PrefixKV
+from dpsynrag.transforms.packed_step import (
+    LaneRows,
+    RowTransform,
+    StepIndex,
+    StepKey,
+    StepVotes,
+    bucket,
+    step_index,
+)
 from dpsynrag.transforms.public_prior import PriorStep, PublicPrior
+from dpsynrag.transforms.step_graphs import Capturer, StepGraphs
 
 Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
-RowTransform = Callable[[torch.Tensor], torch.Tensor]
+Bucket = Callable[[int], int]
+
+__all__ = ["MIN_LANE_WIDTH", "PackedEngine", "RowTransform", "Sampler", "StepReport",
+           "lane_width"]
 
 
 @dataclass
@@ -78,7 +122,9 @@ class StepReport:
     """Progress and timings after one decode step.
 
     Contains counts that depend on private group sizes: for in-process progress and
-    benchmarks only; never log or release it.
+    benchmarks only; never log or release it. ``graphs``: whether the CUDA-graph path is
+    still on; ``step_keys``: distinct step keys so far; ``graph_captures`` /
+    ``graph_replays``: captures and replays so far.
     """
 
     step: int
@@ -89,6 +135,10 @@ class StepReport:
     decode_seconds: float
     distinct_prefills: int
     row_steps: int
+    graphs: bool = False
+    step_keys: int = 0
+    graph_captures: int = 0
+    graph_replays: int = 0
 
 
 MIN_LANE_WIDTH = 64
@@ -108,6 +158,15 @@ def lane_width(row_length: int, max_new_tokens: int) -> int:
     return width
 
 
+def _device_index(values: Sequence[int], device: torch.device) -> torch.Tensor:
+    """A long index tensor on ``device`` by one non-blocking copy from pinned memory on
+    CUDA (no host wait); a plain tensor elsewhere."""
+    host = torch.tensor(list(values), dtype=torch.long)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 @dataclass
 class _Group:
     index: int
@@ -118,34 +177,38 @@ class _Group:
 
 
 class _Lane:
-    """Slots of one width, grown in chunks of ``chunk`` rows; decoded a chunk at a time."""
+    """Slots of one width in parts of ``chunk`` slots; ``bucket`` sizes its growth.
 
-    def __init__(self, stack: DecoderStack, width: int, chunk: int) -> None:
-        self.stack, self.width, self.chunk = stack, width, chunk
-        device = stack.device
+    The device holds the slot buffer only; the slots' groups, cached lengths and next input
+    tokens live on the host (the engine knows them) and reach the device in each step's index.
+    """
+
+    def __init__(self, stack: DecoderStack, width: int, chunk: int, sizes: Bucket) -> None:
+        self.stack, self.width, self.chunk, self.sizes = stack, width, chunk, sizes
         self.slots = stack.new_slots(0, width)
         self.group = np.full(0, -1, dtype=np.int64)
-        self.length = torch.zeros(0, dtype=torch.long, device=device)
-        self.input = torch.zeros(0, dtype=torch.long, device=device)
+        self.length = np.zeros(0, dtype=np.int64)
+        self.input = np.zeros(0, dtype=np.int64)
+        self.generation = 0  # growths so far: a graph captured on older slots is stale
 
     @property
     def capacity(self) -> int:
         return int(self.group.size)
 
     def take(self) -> int:
-        """A free slot, growing the lane by one chunk when it is full."""
+        """A free slot; a full lane grows to the next bucket size of parts (a new buffer)."""
         free = np.flatnonzero(self.group < 0)
         if free.size:
             return int(free[0])
-        grown = self.stack.new_slots(self.chunk, self.width)
-        device = self.stack.device
-        self.slots = torch.cat([self.slots, grown], dim=2)
-        self.group = np.concatenate([self.group, np.full(self.chunk, -1, dtype=np.int64)])
-        self.length = torch.cat([self.length, torch.zeros(self.chunk, dtype=torch.long,
-                                                          device=device)])
-        self.input = torch.cat([self.input, torch.zeros(self.chunk, dtype=torch.long,
-                                                        device=device)])
-        return self.capacity - self.chunk
+        old = self.capacity
+        parts = self.sizes(old // self.chunk + 1)
+        extra = parts * self.chunk - old
+        self.slots = torch.cat([self.slots, self.stack.new_slots(extra, self.width)], dim=2)
+        self.group = np.concatenate([self.group, np.full(extra, -1, dtype=np.int64)])
+        self.length = np.concatenate([self.length, np.zeros(extra, dtype=np.int64)])
+        self.input = np.concatenate([self.input, np.zeros(extra, dtype=np.int64)])
+        self.generation += 1
+        return old
 
 
 class _DocCache:
@@ -181,7 +244,13 @@ class _DocCache:
 
 
 class PackedEngine:
-    """Runs DP-SynRAG private prediction for many groups through packed slot lanes."""
+    """Runs DP-SynRAG private prediction for many groups through packed slot lanes.
+
+    ``graphs``: the CUDA-graph path of the decode step (``step_graphs``): ``None`` is on for
+    CUDA only with ``DPSYNRAG_STEP_GRAPHS=1`` (opt-in), ``True``/``False`` force it;
+    ``capturer`` replaces the CUDA capturer (tests). ``bucket``: the rounding of part counts
+    and of the active groups (``packed_step.bucket``; ``packed_step.unbucketed`` turns it off).
+    """
 
     def __init__(
         self,
@@ -201,11 +270,16 @@ class PackedEngine:
         on_step: Callable[[StepReport], None] | None = None,
         row_transform: RowTransform | None = None,
         prior: PublicPrior | None = None,
+        graphs: bool | None = None,
+        capturer: Capturer | None = None,
+        bucket: Bucket = bucket,
     ) -> None:
         if len(prefix_ids) != prefix_len:
             raise ValueError("prefix_ids must hold prefix_len tokens")
         if batch_rows < 1:
             raise ValueError("batch_rows must be positive")
+        if row_transform is None and not (0 < clip < float("inf")):
+            raise ValueError("the clip bound c must be a finite positive number")
         shared = tuple(prefix_ids)
         for rows in groups:
             for row in rows:
@@ -227,6 +301,7 @@ class PackedEngine:
         self.prefill_tokens = prefill_tokens  # kept for callers; prefill is per document now
         self.on_step = on_step
         self.batch_rows = batch_rows
+        self.bucket = bucket
         # slots per attention part: a public function of batch_rows
         self.attn_rows = max(1, batch_rows // 8)
         largest = max((len(g.rows) for g in self.groups), default=0)
@@ -252,6 +327,10 @@ class PackedEngine:
         self.row_steps = 0
         # every (rows, width) an attention part ran with, and (rows, -1) for the logits chunks
         self.decode_shapes: set[tuple[int, int]] = set()
+        self.step_keys: set[StepKey] = set()  # the distinct keys of the steps run
+        self.last_key: StepKey | None = None
+        self.graphs = StepGraphs.for_device(stack.device, graphs, capturer)
+        self._pin = stack.device.type == "cuda"
 
     # ------------------------------------------------------------------ public
     def run(self) -> list[list[int]]:
@@ -261,6 +340,10 @@ class PackedEngine:
         start = time.perf_counter()
         self.prefix: PrefixKV | None = self.stack.prefix(self.prefix_ids)
         self.prefill_seconds += time.perf_counter() - start
+        self.votes_fn = StepVotes(
+            self.stack, self.prefix, batch_rows=self.batch_rows, part_rows=self.attn_rows,
+            vocab_size=self.vocab_size, clip=self.clip, row_transform=self.row_transform,
+            prior=self.prior is not None)
         waiting = list(range(len(self.groups)))[::-1]  # pop() takes the next in input order
         active: list[int] = []
         finished = 0
@@ -270,17 +353,17 @@ class PackedEngine:
             tick = time.perf_counter()
             tokens = self._step(active)
             still: list[int] = []
-            for gi, token in zip(active, tokens, strict=True):
+            for gi, token in zip(active, tokens.tolist(), strict=True):
                 group = self.groups[gi]
-                if int(token) in self.eos_ids:
+                if token in self.eos_ids:
                     self._finish(group)
                     continue
-                group.tokens.append(int(token))
+                group.tokens.append(token)
                 if len(group.tokens) >= self.max_new_tokens:
                     self._finish(group)
                     continue
                 for width, slot in group.slots:
-                    self.lanes[width].input[slot] = int(token)
+                    self.lanes[width].input[slot] = token
                 still.append(gi)
             finished += len(active) - len(still)
             active = still
@@ -291,27 +374,35 @@ class PackedEngine:
                     step=step, active_groups=len(active), active_rows=self.in_flight,
                     finished_groups=finished, prefill_seconds=self.prefill_seconds,
                     decode_seconds=self.decode_seconds,
-                    distinct_prefills=self.distinct_prefills, row_steps=self.row_steps))
+                    distinct_prefills=self.distinct_prefills, row_steps=self.row_steps,
+                    graphs=self.graphs.active, step_keys=len(self.step_keys),
+                    graph_captures=self.graphs.captures, graph_replays=self.graphs.replays))
         return [g.tokens for g in self.groups]
+
+    def step_key(self) -> StepKey | None:
+        """The key (tuple of shapes) of the latest decode step; ``None`` before the first
+        step or when it decoded no row. Depends on group sizes: never log or release it."""
+        return self.last_key
 
     # ------------------------------------------------------------------ scheduling
     def _lane(self, row: tuple[int, ...]) -> _Lane:
         width = lane_width(len(row), self.max_new_tokens)
         lane = self.lanes.get(width)
         if lane is None:
-            lane = self.lanes[width] = _Lane(self.stack, width, self.attn_rows)
+            lane = self.lanes[width] = _Lane(self.stack, width, self.attn_rows, self.bucket)
         return lane
 
     def _fits(self, group: _Group) -> bool:
         """Whether ``group`` may join now: always when nothing is in flight, else when the
-        rows computed per step (whole attention parts) stay within the row budget."""
+        rows computed per step (whole attention parts, bucketed per lane) stay within the
+        row budget."""
         if self.in_flight == 0:
             return True
         occupied = {w: int((lane.group >= 0).sum()) for w, lane in self.lanes.items()}
         for row in group.rows:
             width = lane_width(len(row), self.max_new_tokens)
             occupied[width] = occupied.get(width, 0) + 1
-        parts = sum(-(-n // self.attn_rows) for n in occupied.values())
+        parts = sum(self.bucket(-(-n // self.attn_rows)) for n in occupied.values())
         return parts * self.attn_rows <= self.row_budget
 
     def _admit(self, waiting: list[int], active: list[int]) -> None:
@@ -369,7 +460,7 @@ class PackedEngine:
         group.slots = []
 
     def _compact(self, lane: _Lane) -> int:
-        """Move occupied slots down into holes when that saves a chunk; returns the range."""
+        """Move occupied slots down into holes when that saves a part; returns the range."""
         occupied = np.flatnonzero(lane.group >= 0)
         if occupied.size == 0:
             return 0
@@ -378,17 +469,16 @@ class PackedEngine:
         if -(-top // chunk) <= -(-occupied.size // chunk):
             return top
         keep = occupied.size
-        src = [int(s) for s in occupied if s >= keep]
-        dst = [int(s) for s in np.flatnonzero(lane.group[:keep] < 0)]
-        src_t = torch.tensor(src, device=self.stack.device)
-        dst_t = torch.tensor(dst, device=self.stack.device)
-        lane.slots[:, :, dst_t] = lane.slots[:, :, src_t]
-        lane.length[dst_t] = lane.length[src_t]
-        lane.input[dst_t] = lane.input[src_t]
-        moved = dict(zip(src, dst, strict=True))
-        for s, t in moved.items():
-            lane.group[t] = lane.group[s]
-            lane.group[s] = -1
+        src = np.asarray([s for s in occupied if s >= keep], dtype=np.int64)
+        dst = np.flatnonzero(lane.group[:keep] < 0)
+        device = self.stack.device
+        lane.slots[:, :, _device_index(dst.tolist(), device)] = \
+            lane.slots[:, :, _device_index(src.tolist(), device)]
+        for array in (lane.length, lane.input, lane.group):
+            array[dst] = array[src]
+        lane.group[src] = -1
+        lane.length[src] = 0
+        moved = dict(zip(src.tolist(), dst.tolist(), strict=True))
         for gi in {int(lane.group[t]) for t in dst}:
             group = self.groups[gi]
             group.slots = [(w, moved.get(s, s) if w == lane.width else s)
@@ -396,20 +486,27 @@ class PackedEngine:
         return keep
 
     # ------------------------------------------------------------------ one step
-    def _step(self, active: list[int]) -> np.ndarray:
-        """Sum the clipped rows per active group and draw one token per group."""
-        device = self.stack.device
-        votes = torch.zeros((len(active), self.vocab_size), dtype=torch.float64, device=device)
-        parts: list[tuple[_Lane, int]] = []
+    def _plan(self, active: list[int]) -> StepIndex:
+        """Compact the lanes and build the step's key and index (host only)."""
+        lanes: list[LaneRows] = []
         for width in sorted(self.lanes):
             lane = self.lanes[width]
-            top = self._compact(lane)
-            parts.extend((lane, start) for start in range(0, top, lane.chunk)
-                         if (lane.group[start:start + lane.chunk] >= 0).any())
+            parts = -(-self._compact(lane) // lane.chunk)
+            if parts:
+                lanes.append(LaneRows(width=width, parts=self.bucket(parts), group=lane.group,
+                                      length=lane.length, token=lane.input))
+        positions = np.full(len(self.groups), -1, dtype=np.int64)
+        positions[active] = np.arange(len(active), dtype=np.int64)
+        return step_index(lanes, positions, len(active), part_rows=self.attn_rows,
+                          batch_rows=self.batch_rows,
+                          votes_rows=self.bucket(len(active)) + 1, pin=self._pin)
+
+    def _step(self, active: list[int]) -> np.ndarray:
+        """Sum the clipped rows per active group and draw one token per group."""
+        plan = self._plan(active)
         prior = None if self.prior is None else self.prior.step(
             active, [self.groups[gi].tokens for gi in active])
-        if parts:
-            self._decode(parts, {gi: i for i, gi in enumerate(active)}, votes, prior)
+        votes = self._votes(plan, prior, len(active))
         if prior is not None:  # the public term, -inf off the public support
             votes = prior.votes(votes)
         tokens = np.asarray(self.sampler(votes, list(active)), dtype=np.int64)
@@ -419,47 +516,47 @@ class PackedEngine:
             raise ValueError("the sampler returned a token id outside the vocabulary")
         return tokens
 
-    def _decode(self, parts: list[tuple[_Lane, int]], position: dict[int, int],
-                votes: torch.Tensor, prior: PriorStep | None = None) -> None:
-        """One decode step over fixed-shape parts and chunks; adds each row to its vote.
+    def _votes(self, plan: StepIndex, prior: PriorStep | None, active: int) -> torch.Tensor:
+        """The step's float64 votes ``(active, vocab)``: every lane row's clipped logits (or
+        public-difference row, or ``row_transform``) added into its group's row.
 
-        Every attention part is ``attn_rows`` slots of one lane at the lane's width, every
-        row-wise operation (projections, MLP, logits, clipping or ``row_transform``) runs on
-        chunks of exactly ``batch_rows`` rows (filler rows complete the last one).
+        The device work is ``packed_step.StepVotes`` on the plan's key, eager or by a CUDA
+        graph (``step_graphs``); one host-to-device copy (the index) goes in, and the one
+        host read is the flag pair, right where the votes go to the sampler. Then each
+        decoded occupied slot holds one more token (hole slots stay at length 0).
         """
         device = self.stack.device
-        views = [(lane.slots[:, :, start:start + lane.chunk],
-                  lane.length[start:start + lane.chunk]) for lane, start in parts]
-        ids = [lane.input[start:start + lane.chunk] for lane, start in parts]
-        real = sum(int(i.shape[0]) for i in ids)
-        total = -(-real // self.batch_rows) * self.batch_rows
-        ids.append(torch.zeros(total - real, dtype=torch.long, device=device))
-        hidden = self.stack.decode(self.prefix, views, torch.cat(ids), self.batch_rows)
-        owners = np.concatenate([lane.group[start:start + lane.chunk] for lane, start in parts])
-        for lane, start in parts:
-            self.decode_shapes.add((lane.chunk, lane.width))
-            part = slice(start, start + lane.chunk)
-            busy = torch.as_tensor(lane.group[part] >= 0, device=device)
-            # occupied rows advance; holes restart at index 0 (overwritten on admission)
-            lane.length[part] = torch.where(busy, lane.length[part] + 1, 0)
-        with torch.inference_mode():
-            for c in range(0, total, self.batch_rows):
-                mine = owners[c:c + self.batch_rows]
-                occupied = np.flatnonzero(mine >= 0)
-                if occupied.size == 0:
-                    continue
-                logits = self.stack.logits(hidden[c:c + self.batch_rows])  # a fixed shape
-                self.decode_shapes.add((int(logits.shape[0]), -1))
-                if prior is not None:  # public-difference rows; filler rows use group 0's
-                    at = torch.zeros(int(logits.shape[0]), dtype=torch.long, device=device)
-                    at[:mine.size] = torch.tensor([position[int(g)] if g >= 0 else 0
-                                                   for g in mine], dtype=torch.long)
-                    out = prior.rows(logits, at)
-                elif self.row_transform is None:
-                    out = clip_logits(logits, self.clip)
-                else:
-                    out = self.row_transform(logits)
-                owner = torch.tensor([position[int(mine[r])] for r in occupied], device=device)
-                rows = torch.as_tensor(occupied, device=device)
-                votes.index_add_(0, owner, out[rows].to(torch.float64))
-                self.row_steps += int(occupied.size)
+        key = plan.key
+        self.last_key = key if key.lanes else None
+        if not key.lanes:  # no group of the step has a row: zero votes
+            return torch.zeros((active, self.vocab_size), dtype=torch.float64, device=device)
+        self.step_keys.add(key)
+        inputs: tuple[torch.Tensor, ...] = (plan.index.to(device, non_blocking=True),)
+        if prior is not None:  # padded to the votes rows less the dummy: fixed shapes
+            public = torch.zeros((key.votes - 1, self.vocab_size), dtype=torch.float32,
+                                 device=device)
+            support = torch.zeros((key.votes - 1, self.vocab_size), dtype=torch.bool,
+                                  device=device)
+            public[:active] = prior.public.to(device)
+            support[:active] = prior.support.to(device)
+            inputs += (public, support)
+        lanes = [self.lanes[width] for width, _ in key.lanes]
+        state = tuple(lane.slots for lane in lanes)
+        binding = tuple(lane.generation for lane in lanes)
+        votes, flags = self.graphs.run(key, binding, partial(self.votes_fn, key), state, inputs)
+        # the step's one host read, where its votes go to the sampler (which then finds
+        # them computed): the checks clip_logits / difference_clip make per call
+        finite, supported = flags.tolist()
+        if not supported:
+            raise ValueError("every row needs a non-empty support")
+        if not finite:
+            raise ValueError("logits contain NaN or infinity"
+                             + (" on the support" if prior is not None else ""))
+        for width, parts in key.lanes:
+            lane = self.lanes[width]
+            self.decode_shapes.add((lane.chunk, width))
+            rows = slice(0, parts * lane.chunk)
+            lane.length[rows] += lane.group[rows] >= 0
+        self.decode_shapes.add((self.batch_rows, -1))
+        self.row_steps += plan.occupied
+        return votes[:active]

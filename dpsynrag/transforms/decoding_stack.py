@@ -376,7 +376,9 @@ class DecoderStack:
         of the width is masked. Every row-wise operation (norms, projections, MLP) runs on
         fixed chunks of ``chunk_rows`` rows and attention on each part at its own width: the
         caller fixes every shape. The caller advances the lengths. Filler rows attend to
-        nothing (their output is discarded).
+        nothing (their output is discarded). Each part's masks are built once per call and
+        shared by the layers; nothing is read back to the host, so a CUDA graph can capture
+        the call (``step_graphs``).
         """
         total = int(input_ids.shape[0])
         if total % chunk_rows:
@@ -389,6 +391,8 @@ class DecoderStack:
             positions[: sum(counts)] = torch.cat(lengths)
         x = self.embed(input_ids).unsqueeze(1)
         rot = self._rotary(x, (positions + p_len).unsqueeze(1))
+        # each part's masks, once per call for every layer (a function of its lengths only)
+        masks = [self._part_masks(length, int(slots.shape[4]), p_len) for slots, length in parts]
         for li, layer in enumerate(self.layers):
             cos, sin = rot[self.rope_keys[li]]
             qkv = [self._qkv(layer, x[c:c + chunk_rows], cos[c:c + chunk_rows],
@@ -397,45 +401,61 @@ class DecoderStack:
             out = torch.zeros((total, 1, self.n_heads * self.head_dim), dtype=self.dtype,
                               device=self.device)
             start = 0
-            for (slots, length), n in zip(parts, counts, strict=True):
+            for (slots, _), n, mask in zip(parts, counts, masks, strict=True):
                 part = slice(start, start + n)
                 out[part] = self._attend(None if prefix is None else prefix.kv[li], slots[li],
-                                         length, q[part], k[part], v[part],
+                                         mask, q[part], k[part], v[part],
                                          self.scalings[li], self.windows[li])
                 start += n
             x = torch.cat([self._finish_layer(layer, x[c:c + chunk_rows], out[c:c + chunk_rows])
                            for c in range(0, total, chunk_rows)])
         return torch.cat([self.norm(x[c:c + chunk_rows, 0]) for c in range(0, total, chunk_rows)])
 
-    def _attend(self, prefix_kv: torch.Tensor | None, slots: torch.Tensor,
-                lengths: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    def _part_masks(self, lengths: torch.Tensor, width: int, p_len: int) -> _PartMasks:
+        """The masks of one part of ``len(lengths)`` slots of ``width``, for each window the
+        layers use (shared by every layer with that window)."""
+        n = int(lengths.shape[0])
+        index = torch.arange(width, device=self.device).unsqueeze(0)
+        after = index > lengths.unsqueeze(1)
+        slot: dict[int | None, torch.Tensor] = {}
+        far: dict[int | None, torch.Tensor | None] = {}
+        for window in dict.fromkeys(self.windows):
+            invalid = after
+            if window is not None:  # query at P + L, key at P + j: visible when L - j < window
+                invalid = after | (index <= lengths.unsqueeze(1) - window)
+            slot[window] = invalid.view(n, 1, 1, width)
+            far[window] = None
+            if window is not None and p_len:  # prefix key j: visible when P + L - j < window
+                near = (torch.arange(p_len, device=self.device).unsqueeze(0)
+                        <= (lengths + p_len - window).unsqueeze(1))
+                far[window] = near.view(n, 1, 1, p_len)
+        return _PartMasks(rows=torch.arange(n, device=self.device), lengths=lengths,
+                          slot=slot, far=far)
+
+    def _attend(self, prefix_kv: torch.Tensor | None, slots: torch.Tensor, masks: _PartMasks,
+                q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 scaling: float, window: int | None) -> torch.Tensor:
         """One part's attention in one layer: writes the new KV into ``slots``
-        ``(2, n, kvh, width, d)`` at ``lengths``, attends over the layer's prefix KV
+        ``(2, n, kvh, width, d)`` at ``masks.lengths``, attends over the layer's prefix KV
         ``(2, kvh, P, d)`` and the slots (within ``window`` positions when it is set);
         returns ``(n, 1, H * d)``. Shapes fixed by the part; the mask is each row's own."""
-        n, width = int(lengths.shape[0]), int(slots.shape[3])
+        lengths = masks.lengths
+        n = int(lengths.shape[0])
         p_len = 0 if prefix_kv is None else int(prefix_kv.shape[2])
         d, kvh, rep = self.head_dim, self.n_kv, self.rep
-        rows = torch.arange(n, device=self.device)
-        index = torch.arange(width, device=self.device).unsqueeze(0)
-        invalid = index > lengths.unsqueeze(1)
-        if window is not None:  # query at P + L, key at P + j: visible when L - j < window
-            invalid |= index <= lengths.unsqueeze(1) - window
         k_slot, v_slot = slots[0], slots[1]
-        k_slot[rows, :, lengths] = k[:, :, 0]
-        v_slot[rows, :, lengths] = v[:, :, 0]
+        k_slot[masks.rows, :, lengths] = k[:, :, 0]
+        v_slot[masks.rows, :, lengths] = v[:, :, 0]
         qg = q.view(n, kvh, rep, d)
         scores = self._scores(torch.matmul(qg, k_slot.transpose(-1, -2)), scaling)
-        scores.masked_fill_(invalid.view(n, 1, 1, width), float("-inf"))
+        scores.masked_fill_(masks.slot[window], float("-inf"))
         if prefix_kv is not None and p_len:
             qp = qg.permute(1, 0, 2, 3).reshape(kvh, n * rep, d)
             pre = torch.matmul(qp, prefix_kv[0].transpose(-1, -2))
             pre = self._scores(pre.view(kvh, n, rep, p_len).permute(1, 0, 2, 3), scaling)
-            if window is not None:  # prefix key at position j: visible when P + L - j < window
-                far = (torch.arange(p_len, device=self.device).unsqueeze(0)
-                       <= (lengths + p_len - window).unsqueeze(1))
-                pre = pre.masked_fill(far.view(n, 1, 1, p_len), float("-inf"))
+            far = masks.far[window]
+            if far is not None:
+                pre = pre.masked_fill(far, float("-inf"))
             scores = torch.cat([pre, scores], dim=-1)
         probs = torch.softmax(scores, dim=-1).to(self.dtype)
         out = torch.matmul(probs[..., p_len:], v_slot)
@@ -444,6 +464,18 @@ class DecoderStack:
             out = out + torch.matmul(pp, prefix_kv[1]).view(
                 kvh, n, rep, d).permute(1, 0, 2, 3)
         return out.reshape(n, 1, self.n_heads * d)
+
+
+@dataclass
+class _PartMasks:
+    """One part's slot indices, lengths and masks (``True``: hidden) per layer window:
+    ``slot`` over its slots ``(n, 1, 1, width)``, ``far`` over the prefix ``(n, 1, 1, P)``
+    (``None``: the whole prefix is visible)."""
+
+    rows: torch.Tensor
+    lengths: torch.Tensor
+    slot: dict[int | None, torch.Tensor]
+    far: dict[int | None, torch.Tensor | None]
 
 
 def _cap(config: Any, name: str, used: bool) -> float | None:

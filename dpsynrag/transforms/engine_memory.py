@@ -25,7 +25,12 @@ their slots; an estimate, not a worst case. The rest of ``fraction * free`` (at 
 (allocator fragmentation, kernels' workspaces). ``budget < 64 * per_row`` raises
 ``EngineMemoryError``. Rows wider than W (long documents), or a group larger than
 ``batch_rows`` (all its rows decode in one step), take more than planned: pass
-``--batch-rows`` then.
+``--batch-rows`` then. Two things of the decode step (``packed_step``, ``step_graphs``) are
+not in the formula: a lane's capacity is a bucket size of parts (up to 1.5x the parts its
+rows need; the rows computed per step still stay within the row budget), and on CUDA each
+captured step graph keeps its static inputs and outputs (the votes: active groups x V
+float64, ~70 MB for 64 groups of a 128k vocabulary; at most ``step_graphs.MAX_GRAPHS``
+graphs, their intermediates in one shared pool): both come out of the slack, unmeasured.
 
 Privacy: ``batch_rows`` and the cache bound must be public. Both are functions of public model
 sizes, public settings (T, the public prefix, W) and the device's free memory, measured once

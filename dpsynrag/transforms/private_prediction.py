@@ -342,6 +342,7 @@ def private_predict(
     response_prefix: str | Sequence[str] = "",
     row_transform: RowTransform | None = None,
     public_prior: PublicPriorSettings | None = None,
+    step_graphs: bool | None = None,
 ) -> list[str]:
     """One synthetic text per group: DP-SynRAG private prediction (see the module docstring).
 
@@ -368,6 +369,10 @@ def private_predict(
     rho = (c / tau)^2 / 2 per token). ``on_step`` receives a
     ``StepReport`` after each step of the packed engine: it holds counts derived from private
     data, for progress bars and benchmarks in this process only; never log it.
+
+    ``step_graphs`` picks the packed engine's CUDA-graph decode steps (``step_graphs``
+    module): ``None`` is on for CUDA only with ``DPSYNRAG_STEP_GRAPHS=1`` (opt-in),
+    ``True`` / ``False`` force it on / off (the same votes either way; unmeasured on a GPU so far).
 
     ``engine="auto"`` uses the packed engine when ``decoding_stack.supports`` the model, else
     the reference loop after one logged warning naming the model type and the reason;
@@ -427,7 +432,8 @@ def private_predict(
             stack, rows, prefix_len=prefix_len, prefix_ids=list(some_prefix[:prefix_len]),
             max_new_tokens=max_new_tokens, clip=clip, sampler=sampler, eos_ids=eos,
             batch_rows=rows_per_chunk, vocab_size=llm.vocab_size, doc_cache_bytes=cache_bytes,
-            on_step=on_step, row_transform=row_transform, prior=prior).run()
+            on_step=on_step, row_transform=row_transform, prior=prior,
+            graphs=step_graphs).run()
     else:
         tokens = reference_tokens(
             llm.model, rows, max_new_tokens=max_new_tokens, clip=clip, sampler=sampler,
