@@ -469,7 +469,7 @@ class PackedEngine:
         if -(-top // chunk) <= -(-occupied.size // chunk):
             return top
         keep = occupied.size
-        src = np.asarray([s for s in occupied if s >= keep], dtype=np.int64)
+        src = occupied[occupied >= keep]
         dst = np.flatnonzero(lane.group[:keep] < 0)
         device = self.stack.device
         lane.slots[:, :, _device_index(dst.tolist(), device)] = \
