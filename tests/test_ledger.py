@@ -230,3 +230,65 @@ def test_the_audit_view_hashes_each_value_and_never_shows_it(tmp_path: Path) -> 
     assert row["rho"] == pytest.approx(hist_charge().rho)
     assert (row["group"], row["partition"]) == (None, None) and row["charged_at"]
     assert "value" not in row
+
+
+def token_charge(partition: str = "cluster/00000") -> Charge:
+    return Charge("prediction", "token_softmax", {"clip": 1.0, "temperature": 10.0}, 1.0,
+                  "linf", group="clusters", partition=partition)
+
+
+def test_draw_many_charges_first_and_store_many_records_the_release(tmp_path: Path) -> None:
+    """Device-side sampling: the ledger draws u (charged, committed), the release is stored
+    later; a resumed ledger returns the stored token and draws nothing."""
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path, rng=secure_rng(5))
+    ledger.declare_parallel_group("clusters", 1, "test")
+    rho_before = ledger.total_rho()
+    [(stored, u)] = ledger.draw_many([("cluster/00000/token/000", token_charge(),
+                                       lambda rng: float(rng.random(1)[0]))])
+    assert not stored and 0.0 <= u < 1.0
+    # the charge is committed before the value exists: another connection sees it
+    assert Ledger(path, rng=secure_rng(9)).total_rho() == pytest.approx(rho_before + 0.005)
+    with pytest.raises(LedgerError, match="awaits its value"):
+        ledger.draw_many([("cluster/00000/token/000", token_charge(), lambda rng: 0.5)])
+    with pytest.raises(LedgerError, match="awaits its value"):
+        ledger.release("cluster/00000/token/000", token_charge(), lambda rng: 7)
+    ledger.store_many([("cluster/00000/token/000", 42)])
+    with pytest.raises(LedgerError, match="not drawn by draw_many"):
+        ledger.store_many([("cluster/00000/token/000", 43)])
+    resumed = Ledger(path, rng=secure_rng(6))
+    drawn: list[int] = []
+    assert resumed.draw_many([("cluster/00000/token/000", token_charge(),
+                               lambda rng: drawn.append(1))]) == [(True, 42)]
+    assert drawn == [] and resumed.total_rho() == pytest.approx(rho_before + 0.005)
+
+
+def test_draw_many_uses_the_same_random_stream_as_release_many() -> None:
+    """One uniform per key, in request order: the stream a host-side release would consume."""
+    keys = [f"cluster/0000{g}/token/000" for g in range(3)]
+    host, device = Ledger(rng=secure_rng(11)), Ledger(rng=secure_rng(11))
+    for ledger in (host, device):
+        ledger.declare_parallel_group("clusters", 1, "test")
+    expected = host.release_many([(k, token_charge(k[:13]), lambda rng: float(rng.random(1)[0]))
+                                  for k in keys])
+    drawn = device.draw_many([(k, token_charge(k[:13]), lambda rng: float(rng.random(1)[0]))
+                              for k in keys])
+    assert [u for _stored, u in drawn] == expected
+
+
+def test_store_many_refuses_a_key_never_drawn_and_a_crash_leaves_it_to_draw_afresh(
+        tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path, rng=secure_rng(3))
+    ledger.declare_parallel_group("clusters", 1, "test")
+    with pytest.raises(LedgerError, match="not drawn by draw_many"):
+        ledger.store_many([("cluster/00000/token/000", 1)])
+    ledger.draw_many([("cluster/00000/token/000", token_charge(), lambda rng: 0.25)])
+    # a crash before store_many: the key stays charged with no value, drawn afresh once
+    resumed = Ledger(path, rng=secure_rng(4))
+    rho = resumed.total_rho()
+    assert resumed.draw_many([("cluster/00000/token/000", token_charge(),
+                               lambda rng: 0.75)]) == [(False, 0.75)]
+    assert resumed.total_rho() == rho  # not charged twice
+    resumed.store_many([("cluster/00000/token/000", 3)])
+    assert resumed.release("cluster/00000/token/000", token_charge(), lambda rng: 9) == 3

@@ -106,30 +106,41 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _build(inputs: dict[str, Path], tmp: Path, workers: int,
-           monkeypatch: pytest.MonkeyPatch) -> tuple[BuildSummary, list[list[int]], int]:
+           monkeypatch: pytest.MonkeyPatch, token_sampling: str = "host",
+           name: str | None = None) -> tuple[BuildSummary, list[list[int]], int]:
     """A seeded build through ``make_runner`` (a Ray runner of ``workers`` actors on the
-    module's cluster). Returns the summary, the groups of every call to the token sampler,
-    and the number of model actors the runner had."""
+    module's cluster). Returns the summary, the groups of every call to the token sampler
+    (its votes in host mode, its uniforms in device mode), and the number of model actors
+    the runner had. ``name`` (default: the worker count) names the output and state dirs."""
     calls: list[list[int]] = []
     actors: list[int] = []
     sample, close = PartitionTokenSampler.__call__, runners.RayRunner.close
+    uniforms = PartitionTokenSampler.draw_uniforms
+    name = name or str(workers)
 
     def recording_sample(self: PartitionTokenSampler, votes: np.ndarray,
                          active: list[int]) -> np.ndarray:
         calls.append(list(active))
         return sample(self, votes, active)
 
+    def recording_uniforms(self: PartitionTokenSampler,
+                           active: list[int]) -> list[tuple[bool, float | int]]:
+        calls.append(list(active))
+        return uniforms(self, active)
+
     def counting_close(self: runners.RayRunner) -> None:
         actors.append(len(self.workers))
         close(self)
 
     config = make_config(None, {**TINY, "workers": workers, "model": str(inputs["llm"]),
-                                "embedder": str(inputs["embedder"])})
+                                "embedder": str(inputs["embedder"]),
+                                "token_sampling": token_sampling})
     with monkeypatch.context() as patch:
         patch.setattr(PartitionTokenSampler, "__call__", recording_sample)
+        patch.setattr(PartitionTokenSampler, "draw_uniforms", recording_uniforms)
         patch.setattr(runners.RayRunner, "close", counting_close)
-        summary = run_build(inputs["notes"], tmp / f"out-{workers}", config,
-                            state_dir=tmp / f"state-{workers}", signing_key=inputs["key"],
+        summary = run_build(inputs["notes"], tmp / f"out-{name}", config,
+                            state_dir=tmp / f"state-{name}", signing_key=inputs["key"],
                             corpus_ledger=False)
     assert actors == [workers]  # run_build made the runner and closed it
     return summary, calls, actors[0]
@@ -154,8 +165,17 @@ def test_two_cpu_actors_release_exactly_what_one_actor_releases(
     started = time.monotonic()
     one, one_calls, _ = _build(inputs, tmp_path, 1, monkeypatch)
     two, two_calls, actors = _build(inputs, tmp_path, 2, monkeypatch)
-    print(f"two seeded builds (1 and 2 actors): {time.monotonic() - started:.1f} s")
-    assert actors == 2
+    device, device_calls, device_actors = _build(inputs, tmp_path, 2, monkeypatch,
+                                                 token_sampling="device", name="2-device")
+    print(f"three seeded builds (1 and 2 actors, 2 with device sampling): "
+          f"{time.monotonic() - started:.1f} s")
+    assert actors == device_actors == 2
+    # device-side sampling (the worker computes each token from the ledger's uniform) asks
+    # for the same draws in the same order and releases exactly the same
+    assert device_calls == two_calls
+    assert _ledger(tmp_path / "state-2-device") == _ledger(tmp_path / "state-2")
+    assert device.synthetic_texts == two.synthetic_texts
+    device_table = pq.read_table(tmp_path / "out-2-device" / "corpus.parquet").to_pydict()
     groups = one.synthetic_texts
     assert groups == two.synthetic_texts == TINY["R"]
     # one actor asks for every group's token at each step; two actors shared stage (d):
@@ -179,7 +199,7 @@ def test_two_cpu_actors_release_exactly_what_one_actor_releases(
     table_one = pq.read_table(tmp_path / "out-1" / "corpus.parquet").to_pydict()
     table_two = pq.read_table(tmp_path / "out-2" / "corpus.parquet").to_pydict()
     for column in ("id", "text", "tokens", "cluster_keyword"):
-        assert table_two[column] == table_one[column], column
+        assert table_two[column] == table_one[column] == device_table[column], column
     assert any(text.strip() for text in table_two["text"])
     assert verify_output(tmp_path / "out-2", inputs["key"].with_name("key.pem.pub"),
                          allow_seeded=True) == []

@@ -224,6 +224,7 @@ class Ledger:
         self._db.executescript(_SCHEMA)
         self._init_meta(rho_budget, seeded)
         self._totals = self._load_totals()
+        self._awaiting_value: set[str] = set()  # drawn by draw_many, not yet stored
 
     # ------------------------------------------------------------------ set-up
     def _init_meta(self, rho_budget: float | None, seeded: bool) -> None:
@@ -378,14 +379,65 @@ class Ledger:
         self, requests: Sequence[tuple[str, Charge, Callable[[RandomSource], Any]]]
     ) -> list[Any]:
         """Several releases in one transaction (one commit), e.g. one token for every group."""
+        return [value for _stored, value in self._charge_and_draw(requests, store=True)]
+
+    def draw_many(
+        self, requests: Sequence[tuple[str, Charge, Callable[[RandomSource], Any]]]
+    ) -> list[tuple[bool, Any]]:
+        """Charge each key and draw its randomness, but leave its value to ``store_many``.
+
+        For a mechanism whose release is computed elsewhere from randomness the ledger draws:
+        device-side token sampling (``prediction_release``), where the driver's uniform u goes
+        to the model worker and the token, the release, comes back. Returns ``(True, value)``
+        for a key released before (a resumed build: the stored value, nothing drawn or
+        charged) and ``(False, draw(rng))`` otherwise. The charges are committed before this
+        returns, so nothing drawn here leaves the driver uncharged. A key charged here whose
+        value never reaches ``store_many`` (a crash in between) stays charged with no value;
+        a resumed build draws it afresh, as ``release_many`` does for such a key: its first
+        computation was never stored or output.
+        """
         with self._lock:
+            results = self._charge_and_draw(requests, store=False)
+            self._awaiting_value.update(key for (key, _c, _d), (stored, _v)
+                                        in zip(requests, results, strict=True) if not stored)
+            return results
+
+    def store_many(self, values: Sequence[tuple[str, Any]]) -> None:
+        """Record the released values of keys charged by ``draw_many``, in one transaction.
+
+        Only a key this ledger drew with ``draw_many`` and that awaits its value is accepted: a
+        key never drawn here, or already holding a value, is refused (a released value is never
+        replaced)."""
+        with self._lock, write_transaction(self._db, self._lock):
+            for key, value in values:
+                if key not in self._awaiting_value:
+                    raise LedgerError(f"release {key!r} was not drawn by draw_many in this "
+                                      "ledger, or already holds its value")
+                row = self._db.execute("SELECT value FROM releases WHERE key = ?",
+                                       (key,)).fetchone()
+                if row is None:
+                    raise LedgerError(f"release {key!r} was never charged")
+                if row[0] is not None:
+                    raise LedgerError(f"release {key!r} already holds a value")
+                self._store_value(key, value)
+            self._awaiting_value.difference_update(key for key, _value in values)
+
+    def _charge_and_draw(
+        self, requests: Sequence[tuple[str, Charge, Callable[[RandomSource], Any]]], *,
+        store: bool
+    ) -> list[tuple[bool, Any]]:
+        with self._lock:
+            again = [key for key, _charge, _draw in requests if key in self._awaiting_value]
+            if again:
+                raise LedgerError(f"release {again[0]!r} was drawn and awaits its value; its "
+                                  "randomness is never drawn twice")
             self._check_groups(requests)
             stored = {key: self._lookup(key, charge) for key, charge, _ in requests}
             fresh = [(key, charge) for key, charge, _ in requests if stored[key] is None]
             if len({key for key, _ in fresh}) != len(fresh):
                 raise LedgerError("the same key appears twice in one batch of releases")
             self._check_budget(fresh)
-            results: list[Any] = []
+            results: list[tuple[bool, Any]] = []
             try:
                 with write_transaction(self._db, self._lock):
                     for key, charge in fresh:
@@ -393,11 +445,12 @@ class Ledger:
                     for key, _charge, draw in requests:
                         previous = stored[key]
                         if previous is not None and previous[0]:
-                            results.append(previous[1])
+                            results.append((True, previous[1]))
                             continue
                         value = draw(self.rng)
-                        self._store_value(key, value)
-                        results.append(value)
+                        if store:
+                            self._store_value(key, value)
+                        results.append((False, value))
             except BaseException:
                 self._totals = self._load_totals()
                 raise

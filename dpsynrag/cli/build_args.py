@@ -202,6 +202,11 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                    "else 1); CPU actors share one node's free CPUs (runbooks/ray-cluster.md)")
     g.add_argument("--batch-rows", type=positive_int, help="rows decoded together per worker "
                    "(default 128 on CPU; on GPU sized from free memory)")
+    g.add_argument("--token-sampling", choices=["auto", "host", "device"],
+                   help="where each token is computed from the ledger's uniform: host (the "
+                   "driver, from the votes relayed every step), device (the model worker, exact "
+                   "float64 inverse CDF; only uniforms and tokens cross), auto (default: device "
+                   "on CUDA workers, else host); the same tokens either way")
     g.add_argument("--seed", type=int, help="TESTS ONLY: seeded noise; the certificate then says "
                    "'not for release'")
     g = parser.add_argument_group("state, signing and reporting")

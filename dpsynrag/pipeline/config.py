@@ -108,6 +108,10 @@ class BuildConfig:
     runner: str = "ray"
     workers: int | None = None
     batch_rows: int | None = None
+    # where each private-prediction token is computed from the ledger's uniform: "host" (the
+    # driver, from the relayed votes), "device" (the model worker, exact float64 inverse CDF),
+    # "auto" (device on CUDA workers); the same tokens either way (pipeline/worker.py)
+    token_sampling: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict)
 
     # options only one generation mode reads
@@ -119,7 +123,8 @@ class BuildConfig:
                    "public_temperature", "public_document")
     PUBLIC_PRIOR = ("public_prior", "public_top_k", "public_temperature", "public_document")
     # options that only decide where or how fast the build runs, not what it releases
-    EXECUTION_ONLY = ("ray_address", "runner", "workers", "batch_rows", "device", "extra",
+    EXECUTION_ONLY = ("ray_address", "runner", "workers", "batch_rows", "token_sampling",
+                      "device", "extra",
                       "ingest", "beam_runner", "beam_options", "on_bad_row")
 
     def validate(self) -> None:
@@ -195,6 +200,9 @@ class BuildConfig:
                               f"{self.writer_keeps_note!r}")
         if self.writer_keeps_note and not self.facts_writer_tokens:
             raise ConfigError("--writer-keeps-note applies to --generate facts --writer tokens")
+        if self.token_sampling not in ("auto", "host", "device"):
+            raise ConfigError("--token-sampling must be auto, host or device, got "
+                              f"{self.token_sampling!r}")
         if not isinstance(self.writer_ablate, str):
             raise ConfigError(f"--writer-ablate must be a comma-separated list of levers, got "
                               f"{self.writer_ablate!r}")

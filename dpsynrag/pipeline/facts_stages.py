@@ -247,6 +247,7 @@ def _write_tokens(ctx: BuildContext, groups: list[list[str]], written: list[Clus
                                    prompt=config.rephrase_prompt or WRITER_PROMPT,
                                    max_new_tokens=config.T, clip=config.clip,
                                    temperature=temperature, batch_rows=config.batch_rows,
+                                   token_sampling=config.token_sampling,
                                    response_prefix=prefixes,
                                    public_prior=settings) if groups else []
         charge_unstarted(ctx.ledger, sampler)

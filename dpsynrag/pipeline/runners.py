@@ -4,7 +4,10 @@
 actor per GPU (or one per machine's CPUs when there is no GPU), local by default or on the
 cluster of ``--ray-address``, shards the deterministic stages across them, and relays each
 private-prediction step: the worker sends its summed clipped votes, the driver's sampler (the
-ledger) releases the tokens, the runner sends them back. All noise is drawn in the driver.
+ledger) releases the tokens, the runner sends them back; or, with device-side token sampling
+(``token_sampling``, ``pipeline.worker``), the worker asks for the step's uniforms, the
+driver's ledger charges the draws and draws them, and the worker's tokens come back to be
+stored. All noise is drawn in the driver.
 
 With several workers the driver answers whichever worker's votes arrive first, so the order of
 the ledger's draws depends on timing; ``ordered=True`` (what a seeded build uses) answers the
@@ -31,7 +34,8 @@ from dpsynrag.pipeline.worker import ModelWorker
 if TYPE_CHECKING:  # the settings' module imports torch: annotations only
     from dpsynrag.transforms.public_prior import PublicPriorSettings
 
-# votes (active groups x vocab, float64) and the active groups' global indices -> tokens
+# votes (active groups x vocab, float64) and the active groups' global indices -> tokens;
+# for device-side sampling it also needs draw_uniforms / record (PartitionTokenSampler's)
 DriverSampler = Callable[[np.ndarray, list[int]], np.ndarray]
 Progress = Callable[[int], None]
 
@@ -51,7 +55,8 @@ class Runner(Protocol):
     def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
                 max_new_tokens: int, clip: float, temperature: float,
                 batch_rows: int | None, response_prefix: str | Sequence[str] = "",
-                public_prior: PublicPriorSettings | None = None) -> list[str]: ...
+                public_prior: PublicPriorSettings | None = None,
+                token_sampling: str = "auto") -> list[str]: ...
     def close(self) -> None: ...
 
 
@@ -68,16 +73,27 @@ def _relay_prediction(worker_calls: list[tuple[Any, list[int]]], sampler: Driver
     message of the one to handle next."""
     texts: list[str | None] = [None] * n_groups
     pending = {index: request(index) for index in range(len(worker_calls))}
+    running = set(pending)  # workers whose engine has not ended
     try:
         while pending:
             index, message = get_next(dict(pending))
             del pending[index]
+            if message[0] in ("done", "error", "cancelled"):
+                running.discard(index)
             shard = worker_calls[index][1]
             kind = message[0]
             if kind == "votes":
                 _, votes, active = message
                 tokens = sampler(votes, [shard[i] for i in active])
-                send(index, tokens)
+                send(index, [int(t) for t in tokens])
+                pending[index] = request(index)
+            elif kind == "draw":
+                _, active, temperature = message
+                send(index, _device_draw(sampler, [shard[i] for i in active], temperature))
+                pending[index] = request(index)
+            elif kind == "drawn":  # the worker goes on; nothing to answer
+                _, active, tokens = message
+                sampler.record([shard[i] for i in active], tokens)  # type: ignore[attr-defined]
                 pending[index] = request(index)
             elif kind == "done":
                 for local, text in enumerate(message[1]):
@@ -86,10 +102,23 @@ def _relay_prediction(worker_calls: list[tuple[Any, list[int]]], sampler: Driver
                 detail = message[1] if len(message) > 1 else kind
                 raise RuntimeError(f"model worker failed: {detail}")
     except BaseException:
-        for index in pending:
+        for index in running:  # pending or waiting for this answer: each stops at its next
             send(index, None)
         raise
     return [t if t is not None else "" for t in texts]
+
+
+def _device_draw(sampler: DriverSampler, active: list[int],
+                 temperature: float) -> list[tuple[bool, float | int]]:
+    """The ledger's answer to a worker's ``draw`` request (device-side token sampling)."""
+    draw = getattr(sampler, "draw_uniforms", None)
+    if draw is None:
+        raise RuntimeError("this sampler cannot answer device-side token sampling; use "
+                           "token_sampling='host'")
+    if float(temperature) != float(sampler.temperature):  # type: ignore[attr-defined]
+        raise RuntimeError("the worker samples at another temperature than the ledger charges")
+    answers: list[tuple[bool, float | int]] = draw(active)
+    return answers
 
 
 def _next_in_turn(pending: Collection[int], last: int | None) -> int:
@@ -159,17 +188,22 @@ class LocalRunner:
     def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
                 max_new_tokens: int, clip: float, temperature: float,
                 batch_rows: int | None, response_prefix: str | Sequence[str] = "",
-                public_prior: PublicPriorSettings | None = None) -> list[str]:
+                public_prior: PublicPriorSettings | None = None,
+                token_sampling: str = "auto") -> list[str]:
         worker = self.worker
         worker.start_prediction(groups, prompt=prompt, max_new_tokens=max_new_tokens, clip=clip,
                                 temperature=temperature, batch_rows=batch_rows,
-                                response_prefix=response_prefix, public_prior=public_prior)
+                                response_prefix=response_prefix, public_prior=public_prior,
+                                token_sampling=token_sampling)
         shard = list(range(len(groups)))
-        return _relay_prediction(
-            [(worker, shard)], sampler, len(groups),
-            get_next=lambda _pending: (0, worker.next_request()),
-            send=lambda _i, tokens: worker.give_tokens(tokens),
-            request=lambda _i: None)
+        try:
+            return _relay_prediction(
+                [(worker, shard)], sampler, len(groups),
+                get_next=lambda _pending: (0, worker.next_request()),
+                send=lambda _i, tokens: worker.give_tokens(tokens),
+                request=lambda _i: None)
+        finally:  # a cancelled engine stops at its next request: this worker is free again
+            worker.join_prediction()
 
     def close(self) -> None:
         pass
@@ -370,7 +404,8 @@ class RayRunner:
     def predict(self, groups: Sequence[Sequence[str]], sampler: DriverSampler, *, prompt: str,
                 max_new_tokens: int, clip: float, temperature: float,
                 batch_rows: int | None, response_prefix: str | Sequence[str] = "",
-                public_prior: PublicPriorSettings | None = None) -> list[str]:
+                public_prior: PublicPriorSettings | None = None,
+                token_sampling: str = "auto") -> list[str]:
         ray = self._ray
         shards = _balanced_shards(groups, len(self.workers))
         calls = [(self.workers[i], shard) for i, shard in enumerate(shards)]
@@ -379,7 +414,8 @@ class RayRunner:
             temperature=temperature, batch_rows=batch_rows,
             response_prefix=response_prefix if isinstance(response_prefix, str)
             else [response_prefix[g] for g in shard],
-            public_prior=None if public_prior is None else public_prior.subset(shard))
+            public_prior=None if public_prior is None else public_prior.subset(shard),
+            token_sampling=token_sampling)
             for worker, shard in calls])
         owner: dict[Any, int] = {}
         last: list[int | None] = [None]
@@ -398,8 +434,7 @@ class RayRunner:
             return owner.pop(ref), ray.get(ref)
 
         def send(index: int, tokens: Any) -> None:
-            calls[index][0].give_tokens.remote(None if tokens is None else
-                                               [int(t) for t in tokens])
+            calls[index][0].give_tokens.remote(tokens)
 
         return _relay_prediction(calls, sampler, len(groups), get_next, send, request)
 

@@ -174,6 +174,7 @@ def _predict(ctx: BuildContext, texts: list[str], selected: list[list[int]],
         out_texts = ctx.runner.predict(groups, sampler, prompt=prompt, max_new_tokens=config.T,
                                        clip=config.clip, temperature=temperature,
                                        batch_rows=config.batch_rows,
+                                       token_sampling=config.token_sampling,
                                        response_prefix=_reply_prefixes(config, top_words),
                                        public_prior=public_prior_settings(config, top_words))
         charge_unstarted(ctx.ledger, sampler)

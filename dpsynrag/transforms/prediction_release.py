@@ -18,6 +18,7 @@ again), so replaying a cluster after a crash regenerates the same text.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -70,6 +71,8 @@ class PartitionTokenSampler:
         self.on_finish = on_finish
         self.steps = [0] * len(self.partitions)
         self.finished = [False] * len(self.partitions)
+        # device-side sampling: group -> (key, ledger answer) of a uniform awaiting its token
+        self._drawn: dict[int, tuple[str, tuple[bool, Any]]] = {}
 
     def _charge(self, partition: str, tokens: int | None = None) -> Charge:
         params: dict[str, float | int] = {"clip": self.clip, "temperature": self.temperature}
@@ -79,21 +82,72 @@ class PartitionTokenSampler:
                       sensitivity=self.clip, sensitivity_norm="linf", group=self.group,
                       partition=partition)
 
-    def __call__(self, votes: np.ndarray, active: list[int]) -> np.ndarray:
-        votes = np.asarray(votes, dtype=np.float64)
-        if votes.ndim != 2 or votes.shape[0] != len(active):
-            raise ValueError("one row of votes per active group is required")
-        requests = []
-        for row, group in enumerate(active):
+    def _keys(self, active: Sequence[int]) -> list[tuple[str, str]]:
+        """(key, partition) of each active group's next token; refuses a finished group."""
+        keys = []
+        for group in active:
             if self.finished[group]:
                 raise RuntimeError("the engine asked for a token of a finished group")
             step = self.steps[group]
             if step >= self.T:
                 raise RuntimeError("the engine asked for more than T tokens")
             partition = self.partitions[group]
-            requests.append((f"{partition}/token/{step:03d}", self._charge(partition),
-                             _draw_one(votes[row], self.temperature)))
+            keys.append((f"{partition}/token/{step:03d}", partition))
+        return keys
+
+    def __call__(self, votes: np.ndarray, active: list[int]) -> np.ndarray:
+        votes = np.asarray(votes, dtype=np.float64)
+        if votes.ndim != 2 or votes.shape[0] != len(active):
+            raise ValueError("one row of votes per active group is required")
+        requests = [(key, self._charge(partition), _draw_one(votes[row], self.temperature))
+                    for row, (key, partition) in enumerate(self._keys(active))]
         tokens = [int(t) for t in self.ledger.release_many(requests)]
+        self._advance(active, tokens)
+        return np.asarray(tokens, dtype=np.int64)
+
+    def draw_uniforms(self, active: list[int]) -> list[tuple[bool, float | int]]:
+        """Device-side sampling, first half: charge each active group's next token and draw
+        its uniform u (one 53-bit CSPRNG uniform, the one ``sample_tokens`` would consume).
+
+        Returns ``(True, token)`` for a token the ledger already holds (a resumed build: the
+        worker must use it) and ``(False, u)`` otherwise; the worker turns u into the token by
+        the exact float64 inverse CDF of softmax(votes / temperature)
+        (``token_sampling.inverse_cdf_tokens``) and gives it back to ``record``. Privacy: the
+        same draw as ``__call__``, charged (and committed) before u exists."""
+        waiting = [group for group in active if group in self._drawn]
+        if waiting:
+            raise RuntimeError("the tokens of the last uniforms were not recorded")
+        keys = self._keys(active)
+        answers = self.ledger.draw_many([(key, self._charge(partition), _draw_uniform)
+                                         for key, partition in keys])
+        for group, (key, _partition), answer in zip(active, keys, answers, strict=True):
+            self._drawn[group] = (key, answer)
+        return [(bool(stored), int(value) if stored else float(value))
+                for stored, value in answers]
+
+    def record(self, active: list[int], tokens: Sequence[int]) -> None:
+        """Device-side sampling, second half: store the tokens computed from the uniforms
+        ``draw_uniforms`` gave these groups (the releases), before anything else uses them on
+        the driver. Several workers may each have a step's uniforms outstanding (their groups
+        are disjoint); each group has at most one."""
+        tokens = [int(t) for t in tokens]
+        if len(tokens) != len(active) or len(set(active)) != len(active):
+            raise RuntimeError("the worker's tokens do not answer the uniforms it was sent")
+        if any(group not in self._drawn for group in active):
+            raise RuntimeError("tokens arrived without uniforms drawn for them")
+        drawn = [self._drawn[group] for group in active]
+        for (_key, (stored, value)), token in zip(drawn, tokens, strict=True):
+            if stored and int(value) != token:
+                raise RuntimeError("the worker replaced a token the ledger already holds")
+        self.ledger.store_many([(key, token) for (key, (stored, _v)), token
+                                in zip(drawn, tokens, strict=True) if not stored])
+        for group in active:
+            del self._drawn[group]
+        self._advance(active, tokens)
+
+    def _advance(self, active: Sequence[int], tokens: Sequence[int]) -> None:
+        """Count each group's released token; a group that stops early (EOS) is charged its
+        remaining draws as one reservation."""
         reserves = []
         for group, token in zip(active, tokens, strict=True):
             self.steps[group] += 1
@@ -108,7 +162,6 @@ class PartitionTokenSampler:
                     self.on_finish(group, n)
         if reserves:
             self.ledger.release_many(reserves)
-        return np.asarray(tokens, dtype=np.int64)
 
     def charge_unfinished(self) -> None:
         """Charge the remaining draws of every group that did not finish through this sampler.
@@ -153,6 +206,11 @@ def _draw_one(row: np.ndarray, temperature: float) -> Callable[[RandomSource], i
         return int(sample_tokens(torch.from_numpy(np.array(row[None, :])), temperature, rng)[0])
 
     return draw
+
+
+def _draw_uniform(rng: RandomSource) -> float:
+    """The uniform ``sample_tokens`` consumes for one row: 53 CSPRNG bits."""
+    return float(np.asarray(rng.random(1), dtype=np.float64)[0])
 
 
 def _no_value(_rng: RandomSource) -> None:
