@@ -1,12 +1,15 @@
 """Benchmark of the driver's share of a private-prediction step (issue 17, "the Ray path keeps up").
 
-Each decode step of stage (d) ends on the driver: the worker turns the step's summed votes
-(active groups x vocabulary) into a float64 array, Ray carries it to the driver, the driver's
+Each decode step of stage (d) ends on the driver, and the engine waits for it. In host mode
+(``--token-sampling host``) the worker turns the step's summed votes (active groups x
+vocabulary) into a float64 array, Ray carries it to the driver, the driver's
 ``LedgerTokenSampler`` draws one token per group through the ledger (one SQLite transaction,
-``synchronous=FULL``) and the tokens go back. The engine waits for them, so this time adds to
-every step. This script measures each part at GPU-scale shapes without a model or a GPU (the
-driver's work runs on the host whatever the worker's device), and reports the rate, in
-row-token steps per second, at which the driver alone could keep up: a step of G groups of k
+``synchronous=FULL``) and the tokens go back. In device mode the worker asks for the step's
+uniforms, the ledger charges and draws them (one transaction), the worker computes the tokens
+on its device and reports them, and the ledger stores them (another transaction). This script
+measures each part at GPU-scale shapes without a model or a GPU (the driver's work runs on
+the host whatever the worker's device) and projects the share of the engine's rate the Ray
+path keeps at the issue's target rates: step / (step + driver), where a step of G groups of k
 rows is G * k row-token steps.
 
 Run ``python benchmarks/driver_step.py --json [--out FILE] [--no-ray]``; see benchmarks/README.md.
@@ -34,7 +37,7 @@ import torch
 
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.rng import RandomSource
-from dpsynrag.accounting.token_sampling import sample_tokens
+from dpsynrag.accounting.token_sampling import inverse_cdf_tokens, sample_tokens
 from dpsynrag.transforms.prediction_release import GROUP, LedgerTokenSampler
 
 CLIP = 1.0
@@ -93,10 +96,31 @@ def ledger_sampling_ms(votes: np.ndarray, clusters: int, max_tokens: int, repeat
         cursor[0] = (start + groups) % clusters
         sampler(votes, active)
 
+    if groups > clusters or groups * (repeats + 1) > clusters * max_tokens:
+        raise ValueError("more groups than clusters, or more draws than clusters x T: raise "
+                         "--clusters")
     step()  # the first step creates the tables' pages
-    if groups * (repeats + 1) > clusters * max_tokens:
-        raise ValueError("more draws than clusters x T: raise --clusters")
     return _median_ms(step, repeats)
+
+
+def device_sampling_ms(votes: torch.Tensor, repeats: int) -> float:
+    """The worker's exact inverse CDF (``inverse_cdf_tokens``) on this machine's CPU; on a
+    GPU worker it runs on the GPU."""
+    uniforms = np.asarray(RandomSource(seed=4).random(votes.shape[0]), dtype=np.float64)
+    return _median_ms(lambda: inverse_cdf_tokens(votes, TEMPERATURE, uniforms), repeats)
+
+
+def device_driver_ms(ray: Any, actor: Any, groups: int, vocab: int, repeats: int, rows: int,
+                     path: Path) -> float:
+    """Device mode through Ray: per step, the draw request, the ledger's charges and uniforms
+    (one transaction on disk), the answer, and the tokens stored (another transaction)."""
+    ledger = Ledger(path, rng=RandomSource(seed=5), rho_budget=1e6)
+    ledger.declare_parallel_group(GROUP, 1, "benchmark clusters")
+    sampler = LedgerTokenSampler(ledger, list(range(groups)), clip=CLIP,
+                                 temperature=TEMPERATURE, max_new_tokens=repeats + 3,
+                                 eos_ids=[-1])
+    ray_relay_ms(ray, actor, groups, vocab, 2, rows, sampler, "device")  # warm-up
+    return ray_relay_ms(ray, actor, groups, vocab, repeats, rows, sampler, "device")
 
 
 class VotesSource:
@@ -110,15 +134,25 @@ class VotesSource:
     def ping(self) -> str:
         return "ok"
 
-    def start(self, groups: int, vocab: int, steps: int, rows: int) -> None:
+    def start(self, groups: int, vocab: int, steps: int, rows: int,
+              mode: str = "host") -> None:
+        """``host``: each step sends the votes and waits for tokens. ``device``: each step asks
+        for the uniforms, waits for them and reports tokens (zeros: the device's inverse CDF
+        is timed apart, ``device_sampling_ms``), as ``ModelWorker``'s device sampler does."""
         votes = _votes(groups, vocab, rows, seed=3)
+        active = list(range(groups))
 
         def run() -> None:
             for _ in range(steps):
-                array = votes.detach().to("cpu").double().numpy()
-                self._requests.put(("votes", array, list(range(groups))))
+                if mode == "host":
+                    array = votes.detach().to("cpu").double().numpy()
+                    self._requests.put(("votes", array, active))
+                else:
+                    self._requests.put(("draw", active, TEMPERATURE))
                 if self._answers.get() is None:
                     return
+                if mode == "device":
+                    self._requests.put(("drawn", active, [0] * groups))
             self._requests.put(("done", [""] * groups))
 
         threading.Thread(target=run, daemon=True).start()
@@ -127,16 +161,19 @@ class VotesSource:
         return self._requests.get()
 
     def give_tokens(self, tokens: Sequence[int] | None) -> None:
-        self._answers.put(None if tokens is None else [int(t) for t in tokens])
+        self._answers.put(None if tokens is None else list(tokens))
 
 
-def ray_relay_ms(ray: Any, actor: Any, groups: int, vocab: int, steps: int, rows: int) -> float:
-    """Round trip per step through Ray with a driver that answers at once: the worker's
-    conversion, the votes into the object store, the driver's ``ray.get``, the tokens back."""
+def ray_relay_ms(ray: Any, actor: Any, groups: int, vocab: int, steps: int, rows: int,
+                 sampler: Any = None, mode: str = "host") -> float:
+    """Round trip per step through Ray. Host mode with no ``sampler``: a driver that answers
+    at once (the worker's conversion, the votes into the object store, the driver's
+    ``ray.get``, the tokens back). Device mode: ``sampler`` (a ``LedgerTokenSampler``) charges
+    and draws each step's uniforms and stores the tokens: the whole driver side."""
     from dpsynrag.pipeline.runners import _relay_prediction
 
     zeros = np.zeros(groups, dtype=np.int64)
-    ray.get(actor.start.remote(groups, vocab, steps, rows))
+    ray.get(actor.start.remote(groups, vocab, steps, rows, mode))
     owner: dict[Any, int] = {}
 
     def request(index: int) -> Any:
@@ -149,11 +186,11 @@ def ray_relay_ms(ray: Any, actor: Any, groups: int, vocab: int, steps: int, rows
         return owner.pop(ref), ray.get(ref)
 
     def send(index: int, tokens: Any) -> None:
-        actor.give_tokens.remote(None if tokens is None else [int(t) for t in tokens])
+        actor.give_tokens.remote(tokens)
 
     start = time.perf_counter()
-    _relay_prediction([(actor, list(range(groups)))], lambda votes, active: zeros, groups,
-                      get_next, send, request)
+    answer = sampler if sampler is not None else (lambda votes, active: zeros)
+    _relay_prediction([(actor, list(range(groups)))], answer, groups, get_next, send, request)
     return 1000.0 * (time.perf_counter() - start) / steps
 
 
@@ -216,28 +253,35 @@ def main(argv: list[str] | None = None) -> int:
                         array, args.clusters, args.tokens, args.repeats,
                         Path(scratch) / f"ledger-{vocab}-{groups}.sqlite"),
                     "ray_relay_ms": None,
+                    "device_sampling_cpu_ms": device_sampling_ms(votes, args.repeats),
+                    "device_mode_driver_ms": None,
                 }
                 if ray is not None:
                     ray_relay_ms(ray, actor, groups, vocab, 2, args.rows)  # warm-up
                     row["ray_relay_ms"] = ray_relay_ms(ray, actor, groups, vocab,
                                                        args.repeats, args.rows)
+                    row["device_mode_driver_ms"] = device_driver_ms(
+                        ray, actor, groups, vocab, args.repeats, args.rows,
+                        Path(scratch) / f"device-{vocab}-{groups}.sqlite")
                 relay = row["ray_relay_ms"] or row["worker_conversion_ms"]
                 driver = relay + row["ledger_sampler_disk_ms"]
-                row["driver_ms"] = driver
-                row["driver_extra_ms"] = driver - row["engine_sampling_ms"]
-                row["driver_rate_row_token_steps_per_s"] = groups * args.rows / driver * 1000
+                row["host_mode_driver_ms"] = driver
                 for name, rate in TARGET_RATES.items():
-                    # the engine's own step at the target rate, its host sampling included;
-                    # through Ray the driver's work replaces that sampling
+                    # the GPU's step at the target rate, its token sampling on the device
+                    # (microseconds there); through Ray the driver's part adds to it
                     step_ms = groups * args.rows / rate * 1000
-                    compute_ms = max(step_ms - row["engine_sampling_ms"], 0.0)
                     row[f"target_step_ms_{name}"] = step_ms
-                    row[f"ray_share_at_{name}_target"] = step_ms / (compute_ms + driver)
-                rows.append({k: round(v, 3) if isinstance(v, float) else v
+                    row[f"host_mode_ray_share_at_{name}_target"] = step_ms / (step_ms + driver)
+                    if row["device_mode_driver_ms"] is not None:
+                        row[f"device_mode_ray_share_at_{name}_target"] = step_ms / (
+                            step_ms + row["device_mode_driver_ms"])
+                rows.append({k: float(f"{v:.4g}") if isinstance(v, float) else v
                              for k, v in row.items()})
                 print(f"V={vocab:>7} G={groups:>3}: engine sampling "
                       f"{row['engine_sampling_ms']:.1f} ms, driver {driver:.1f} ms "
-                      f"(relay {relay:.1f}, ledger {row['ledger_sampler_disk_ms']:.1f})",
+                      f"(relay {relay:.1f}, ledger {row['ledger_sampler_disk_ms']:.1f}); "
+                      f"device mode driver {row['device_mode_driver_ms'] or float('nan'):.1f} "
+                      f"ms, its inverse CDF on this CPU {row['device_sampling_cpu_ms']:.1f} ms",
                       file=sys.stderr)
     if ray is not None:
         ray.shutdown()

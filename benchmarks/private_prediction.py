@@ -31,8 +31,9 @@ import psutil
 import torch
 
 from dpsynrag.accounting.rng import secure_rng
-from dpsynrag.accounting.token_sampling import sample_tokens
+from dpsynrag.accounting.token_sampling import inverse_cdf_tokens, sample_tokens
 from dpsynrag.models.llm import LoadedLLM
+from dpsynrag.pipeline.worker import resolve_token_sampling
 from dpsynrag.transforms import decoding_stack
 from dpsynrag.transforms import private_prediction as prediction_module
 from dpsynrag.transforms.decoding_reference import reference_tokens
@@ -431,12 +432,19 @@ class PeakRSS:
         self.peak = max(self.peak, self.process.memory_info().rss)
 
 
-def _counting_sampler(groups: list[list[str]], rng: Any) -> tuple[Callable, dict[str, int]]:
+def _counting_sampler(groups: list[list[str]], rng: Any,
+                      device: bool = False) -> tuple[Callable, dict[str, int]]:
+    """The CSPRNG sampler, counting the steps. ``device``: the tokens are computed on the
+    votes' device from the same uniforms (``inverse_cdf_tokens``, as a build's
+    ``--token-sampling device`` worker does); the same tokens as ``sample_tokens``."""
     counts = {"token_steps": 0, "group_tokens": 0}
 
     def sampler(votes: torch.Tensor, active: list[int]) -> np.ndarray:
         counts["token_steps"] += sum(len(groups[g]) for g in active)
         counts["group_tokens"] += len(active)
+        if device:
+            uniforms = np.asarray(rng.random(len(active)), dtype=np.float64)
+            return inverse_cdf_tokens(votes, TEMPERATURE, uniforms)[0]
         return sample_tokens(votes, TEMPERATURE, rng)
 
     return sampler, counts
@@ -457,13 +465,16 @@ def _timed(llm: LoadedLLM, work: Callable[[], object]) -> tuple[float, int]:
 
 
 def run_engine(llm: LoadedLLM, groups: list[list[str]], tokens: int,
-               batch_rows: int | None, graphs: str = "auto") -> dict[str, Any]:
+               batch_rows: int | None, graphs: str = "auto",
+               token_sampling: str = "auto") -> dict[str, Any]:
     """``private_predict`` as a build calls it: it picks the packed engine when the model's
     architecture is supported, else its reference loop (in the model's own dtype).
     ``graphs``: the packed engine's CUDA-graph steps, ``auto`` (``DPSYNRAG_STEP_GRAPHS``:
-    off unless 1), ``on``, ``off``.
+    off unless 1), ``on``, ``off``. ``token_sampling``: ``host``, ``device`` or ``auto``
+    (device on CUDA), as a build's ``--token-sampling``.
     """
-    sampler, counts = _counting_sampler(groups, secure_rng(0))
+    mode = resolve_token_sampling(token_sampling, llm)
+    sampler, counts = _counting_sampler(groups, secure_rng(0), device=mode == "device")
     reports: list[Any] = []
     timings: dict[str, float] = {}
     original = prediction_module.reference_tokens
@@ -479,7 +490,8 @@ def run_engine(llm: LoadedLLM, groups: list[list[str]], tokens: int,
             temperature=TEMPERATURE, rng=secure_rng(0), batch_rows=batch_rows,
             on_step=reports.append, sampler=sampler,
             step_graphs={"auto": None, "on": True, "off": False}[graphs]))
-    facts: dict[str, Any] = {"graphs_requested": graphs, "graphs": None, "step_keys": None,
+    facts: dict[str, Any] = {"token_sampling": mode,
+                             "graphs_requested": graphs, "graphs": None, "step_keys": None,
                              "graph_captures": None, "graph_replays": None}
     if reports:
         last = reports[-1]
@@ -572,6 +584,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--graphs", choices=["auto", "on", "off"], default="auto",
                         help="the packed engine's CUDA-graph decode steps (auto: off unless "
                              "DPSYNRAG_STEP_GRAPHS=1)")
+    parser.add_argument("--token-sampling", choices=["auto", "host", "device"], default="auto",
+                        help="where the engine's tokens are computed from the CSPRNG's "
+                             "uniforms (auto: device on CUDA, else host; the same tokens)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16",
                                                            "float16"])
@@ -611,7 +626,8 @@ def main(argv: list[str] | None = None) -> int:
     prompt_lengths = [len(llm.chat_prompt_ids(render_prompt(PROMPT, d)))
                       for d in {d for g in groups for d in g}]
     prefix_length = public_prefix_length([prompt_layout(llm, PROMPT)])
-    engine = run_engine(llm, groups, args.tokens, args.batch_rows, args.graphs)
+    engine = run_engine(llm, groups, args.tokens, args.batch_rows, args.graphs,
+                        args.token_sampling)
     reference = None
     if args.reference_groups:
         subset = groups if args.reference_groups < 0 else groups[: args.reference_groups]

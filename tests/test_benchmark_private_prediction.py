@@ -151,6 +151,27 @@ def test_qwen2_shape_runs_and_records_its_engine(bench: ModuleType, tokenizer: A
     assert run["decode_token_steps_per_s"] > 0
 
 
+def test_device_token_sampling_draws_the_same_tokens(bench: ModuleType, tokenizer: Any) -> None:
+    """The benchmark's device sampler (inverse_cdf_tokens from the same CSPRNG uniforms)
+    returns what its host sampler returns, step by step."""
+    from dpsynrag.accounting.rng import RandomSource
+
+    groups = [["a"] * 3, ["b"] * 2]
+    host, host_counts = bench._counting_sampler(groups, RandomSource(seed=5))
+    device, device_counts = bench._counting_sampler(groups, RandomSource(seed=5), device=True)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(6):
+        votes = torch.randn(2, 300, generator=generator) * 4
+        assert device(votes, [0, 1]).tolist() == host(votes, [0, 1]).tolist()
+    assert device_counts == host_counts == {"token_steps": 30, "group_tokens": 12}
+    shape = bench.ModelShape("llama", 32, 1, 4, 2, 64, 128, 10_000.0, 1e-5, 512, False, None)
+    llm = bench.random_weights_llm(shape, "cpu", "float32", tokenizer=tokenizer)
+    workload, _ = bench.make_workload(tokenizer, 2, 2, 1, 6)
+    assert bench.run_engine(llm, workload, 2, None, token_sampling="device")[
+        "token_sampling"] == "device"
+    assert bench.run_engine(llm, workload, 2, None)["token_sampling"] == "host"  # auto on CPU
+
+
 def test_tiny_cpu_run_reports_the_new_fields(bench: ModuleType, tokenizer: Any,
                                              tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
