@@ -203,3 +203,36 @@ def test_two_cpu_actors_release_exactly_what_one_actor_releases(
     assert any(text.strip() for text in table_two["text"])
     assert verify_output(tmp_path / "out-2", inputs["key"].with_name("key.pem.pub"),
                          allow_seeded=True) == []
+
+
+@pytest.mark.slow
+def test_the_stage_d_benchmark_counts_row_token_steps_through_one_actor(
+        ray_cluster: Any, inputs: dict[str, Path], tmp_path: Path) -> None:
+    """benchmarks/ray_stage_d.py's measured call: a build's stage (d) through the Ray runner;
+    its count is every released token once per row of its group, in both modes."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "ray_stage_d.py"
+    spec = importlib.util.spec_from_file_location("bench_ray_stage_d", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    groups = [["alpha beta gamma", "delta alpha"], ["gamma gamma", "beta", "alpha delta"]]
+    runner = runners.RayRunner(str(inputs["llm"]), str(inputs["embedder"]), workers=1,
+                               device="cpu", ordered=True)
+    try:
+        runs = [module.ray_stage_d(runner, groups, 3, mode, None, [], "Say: {document}", 1.0,
+                                   2.0, tmp_path / f"{mode}.sqlite")
+                for mode in ("host", "device")]
+    finally:
+        runner.close()
+    for run in runs:
+        assert run["group_tokens"] == 6  # no EOS ids given: T = 3 tokens per group
+        assert run["token_steps"] == 3 * 2 + 3 * 3
+        assert run["token_steps_per_s"] == pytest.approx(run["token_steps"]
+                                                         / run["wall_seconds"], rel=0.02)
+    with Ledger(tmp_path / "host.sqlite") as host, Ledger(tmp_path / "device.sqlite") as device:
+        assert [host.released_value(r.key) for r in host.releases()] == \
+            [device.released_value(r.key) for r in device.releases()]
