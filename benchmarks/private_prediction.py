@@ -609,6 +609,16 @@ def _sig(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else float(f"{value:.{digits}g}")
 
 
+def write_report(report: dict[str, Any], out: Path | str | None, show: bool) -> None:
+    """The JSON report to ``out`` (its folder made) and, with ``show``, to standard output."""
+    text = json.dumps(report, indent=2)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n", encoding="utf-8")
+    if show:
+        print(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
@@ -707,13 +717,8 @@ def main(argv: list[str] | None = None) -> int:
                     "gpu": torch.cuda.get_device_name() if torch.cuda.is_available()
                     else None, "load_seconds": round(load_seconds, 1)},
     }
-    text = json.dumps(result, indent=2)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            handle.write(text + "\n")
-    if args.json:
-        print(text)
-    else:
+    write_report(result, args.out, args.json)
+    if not args.json:
         e = engine
         share = flops.get("share_of_peak")
         print(f"{e['engine']} engine {e['token_steps_per_s']} token-steps/s (prefill "

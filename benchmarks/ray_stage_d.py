@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import platform
 import sys
@@ -119,12 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                                           "wall_seconds", "token_steps_per_s")},
         "ray": runs,
     }
-    text = json.dumps(report, indent=2)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    if args.json:
-        print(text)
+    bench.write_report(report, args.out, args.json)
     return 0
 
 

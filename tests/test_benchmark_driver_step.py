@@ -5,25 +5,17 @@ relay itself is exercised by tests/test_ray_runner.py (both modes through real a
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "driver_step.py"
+from benchmark_modules import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_driver_step", BENCHMARK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("driver_step")
 
 
 def test_a_tiny_run_without_ray_reports_each_part(bench: ModuleType, tmp_path: Path) -> None:

@@ -7,10 +7,8 @@ tokenizer (tiny_models) in place of the packaged SmolLM2 tokenizer.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -20,21 +18,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from benchmark_modules import load_benchmark
 from tiny_models import make_tiny_llm
 
 from dpsynrag.transforms import decoding_stack
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "private_prediction.py"
-
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_private_prediction", BENCHMARK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("private_prediction")
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from benchmark_modules import load_benchmark
 from test_private_prediction import SPECIALS, WORDS
 from tiny_models import save_tiny_embedder, save_tiny_llm
 
@@ -210,15 +211,7 @@ def test_the_stage_d_benchmark_counts_row_token_steps_through_one_actor(
         ray_cluster: Any, inputs: dict[str, Path], tmp_path: Path) -> None:
     """benchmarks/ray_stage_d.py's measured call: a build's stage (d) through the Ray runner;
     its count is every released token once per row of its group, in both modes."""
-    import importlib.util
-    import sys
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "ray_stage_d.py"
-    spec = importlib.util.spec_from_file_location("bench_ray_stage_d", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_benchmark("ray_stage_d")
     groups = [["alpha beta gamma", "delta alpha"], ["gamma gamma", "beta", "alpha delta"]]
     runner = runners.RayRunner(str(inputs["llm"]), str(inputs["embedder"]), workers=1,
                                device="cpu", ordered=True)

@@ -413,13 +413,9 @@ class Ledger:
                 if key not in self._awaiting_value:
                     raise LedgerError(f"release {key!r} was not drawn by draw_many in this "
                                       "ledger, or already holds its value")
-                row = self._db.execute("SELECT value FROM releases WHERE key = ?",
-                                       (key,)).fetchone()
-                if row is None:
-                    raise LedgerError(f"release {key!r} was never charged")
-                if row[0] is not None:
-                    raise LedgerError(f"release {key!r} already holds a value")
-                self._store_value(key, value)
+                if not self._store_value(key, value, only_if_empty=True):
+                    raise LedgerError(f"release {key!r} is not charged, or already holds a "
+                                      "value")
             self._awaiting_value.difference_update(key for key, _value in values)
 
     def _charge_and_draw(
@@ -509,9 +505,14 @@ class Ledger:
              float(charge.sensitivity), charge.sensitivity_norm, charge.rho, charge.group,
              charge.partition, utc_now()))
 
-    def _store_value(self, key: str, value: Any) -> None:
-        self._db.execute("UPDATE releases SET value = ?, released_at = ? WHERE key = ?",
-                         (encode_value(value), utc_now(), key))
+    def _store_value(self, key: str, value: Any, *, only_if_empty: bool = False) -> bool:
+        """Store ``key``'s value; with ``only_if_empty`` only into a charged row with none.
+        Returns whether a row was written."""
+        condition = " AND value IS NULL" if only_if_empty else ""
+        cursor = self._db.execute(
+            f"UPDATE releases SET value = ?, released_at = ? WHERE key = ?{condition}",
+            (encode_value(value), utc_now(), key))
+        return cursor.rowcount == 1
 
     # ------------------------------------------------------------------ reading
     def releases(self) -> list[Release]:

@@ -18,6 +18,9 @@ from typing import Any
 
 from dpsynrag.accounting.conversions import Conversion
 
+# where each private-prediction token is computed (pipeline/worker.py): --token-sampling
+TOKEN_SAMPLING_MODES = ("auto", "host", "device")
+
 # Grislain's transform with alpha = 1 maps every logit row into [-0.5, 0.5]: exp(l - max) - 1
 # lies in [-1, 0] (-1 where exp underflows in float) and centring halves its range. So
 # c = 0.5 is the largest useful clip bound: a larger c rescales nothing, and the temperature
@@ -200,7 +203,7 @@ class BuildConfig:
                               f"{self.writer_keeps_note!r}")
         if self.writer_keeps_note and not self.facts_writer_tokens:
             raise ConfigError("--writer-keeps-note applies to --generate facts --writer tokens")
-        if self.token_sampling not in ("auto", "host", "device"):
+        if self.token_sampling not in TOKEN_SAMPLING_MODES:
             raise ConfigError("--token-sampling must be auto, host or device, got "
                               f"{self.token_sampling!r}")
         if not isinstance(self.writer_ablate, str):

@@ -78,10 +78,10 @@ def _relay_prediction(worker_calls: list[tuple[Any, list[int]]], sampler: Driver
         while pending:
             index, message = get_next(dict(pending))
             del pending[index]
-            if message[0] in ("done", "error", "cancelled"):
-                running.discard(index)
             shard = worker_calls[index][1]
             kind = message[0]
+            if kind in ("done", "error", "cancelled"):
+                running.discard(index)
             if kind == "votes":
                 _, votes, active = message
                 tokens = sampler(votes, [shard[i] for i in active])

@@ -165,11 +165,11 @@ class ModelWorker:
         self._answers.put(None if tokens is None else list(tokens))
 
 
-TOKEN_SAMPLING_MODES = ("auto", "host", "device")
-
-
 def resolve_token_sampling(mode: str, llm: Any) -> str:
     """``host`` or ``device`` for ``mode`` (``auto``: ``device`` when the model is on CUDA)."""
+    # loads scipy (through the conversions): imported when this runs, not with this module
+    from dpsynrag.pipeline.config import TOKEN_SAMPLING_MODES
+
     if mode not in TOKEN_SAMPLING_MODES:
         raise ValueError(f"token_sampling must be one of {', '.join(TOKEN_SAMPLING_MODES)}, "
                          f"not {mode!r}")

@@ -210,7 +210,7 @@ def _draw_one(row: np.ndarray, temperature: float) -> Callable[[RandomSource], i
 
 def _draw_uniform(rng: RandomSource) -> float:
     """The uniform ``sample_tokens`` consumes for one row: 53 CSPRNG bits."""
-    return float(np.asarray(rng.random(1), dtype=np.float64)[0])
+    return float(rng.random())
 
 
 def _no_value(_rng: RandomSource) -> None:
