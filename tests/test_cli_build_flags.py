@@ -71,7 +71,8 @@ def test_budget_mode_options_are_the_builds() -> None:
     # in the order the parser adds them: the order of the error messages
     assert tokens == {"K": "--K", "T": "--T", "eps_theta": "--eps-theta",
                       "rho_mean": "--rho-mean", "vocab_size": "--vocab-size"}
-    assert facts == {"K_e": "--K-e", "K_s": "--K-s", "R_f": "--R-f",
+    assert facts == {"K_e": "--K-e", "share_roles": "--share-roles",
+                     "share_hist": "--share-hist", "K_s": "--K-s", "R_f": "--R-f",
                      "delta_phrases": "--delta-phrases", "share_phrases": "--share-phrases",
                      "writer": "--writer", "share_tokens": "--share-tokens"}
     shared = {"help", "generate", "epsilon", "delta", "L", "rho_hist", "conversion", "units",

@@ -152,7 +152,8 @@ def test_the_writer_sees_released_values_only() -> None:
     assert list(inspect.signature(write_notes).parameters) == ["facts"]
     assert list(inspect.signature(write_note).parameters) == ["facts"]
     assert list(inspect.signature(select_facts).parameters) == [
-        "noisy", "domain", "anchors", "phrases", "sigma", "rule", "keyword_share"]
+        "noisy", "domain", "anchors", "phrases", "sigma", "rule", "keyword_share",
+        "phrase_share", "roles"]
     noisy = np.array([_row(grenaethix=30, fever=20, rash=25)], dtype=np.int64)
     once = write_notes(select_facts(noisy, DOMAIN, ["grenaethix"], PHRASES, 2.0))
     twice = write_notes(select_facts(noisy.copy(), DOMAIN, ["grenaethix"], PHRASES, 2.0))

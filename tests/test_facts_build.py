@@ -67,7 +67,7 @@ def test_facts_build_spends_the_plan_and_verifies(clinic: Path, tmp_path: Path) 
     ledger = Ledger(tmp_path / "state-out" / "ledger.sqlite")
     stages = {r.stage for r in ledger.releases()}
     ledger.close()
-    assert stages == {"a-histogram", "f-phrases", "f-facts"}
+    assert stages == {"a-histogram", "f-phrases", "f-roles", "f-facts"}
     # the corpus ledger was charged the same rho and the phrase release's delta
     with CorpusLedger(tmp_path / "corpus.sqlite") as corpus:
         [entry] = corpus.entries()
@@ -113,7 +113,7 @@ def test_a_resumed_facts_build_draws_nothing_new(clinic: Path, tmp_path: Path) -
 
 def test_facts_mode_defaults_to_one_cluster_per_document_and_keeps_token_defaults() -> None:
     assert make_config(None, {}).generate == "facts"  # the default mode, by measurement
-    assert make_config(None, {}).L == 1 and make_config(None, {}).K_e == 2
+    assert make_config(None, {}).L == 1 and make_config(None, {}).K_e == 3
     assert make_config(None, {"generate": "facts", "L": 3}).L == 3
     tokens = make_config(None, {"generate": "tokens"})
     assert tokens.L == 5  # the paper's Table 6 for the token mode
@@ -166,7 +166,7 @@ def test_token_writer_build_spends_the_plan_and_certifies_t_draws_per_kept_clust
                         corpus_ledger=tmp_path / "corpus.sqlite", force=True)
     plan = make_plan(config)
     assert plan.writer == "tokens" and plan.T == 4 and plan.rho_tokens > 0
-    assert math.isclose(plan.rho_hist + plan.rho_A + plan.rho_C + plan.rho_tokens,
+    assert math.isclose(plan.rho_hist + plan.rho_A + plan.rho_R + plan.rho_C + plan.rho_tokens,
                         plan.rho_total, rel_tol=1e-12)
     assert math.isclose(summary.rho_spent, plan.rho_total, rel_tol=1e-12)
     assert verify_output(tmp_path / "out", tmp_path / "key.pem.pub") == []

@@ -105,7 +105,10 @@ def test_facts_plan_is_consistent(conversion: str, overrides: dict[str, object])
     assert plan.delta_phrases == delta_phrases
     assert plan.delta_conversion == request.delta - delta_phrases
     # the parts add up to rho_total
-    assert plan.rho_hist + plan.rho_A + plan.rho_C == pytest.approx(plan.rho_total, rel=1e-12)
+    assert plan.rho_hist + plan.rho_A + plan.rho_R + plan.rho_C == pytest.approx(
+        plan.rho_total, rel=1e-12)
+    assert plan.rho_R == pytest.approx(request.share_roles * (plan.rho_total - plan.rho_hist),
+                                       rel=1e-12)
     assert plan.rho_A == pytest.approx(request.share_phrases * (plan.rho_total - plan.rho_hist),
                                        rel=1e-12)
     # ... and the noise scales, fed back through the mechanisms' costs, give them back
@@ -113,7 +116,8 @@ def test_facts_plan_is_consistent(conversion: str, overrides: dict[str, object])
           "delta": plan.delta_phrases}
     total = (gaussian_rho(math.sqrt(plan.K_s), plan.sigma_h) + mechanism_rho(
         "partition_selection", ps) + plan.L * gaussian_rho(math.sqrt(plan.K_e + plan.K_s),
-                                                           plan.sigma_C))
+                                                           plan.sigma_C)
+        + gaussian_rho(math.sqrt(plan.K_e), plan.sigma_R))
     assert total == pytest.approx(plan.rho_total, rel=1e-12)
     assert plan.rho_C_per_cluster * plan.L == pytest.approx(plan.rho_C, rel=1e-12)
     # the epsilon recomputed from rho at delta - delta_phrases is the target
@@ -158,7 +162,8 @@ def test_impossible_facts_plan_is_refused_with_a_reason() -> None:
     "overrides",
     [dict(share_phrases=0.0), dict(share_phrases=1.0), dict(delta_phrases=1e-3),
      dict(delta_phrases=0.0), dict(K_e=0), dict(K_s=0), dict(R_f=0), dict(L=0),
-     dict(rho_hist=0.0), dict(K=10), dict(generate="prose")],
+     dict(rho_hist=-0.1), dict(share_roles=-0.1), dict(share_roles=0.7),
+     dict(share_hist=1.0), dict(K=10), dict(generate="prose")],
 )
 def test_bad_facts_parameters_are_refused(overrides: dict[str, object]) -> None:
     with pytest.raises(PlanError):
@@ -196,9 +201,15 @@ def test_budget_plans_facts_by_default_with_the_build_defaults(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["budget", "--epsilon", "10", "--delta", "1e-3", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    expected = plan_budget(facts("cks", L=1)).as_dict()  # L = 1, rho_hist = 0.1, K_e = 2
+    # exactly the plan build-corpus makes of its own defaults (L 1, K_e 3, rho_hist a share of
+    # the total, roles)
+    from dpsynrag.pipeline.build import make_plan
+    from dpsynrag.pipeline.config import make_config
+
+    expected = make_plan(make_config(None, {})).as_dict()
     assert shown["generate"] == "facts" and shown["L"] == 1
-    for name in ("rho_A", "sigma_A", "tau_A", "rho_C", "sigma_C"):
+    for name in ("rho_hist", "rho_A", "sigma_A", "tau_A", "rho_R", "sigma_R", "rho_C",
+                 "sigma_C"):
         assert shown[name] == expected[name]
     # a token-only option without --generate plans the token mode, as build-corpus builds it
     assert main(["budget", "--epsilon", "10", "--delta", "1e-3", "--K", "10", "--L", "5",
@@ -235,8 +246,8 @@ def test_budget_plans_the_token_writer(capsys: pytest.CaptureFixture[str]) -> No
     rest = shown["rho_total"] - shown["rho_hist"]
     assert shown["writer"] == "tokens" and shown["T"] == 32
     assert math.isclose(shown["rho_tokens"], 0.25 * rest, rel_tol=1e-12)
-    assert math.isclose(shown["rho_A"] + shown["rho_C"] + shown["rho_tokens"], rest,
-                        rel_tol=1e-12)
+    assert math.isclose(shown["rho_A"] + shown["rho_R"] + shown["rho_C"] + shown["rho_tokens"],
+                        rest, rel_tol=1e-12)
     assert math.isclose(2 * 32 * shown["L"] * shown["rho_per_token"], 2 * shown["rho_tokens"],
                         rel_tol=1e-12)
     assert math.isclose(shown["c_over_tau"] ** 2 / 2, shown["rho_per_token"], rel_tol=1e-12)
@@ -245,7 +256,7 @@ def test_budget_plans_the_token_writer(capsys: pytest.CaptureFixture[str]) -> No
     # the template writer's plan is unchanged by the new fields
     plain = plan_budget(facts("cks"))
     assert plain.writer == "template" and plain.rho_tokens == 0.0
-    assert math.isclose(plain.rho_A + plain.rho_C, plain.rho_total - plain.rho_hist,
+    assert math.isclose(plain.rho_A + plain.rho_R + plain.rho_C, plain.rho_total - plain.rho_hist,
                         rel_tol=1e-12)
     assert main([*FACTS, "--writer", "tokens", "--share-phrases", "0.6", "--share-tokens",
                  "0.5"]) == 1

@@ -665,6 +665,7 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
                 and recorded > planned_delta * (1 + REL_TOL):
             problems.append("plan: the phrase release's delta is over the planned delta_phrases")
     _check_writer_tokens(plan, groups, problems)
+    _check_roles(plan, sequential, problems)
     # The clusters' fact histograms: discrete Gaussian releases of sensitivity sqrt(K_e + K_s).
     sigma_c = _plan_number(plan, "sigma_C")
     k_e, k_s = _plan_number(plan, "K_e"), _plan_number(plan, "K_s")
@@ -684,6 +685,25 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
                         and not _close(entry_params.get("sigma"), sigma_c):
                     problems.append(f"plan: {part.get('partition')} fact histogram sigma is not "
                                     "the planned sigma_C")
+
+
+def _check_roles(plan: dict[str, Any], sequential: list[Any], problems: list[str]) -> None:
+    """A facts build with terms: the role histogram is charged at the planned sigma_R with
+    sensitivity sqrt(K_e), exactly once when the plan has roles and never otherwise."""
+    sigma_r, k_e = _plan_number(plan, "sigma_R"), _plan_number(plan, "K_e")
+    releases = [e for e in sequential if isinstance(e, dict) and e.get("stage") == "f-roles"]
+    if not sigma_r:
+        if releases:
+            problems.append("plan: a role histogram was released but the plan has none")
+        return
+    if len(releases) > 1:
+        problems.append("plan: the role histogram was released more than once")
+    for entry in releases:
+        params = _params_of(entry)
+        if not _close(params.get("sigma"), sigma_r):
+            problems.append("plan: the role histogram's sigma is not the planned sigma_R")
+        if k_e is not None and not _close(params.get("l2_sensitivity"), math.sqrt(k_e)):
+            problems.append("plan: the role histogram's sensitivity is not sqrt(K_e)")
 
 
 def _check_writer_tokens(plan: dict[str, Any], groups: list[Any], problems: list[str]) -> None:

@@ -16,13 +16,17 @@ released fact instead of per token:
     rho = K_s / (2 sigma_h^2)                      keyword histogram (stage a), sqrt(K_s)
         + K_e / (2 sigma_A^2)                      phrase partition selection, sqrt(K_e),
                                                    delta_A-approximate (delta_A <= delta_phrases)
+        + K_e / (2 sigma_R^2)                      role histogram (terms mode, share_roles > 0):
+                                                   one (term, role) pair per term, sqrt(K_e)
         + L (K_e + K_s) / (2 sigma_C^2)            per-cluster fact histograms: each document
                                                    adds <= K_e + K_s items to each of <= L
                                                    clusters (overlapping parallel composition)
 
 rho comes from (epsilon, delta - delta_phrases): approximate zCDP with delta_A <= delta_phrases
-is (epsilon(rho, delta - delta_phrases), delta)-DP. What rho_hist leaves is split
-``share_phrases`` to the phrases and the rest to the clusters; the phrase threshold is
+is (epsilon(rho, delta - delta_phrases), delta)-DP. rho_hist, when not given (0), is
+``share_hist`` x rho (so the default plan scales with epsilon and is never refused for its own
+defaults). What rho_hist leaves is split ``share_phrases`` to the phrases, ``share_roles`` to
+the role histogram and the rest to the clusters; the phrase threshold is
 ``partition_selection.selection_threshold(sigma_A, K_e, delta_phrases)``.
 
 With ``writer="tokens"`` (issue 15: each cluster's note written by the public-difference token
@@ -109,13 +113,15 @@ class PlanRequest:
     vocab_size: int = DEFAULT_VOCAB_SIZE
     retrieval: bool = True  # False: the "w/o retrieval" ablation, S_r = C_r, stage (c) free
     generate: str = "tokens"
-    K_e: int = 2  # facts: phrases per document (partition selection's max_items)
+    K_e: int = 3  # facts: terms per document (partition selection's max_items)
     K_s: int = 14  # facts: keywords per document in the histograms
     R_f: int = 300  # facts: top keywords of the stage-(a) histogram added to the cluster domain
     delta_phrases: float | None = None  # facts: delta of the phrase release (None: delta / 10)
     share_phrases: float = 0.3  # facts: share of rho_total - rho_hist for the phrases
     writer: str = "template"  # facts: "template" (free) or "tokens" (T draws per cluster)
     share_tokens: float = 0.3  # facts with writer="tokens": share for the token writer
+    share_roles: float = 0.1  # facts: share of rho_total - rho_hist for the role histogram
+    share_hist: float = 0.04  # facts: rho_hist = share_hist x rho_total when rho_hist is 0
 
     def validate(self) -> None:
         _finite_positive(self.epsilon, "--epsilon")
@@ -145,7 +151,14 @@ class PlanRequest:
         if self.K not in (0, self.K_s):
             raise PlanError(f"in facts mode the keyword histogram takes K_s={self.K_s} keywords "
                             f"per document; K={self.K!r} differs (leave K unset or equal)")
-        _finite_positive(self.rho_hist, "--rho-hist")
+        if self.rho_hist != 0:
+            _finite_positive(self.rho_hist, "--rho-hist")
+        if not (isinstance(self.share_hist, int | float) and 0 < self.share_hist < 1):
+            raise PlanError(f"--share-hist must lie strictly between 0 and 1, got "
+                            f"{self.share_hist!r}")
+        roles = self.share_roles
+        if not (isinstance(roles, int | float) and math.isfinite(roles) and 0 <= roles < 1):
+            raise PlanError(f"--share-roles must lie in [0, 1), got {roles!r}")
         phrases = self.phrase_delta()
         if not (isinstance(phrases, int | float) and math.isfinite(phrases)
                 and 0 < phrases < self.delta):
@@ -156,10 +169,13 @@ class PlanRequest:
             raise PlanError(f"--share-phrases must lie strictly between 0 and 1, got {share!r}")
         if self.writer not in ("template", "tokens"):
             raise PlanError(f"--writer must be 'template' or 'tokens', got {self.writer!r}")
+        if share + roles >= 1:
+            raise PlanError(f"--share-phrases + --share-roles must stay below 1, got {share!r} "
+                            f"and {roles!r}")
         if self.writer == "tokens":
             tokens = self.share_tokens
             if not (isinstance(tokens, int | float) and math.isfinite(tokens)
-                    and tokens > 0 and share + tokens < 1):
+                    and tokens > 0 and share + tokens + roles < 1):
                 raise PlanError(f"--share-tokens must be positive with --share-phrases + "
                                 f"--share-tokens below 1, got {tokens!r} and {share!r}")
             if not (isinstance(self.T, int) and not isinstance(self.T, bool) and self.T >= 1):
@@ -289,8 +305,12 @@ class FactsBudgetPlan:
     rho_tokens: float = 0.0  # after x L
     rho_per_token: float = 0.0
     c_over_tau: float = 0.0
+    share_roles: float = 0.0  # the role histogram (terms with roles); 0: none
+    rho_R: float = 0.0
+    sigma_R: float = 0.0
 
     WRITER_FIELDS = ("writer", "T", "share_tokens", "rho_tokens", "rho_per_token", "c_over_tau")
+    ROLE_FIELDS = ("share_roles", "rho_R", "sigma_R")
 
     def as_dict(self) -> dict[str, object]:
         """The plan's fields; a template-writer plan leaves out the token writer's (so its
@@ -298,6 +318,9 @@ class FactsBudgetPlan:
         record = asdict(self)
         if self.writer == "template":
             for name in self.WRITER_FIELDS:
+                record.pop(name)
+        if not self.share_roles:
+            for name in self.ROLE_FIELDS:
                 record.pop(name)
         return record
 
@@ -326,7 +349,10 @@ class FactsBudgetPlan:
         phrases = PartitionSelection(sigma=self.sigma_A, max_items=self.K_e,
                                      threshold=self.tau_A, delta=self.delta_phrases)
         cluster = self.cluster_events(clip)
-        return Sequential((Repeated(histogram, 1), Repeated(phrases, 1),
+        roles = (Repeated(DiscreteGaussian(sigma=self.sigma_R,
+                                           l2_sensitivity=math.sqrt(self.K_e)), 1),
+                 ) if self.share_roles else ()
+        return Sequential((Repeated(histogram, 1), Repeated(phrases, 1), *roles,
                            ParallelGroup(self.L, (cluster,) * self.L, FACT_CLUSTERS_GROUP)))
 
     def stage_rows(self) -> list[tuple[str, str, float, float]]:
@@ -341,6 +367,8 @@ class FactsBudgetPlan:
              math.nan, self.rho_hist),
             ("(f) phrases", f"partition sel. σ_A={self.sigma_A:.4f}, τ_A={self.tau_A}, "
              f"K_e={self.K_e}", math.nan, self.rho_A),
+            *([("(f) roles", f"discrete Gauss. σ_R={self.sigma_R:.4f}, K_e={self.K_e}",
+                math.nan, self.rho_R)] if self.share_roles else []),
             ("(f) cluster facts", f"discrete Gauss. σ_C={self.sigma_C:.4f}, "
              f"K_e+K_s={self.K_e + self.K_s}", self.rho_C_per_cluster, self.rho_C),
         ]
@@ -368,16 +396,19 @@ def plan_facts(request: PlanRequest) -> FactsBudgetPlan:
     delta_phrases = float(request.phrase_delta())
     delta_conversion = request.delta - delta_phrases
     rho_total = rho_for(request.epsilon, delta_conversion, conversion)
-    rest = rho_total - request.rho_hist
+    # rho_hist 0 (unset): a share of the total, so the plan scales with epsilon
+    rho_hist = request.rho_hist or request.share_hist * rho_total
+    rest = rho_total - rho_hist
     if rest <= 0:
         raise PlanError(
             f"impossible plan: epsilon={request.epsilon:g} at delta={request.delta:g} "
             f"(delta_phrases={delta_phrases:g}, {conversion.value}) allows rho={rho_total:.4f}, "
-            f"but the keyword histogram alone takes rho={request.rho_hist:.4f}; nothing is left "
+            f"but the keyword histogram alone takes rho={rho_hist:.4f}; nothing is left "
             "for the phrases and the cluster facts. Lower --rho-hist or raise --epsilon")
     rho_a = request.share_phrases * rest
     rho_tokens = request.share_tokens * rest if request.writer == "tokens" else 0.0
-    rho_c = rest - rho_a - rho_tokens
+    rho_r = request.share_roles * rest
+    rho_c = rest - rho_a - rho_tokens - rho_r
     rho_per_token = rho_tokens / (request.L * request.T) if rho_tokens else 0.0
     sigma_a = math.sqrt(request.K_e / (2.0 * rho_a))
     tau_a = selection_threshold(sigma_a, request.K_e, delta_phrases)
@@ -395,8 +426,8 @@ def plan_facts(request: PlanRequest) -> FactsBudgetPlan:
         rho_total=rho_total,
         delta_phrases=delta_phrases,
         delta_conversion=delta_conversion,
-        rho_hist=request.rho_hist,
-        sigma_h=math.sqrt(request.K_s / (2.0 * request.rho_hist)),
+        rho_hist=rho_hist,
+        sigma_h=math.sqrt(request.K_s / (2.0 * rho_hist)),
         rho_A=rho_a,
         sigma_A=sigma_a,
         tau_A=tau_a,
@@ -413,6 +444,9 @@ def plan_facts(request: PlanRequest) -> FactsBudgetPlan:
         rho_tokens=rho_tokens,
         rho_per_token=rho_per_token,
         c_over_tau=math.sqrt(2.0 * rho_per_token),
+        share_roles=float(request.share_roles),
+        rho_R=rho_r,
+        sigma_R=math.sqrt(request.K_e / (2.0 * rho_r)) if rho_r else 0.0,
     )
 
 

@@ -14,7 +14,13 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from dpsynrag.cli.errors import CliError, ExitCode
-from dpsynrag.cli.options import open_unit_float, option_flags, positive_float, positive_int
+from dpsynrag.cli.options import (
+    open_unit_float,
+    option_flags,
+    positive_float,
+    positive_int,
+    unit_float,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -68,7 +74,8 @@ def add_parser(subparsers: Any) -> None:
                         help="tokens: epsilon of the similarity-threshold exponential "
                              "mechanism (default 0.4)")
     parser.add_argument("--rho-hist", type=positive_float, default=None,
-                        help="zCDP share of the keyword histogram (default 0.1)")
+                        help="zCDP of the keyword histogram (default: tokens 0.1; facts "
+                             "--share-hist of the total, so the plan scales with epsilon)")
     parser.add_argument("--rho-mean", type=positive_float, default=None,
                         help="tokens: zCDP share of each cluster's noisy embedding sum "
                              "(Gaussian part of retrieval, before x L; default 0.009)")
@@ -79,7 +86,13 @@ def add_parser(subparsers: Any) -> None:
                         help="tokens: LLM vocabulary size for the consensus estimate (default "
                              "49152, the packaged SmolLM2)")
     parser.add_argument("--K-e", dest="K_e", type=positive_int, default=None,
-                        help="facts: phrases per document (default 2)")
+                        help="facts: terms per document (default 3)")
+    parser.add_argument("--share-roles", type=unit_float, default=None,
+                        help="facts: share of the rho left after the histogram for the role "
+                             "histogram of the terms (default 0.1; 0 releases no roles)")
+    parser.add_argument("--share-hist", type=open_unit_float, default=None,
+                        help="facts: the keyword histogram's share of the total rho when "
+                             "--rho-hist is not given (default 0.04)")
     parser.add_argument("--K-s", dest="K_s", type=positive_int, default=None,
                         help="facts: keywords per document in the histograms (default 14)")
     parser.add_argument("--R-f", dest="R_f", type=positive_int, default=None,
@@ -119,7 +132,12 @@ def _budget_request(args: argparse.Namespace, flags: Mapping[str, str]) -> PlanR
     budget has, and the planner's vocabulary size."""
     # lazy: the planner and the build's config load numpy and scipy (see run_budget)
     from dpsynrag.accounting.planner import DEFAULT_VOCAB_SIZE, PlanRequest
-    from dpsynrag.pipeline.config import FACTS_DEFAULT_L, BuildConfig, resolve_generate
+    from dpsynrag.pipeline.config import (
+        FACTS_DEFAULT_L,
+        TOKENS_RHO_HIST,
+        BuildConfig,
+        resolve_generate,
+    )
 
     tokens_only = _given_flags(flags, {*BuildConfig.TOKENS_ONLY, *_PLANNER_TOKEN_OPTIONS})
     facts_only = _given_flags(flags, BuildConfig.FACTS_ONLY)
@@ -139,11 +157,13 @@ def _budget_request(args: argparse.Namespace, flags: Mapping[str, str]) -> PlanR
                        f"--generate {mode} (see 'dpsynrag budget --help')")
     if facts:  # build-corpus's facts defaults
         args.L = FACTS_DEFAULT_L if args.L is None else args.L
-        args.rho_hist = BuildConfig.rho_hist if args.rho_hist is None else args.rho_hist
+        args.rho_hist = 0.0 if args.rho_hist is None else args.rho_hist  # 0: share_hist
     else:  # build-corpus's token defaults (the paper's Table 6)
-        for name in ("K", "L", "T", "eps_theta", "rho_hist", "rho_mean"):
+        for name in ("K", "L", "T", "eps_theta", "rho_mean"):
             if getattr(args, name) is None:
                 setattr(args, name, getattr(BuildConfig, name))
+        if args.rho_hist is None:
+            args.rho_hist = TOKENS_RHO_HIST
     if facts:
         extra = {name: getattr(args, name) for name in facts_only
                  if getattr(args, name) is not None}

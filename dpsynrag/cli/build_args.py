@@ -10,7 +10,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dpsynrag.cli.options import open_unit_float, positive_float, positive_int, prompt_text
+from dpsynrag.cli.options import (
+    open_unit_float,
+    positive_float,
+    positive_int,
+    prompt_text,
+    unit_float,
+)
 
 __all__ = ["EPILOG", "NOT_FLAGS", "add_build_arguments", "config_flags"]
 
@@ -103,23 +109,35 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--eps-theta", type=positive_float, help="epsilon of the similarity threshold "
                    "(default 0.4)")
     g.add_argument("--rho-hist", type=positive_float, help="rho of the keyword histogram "
-                   "(default 0.1)")
+                   "(default: tokens 0.1; facts --share-hist of the total rho)")
     g.add_argument("--rho-mean", type=positive_float, help="rho of each cluster's noisy embedding "
                    "sum (default 0.009)")
     g.add_argument("--clip", type=positive_float, help="logit clip c, at most 0.5 (the transform's "
                    "rows never span more); the temperature is c/(c/tau) (default 0.5)")
     g = parser.add_argument_group("generation mode (issue 14)")
     g.add_argument("--generate", choices=["tokens", "facts"],
-                   help="facts (default): release open-vocabulary phrases by DP partition "
-                        "selection, cluster on them and write each cluster's note from one "
-                        "noisy fact histogram (no LLM; pays per fact, not per token; README, "
-                        "'Generation modes', for the measurements); tokens: the paper's "
+                   help="facts (default): release terms of any vocabulary with their roles "
+                        "by DP partition selection, cluster on them and write each "
+                        "cluster's note from one noisy fact histogram (no LLM; pays per "
+                        "fact, not per token; README, 'Generation modes', for the "
+                        "measurements); tokens: the paper's "
                         "private prediction, token by token. Without --generate, any "
                         "token-only option (--K, --R, --k, --T, --eps-theta, --rho-mean, "
                         "--clip, --keywords, the prompts, --no-filter, --no-retrieval) on the "
                         "command line or in --config means tokens")
+    g.add_argument("--facts-items", choices=["terms", "open"],
+                   help="facts: what a document offers for release: 'terms' (default: multi-"
+                        "word terms of any vocabulary, capitalised names, terms with digits, "
+                        "each with the role its cue word gives, e.g. diagnosis, treatment) or "
+                        "'open' (only invented or rare names and codes, no roles)")
     g.add_argument("--K-e", dest="K_e", type=positive_int,
-                   help="facts: open-vocabulary phrases per document (default 2)")
+                   help="facts: terms (or open phrases) per document (default 3)")
+    g.add_argument("--share-roles", type=unit_float,
+                   help="facts with terms: share of the rho left after the keyword histogram "
+                        "for the role histogram (default 0.1; 0: notes without roles)")
+    g.add_argument("--share-hist", type=open_unit_float,
+                   help="facts: the keyword histogram's share of the total rho when --rho-hist "
+                        "is not given (default 0.04: the plan scales with epsilon)")
     g.add_argument("--K-s", dest="K_s", type=positive_int,
                    help="facts: statistical keywords per document (default 14)")
     g.add_argument("--R-f", dest="R_f", type=positive_int,

@@ -26,8 +26,8 @@ def add_parser(subparsers: Any) -> None:
                "1,3,10 --runs 1 --config examples/demo/build.toml -o report/")
     parser.add_argument("-o", "--out", type=Path, required=True, help="report directory")
     parser.add_argument("--dataset", default="clinic",
-                        help="'clinic' (generated) or a directory with notes.jsonl and "
-                             "queries.jsonl")
+                        help="'clinic', 'conditions' or 'films' (generated; see 'dpsynrag "
+                             "dataset') or a directory with notes.jsonl and queries.jsonl")
     parser.add_argument("--notes", type=positive_int, default=2000,
                         help="clinic notes (default 2000)")
     parser.add_argument("--diseases", type=positive_int, default=40,

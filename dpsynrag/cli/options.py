@@ -45,6 +45,17 @@ def open_unit_float(text: str) -> float:
     return value
 
 
+def unit_float(text: str) -> float:
+    """A number in [0, 1) (a share that may be switched off with 0)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}") from None
+    if not (0 <= value < 1):
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1), got {text!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """An integer of at least 1."""
     try:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsynrag.eval.metrics import answer_weights
+from dpsynrag.prompts.rag import DEFAULT_INSTRUCTION
 
 __all__ = ["EvalData"]
 
@@ -23,6 +24,7 @@ class EvalData:
     attack_questions: list[str]
     description: dict[str, Any]
     notes_path: Path
+    instruction: str = DEFAULT_INSTRUCTION  # what the reader is asked to answer with
     _weights: list[int] | None = None
 
     def answer_weights(self) -> list[int]:

@@ -46,6 +46,7 @@ import numpy as np
 from dpsynrag.accounting.conversions import Conversion, rho_for
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.eval.datasets import load_qa_jsonl, make_clinic_dataset, write_clinic_dataset
+from dpsynrag.eval.datasets_ordinary import ORDINARY_KINDS, make_ordinary_dataset, save_dataset
 from dpsynrag.eval.eval_data import EvalData
 from dpsynrag.eval.methods import (
     ALL_METHODS,
@@ -126,8 +127,31 @@ class EvalSettings:
 
 
 # ---------------------------------------------------------------------- data
+#: What the reader is asked, per generated data set (the same for private RAG and for every
+#: synthetic corpus); clinic and user data keep the prompt's default (the disease's name).
+READER_INSTRUCTIONS = {"conditions": "Answer with the name of the condition only.",
+                       "films": "Answer with the title of the film only."}
+#: The reader reads the top READER_K of the retrieved texts (recall@k counts all k).
+READER_K = 5
+
+
 def load_data(settings: EvalSettings, work: Path) -> EvalData:
-    """The clinic generator (deterministic from the seed) or a user directory/JSONL pair."""
+    """A generator (clinic, conditions or films; deterministic from the seed) or a user
+    directory/JSONL pair."""
+    if settings.dataset in ORDINARY_KINDS:  # --diseases does not apply: 40 answers each
+        generated = make_ordinary_dataset(settings.dataset, n_notes=settings.n_notes,
+                                          n_queries=settings.n_queries, seed=settings.seed)
+        paths = save_dataset(generated, work / "data")
+        answers = sorted({q.answer for q in generated.queries})
+        return EvalData(
+            note_ids=[n.id for n in generated.notes], notes=[n.text for n in generated.notes],
+            questions=[q.question for q in generated.queries],
+            answers=[q.answer for q in generated.queries],
+            names=sorted({n.person for n in generated.notes}),
+            attack_questions=[ATTACK_TEMPLATE.replace("{disease}", a) for a in answers],
+            description={"name": settings.dataset, "notes": settings.n_notes,
+                         "queries": len(generated.queries), "seed": settings.seed},
+            notes_path=paths["notes"], instruction=READER_INSTRUCTIONS[settings.dataset])
     if settings.dataset == "clinic":
         dataset = make_clinic_dataset(n_notes=settings.n_notes, n_diseases=settings.n_diseases,
                                       seed=settings.seed, n_queries=settings.n_queries)
@@ -182,7 +206,8 @@ def measure_corpus(texts: Sequence[str] | None, data: EvalData, models: LazyMode
                                                               data.answer_weights())
     if end_to_end:
         def prompts(questions: Sequence[str], contexts: Sequence[Sequence[str]]) -> list[str]:
-            return [answer_prompt(q, c) if c else no_context_prompt(q)
+            return [answer_prompt(q, c[:READER_K], instruction=data.instruction) if c
+                    else no_context_prompt(q, instruction=data.instruction)
                     for q, c in zip(questions, contexts, strict=True)]
 
         outputs = answer_questions(models.llm, prompts(data.questions, retrieved))
@@ -216,7 +241,9 @@ def _build_config(settings: EvalSettings, method: str, epsilon: float, run: int)
     ratio = (rho_for(epsilon, reference.delta, conversion)
              / rho_for(reference.epsilon, reference.delta, conversion))
     options.update({"epsilon": epsilon, "runner": "local",
-                    "rho_hist": reference.rho_hist * ratio,
+                    # facts without --rho-hist: a share of the total already (None stays)
+                    "rho_hist": None if reference.rho_hist is None
+                    and options["generate"] == "facts" else reference.tokens_rho_hist * ratio,
                     "rho_mean": reference.rho_mean * ratio,
                     "eps_theta": reference.eps_theta * math.sqrt(ratio)})
     if method == "dp-synrag-hard":
@@ -249,6 +276,7 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Runner, model
                             end_to_end=settings.end_to_end, synthetic=True)
     plan = make_plan(config)
     stage_rho = {"histogram": plan.rho_hist, "phrases": plan.rho_A, "cluster_facts": plan.rho_C,
+                 **({"roles": plan.rho_R} if plan.share_roles else {}),
                  **({"writer": plan.rho_tokens} if config.facts_writer_tokens else {})} \
         if config.generate == "facts" else \
         {"histogram": plan.rho_hist, "retrieval": config.L * plan.rho_retrieval,

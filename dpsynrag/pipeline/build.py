@@ -103,7 +103,9 @@ def make_plan(config: BuildConfig, vocab_size: int | None = None) -> Any:
     """The solved plan: a ``BudgetPlan`` (tokens) or a ``FactsBudgetPlan`` (facts)."""
     if config.generate == "facts":
         return plan_budget(PlanRequest(
-            epsilon=config.epsilon, delta=config.delta, L=config.L, rho_hist=config.rho_hist,
+            epsilon=config.epsilon, delta=config.delta, L=config.L,
+            rho_hist=config.rho_hist or 0.0, share_hist=config.share_hist,
+            share_roles=config.share_roles if config.facts_items == "terms" else 0.0,
             conversion=Conversion(config.conversion), generate="facts", K_e=config.K_e,
             K_s=config.K_s, R_f=config.R_f, delta_phrases=config.delta_phrases,
             share_phrases=config.share_phrases, writer=config.writer,
@@ -111,7 +113,7 @@ def make_plan(config: BuildConfig, vocab_size: int | None = None) -> Any:
     sized: dict[str, Any] = {"vocab_size": vocab_size} if vocab_size else {}
     request = PlanRequest(
         epsilon=config.epsilon, delta=config.delta, K=config.K, L=config.L, T=config.T,
-        eps_theta=config.eps_theta, rho_hist=config.rho_hist, rho_mean=config.rho_mean,
+        eps_theta=config.eps_theta, rho_hist=config.tokens_rho_hist, rho_mean=config.rho_mean,
         conversion=Conversion(config.conversion), retrieval=not config.no_retrieval,
         **sized)
     return plan_budget(request)

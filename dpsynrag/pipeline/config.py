@@ -33,6 +33,8 @@ NATURAL_CLIP = 0.5
 # 60.0 % at epsilon 3 on the clinic set, 85.0 vs 81.7 % and 49.2 vs 40.0 % on the support set:
 # one cluster per document halves the histogram's sensitivity^2 and its duplicate notes)
 FACTS_DEFAULT_L = 1
+# the token mode's rho_hist when --rho-hist is not given (the paper's Table 6)
+TOKENS_RHO_HIST = 0.1
 
 
 class ConfigError(ValueError):
@@ -63,7 +65,9 @@ class BuildConfig:
     k: int = 80
     T: int = 70
     eps_theta: float = 0.4
-    rho_hist: float = 0.1
+    # None: the mode's default, 0.1 for tokens (the paper's Table 6) and, for facts,
+    # share_hist x the total rho (the plan scales with epsilon)
+    rho_hist: float | None = None
     rho_mean: float = 0.009
     clip: float = NATURAL_CLIP
     # stages
@@ -83,7 +87,12 @@ class BuildConfig:
     # histogram per cluster; the default, by measurement) or "tokens" (the paper: private
     # prediction token by token). make_config infers "tokens" from token-only options.
     generate: str = "facts"
-    K_e: int = 2  # facts: open-vocabulary phrases per document
+    # facts: "terms" (terms of any vocabulary with their roles, transforms.terms) or "open"
+    # (open-vocabulary phrases only, transforms.phrases)
+    facts_items: str = "terms"
+    K_e: int = 3  # facts: terms (or open-vocabulary phrases) per document
+    share_roles: float = 0.1  # facts with terms: share of the rho after the histogram for roles
+    share_hist: float = 0.04  # facts: rho_hist = share_hist x rho when --rho-hist is not given
     K_s: int = 14  # facts: statistical keywords per document (histogram and cluster facts)
     R_f: int = 300  # facts: top noisy keywords added to the cluster histograms' domain
     share_phrases: float = 0.3  # facts: share of the rho after the histogram for phrases
@@ -118,7 +127,8 @@ class BuildConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     # options only one generation mode reads
-    FACTS_ONLY = ("K_e", "K_s", "R_f", "share_phrases", "delta_phrases", "facts_label",
+    FACTS_ONLY = ("facts_items", "share_roles", "share_hist", "K_e", "K_s", "R_f",
+                  "share_phrases", "delta_phrases", "facts_label",
                   "writer", "share_tokens", "writer_keeps_note", "writer_ablate")
     TOKENS_ONLY = ("K", "R", "k", "T", "eps_theta", "rho_mean", "clip", "keywords",
                    "rephrase_prompt", "response_prefix", "keyword_prompt", "filter_prompt",
@@ -136,7 +146,19 @@ class BuildConfig:
         for name, value in positive_ints.items():
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise ConfigError(f"{_flag(name)} must be a positive integer, got {value!r}")
-        for name in ("epsilon", "eps_theta", "rho_hist", "rho_mean", "clip"):
+        if self.rho_hist is not None and not (
+                isinstance(self.rho_hist, int | float) and math.isfinite(self.rho_hist)
+                and self.rho_hist > 0):
+            raise ConfigError(f"--rho-hist must be a finite positive number, got "
+                              f"{self.rho_hist!r}")
+        if self.facts_items not in ("terms", "open"):
+            raise ConfigError(f"--facts-items must be 'terms' or 'open', got "
+                              f"{self.facts_items!r}")
+        for name in ("share_roles", "share_hist"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0 <= value < 1):
+                raise ConfigError(f"{_flag(name)} must lie in [0, 1), got {value!r}")
+        for name in ("epsilon", "eps_theta", "rho_mean", "clip"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"{_flag(name)} must be a finite positive number, got {value!r}")
@@ -252,7 +274,10 @@ class BuildConfig:
             skip.add("writer_keeps_note")
         if not self.writer_ablate.strip():  # as do builds without an ablated lever
             skip.add("writer_ablate")
-        return {k: v for k, v in asdict(self).items() if k not in skip}
+        options = {k: v for k, v in asdict(self).items() if k not in skip}
+        if self.generate == "tokens":  # the resolved value, as token builds recorded it
+            options["rho_hist"] = self.tokens_rho_hist
+        return options
 
     def fingerprint(self) -> str:
         canonical = json.dumps(self.released_options(), sort_keys=True, separators=(",", ":"))
@@ -262,6 +287,11 @@ class BuildConfig:
     def facts_writer_tokens(self) -> bool:
         """A facts build whose notes the token writer writes (it loads the LLM)."""
         return self.generate == "facts" and self.writer == "tokens"
+
+    @property
+    def tokens_rho_hist(self) -> float:
+        """The token mode's rho_hist: --rho-hist, else the paper's 0.1."""
+        return TOKENS_RHO_HIST if self.rho_hist is None else float(self.rho_hist)
 
     @property
     def uses_llm(self) -> bool:
@@ -349,7 +379,8 @@ def make_config(toml_path: Path | None, overrides: dict[str, Any]) -> BuildConfi
     if unknown:
         raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
     floats = ("epsilon", "delta", "eps_theta", "rho_hist", "rho_mean", "clip",
-              "share_phrases", "delta_phrases", "public_temperature", "share_tokens")
+              "share_phrases", "delta_phrases", "public_temperature", "share_tokens",
+              "share_roles", "share_hist")
     for name in floats:
         if name in values and isinstance(values[name], int) and not isinstance(values[name], bool):
             values[name] = float(values[name])

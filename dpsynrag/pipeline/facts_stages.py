@@ -43,6 +43,7 @@ from dpsynrag.transforms.fact_clusters import (
 from dpsynrag.transforms.fact_writer import (
     FactRule,
     display_names,
+    estimated_documents,
     keyword_shares,
     select_facts,
     write_notes,
@@ -50,6 +51,8 @@ from dpsynrag.transforms.fact_writer import (
 from dpsynrag.transforms.histogram import released_top_keywords
 from dpsynrag.transforms.keywords import statistical_keywords
 from dpsynrag.transforms.phrases import document_phrases
+from dpsynrag.transforms.roles import release_roles, term_roles
+from dpsynrag.transforms.terms import ROLES, DocumentTerms, document_terms
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
 if TYPE_CHECKING:
@@ -76,10 +79,14 @@ class ReleasedKeywords(NamedTuple):
 
 
 class ReleasedPhrases(NamedTuple):
-    """(f1): each document's phrases (private) and the released phrases A."""
+    """(f1): each document's phrases or terms (private), the released phrases A, and, with
+    ``--facts-items terms``, each document's terms with their roles (private) and the
+    released role of each term of A (post-processing of the role histogram)."""
 
     per_document: list[list[str]]
     released: dict[str, int]
+    terms: list[DocumentTerms] | None = None
+    roles: dict[str, str] | None = None
 
 
 class FactClusters(NamedTuple):
@@ -98,6 +105,7 @@ def facts_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
     vocab = public_vocabulary()
     keywords = keyword_histogram(ctx, texts, vocab)  # (a)
     phrases = released_phrases(ctx, texts, vocab)  # (f1)
+    phrases = released_roles(ctx, phrases)  # (f1r), with --facts-items terms
     clusters = fact_histograms(ctx, phrases, keywords)  # (f2)
     written, notes = write_facts(ctx, keywords, phrases, clusters)  # (f3)
     tokens = [len(note.split()) for note in notes]
@@ -139,21 +147,49 @@ def released_phrases(ctx: BuildContext, texts: list[str], vocab: PublicVocabular
     # mpmath (60-digit tails): loaded for the facts mode only
     from dpsynrag.accounting.partition_selection import phrase_counts, release_partitions
 
-    def extract() -> list[list[str]]:
-        ctx.log("(f1) extracting phrases")
-        with ctx.progress("(f1) phrases", len(texts)) as advance:
-            doc_phrases = document_phrases(texts, vocab, ctx.config.K_e)
-            advance(len(texts))
-        return doc_phrases
+    terms: list[DocumentTerms] | None = None
+    if ctx.config.facts_items == "terms":
+        def extract_terms() -> list[list[list[str]]]:
+            ctx.log("(f1) extracting terms")
+            with ctx.progress("(f1) terms", len(texts)) as advance:
+                found = document_terms(texts, vocab, ctx.config.K_e)
+                advance(len(texts))
+            return [item.as_json() for item in found]
 
-    stage = "f1_phrases"
-    doc_phrases = ctx.state.checkpoint("phrases", extract, stage=stage)
+        stage = "f1_terms"
+        terms = [DocumentTerms.from_json(pairs) for pairs
+                 in ctx.state.checkpoint("terms", extract_terms, stage=stage)]
+        doc_phrases = [list(item.terms) for item in terms]
+    else:
+        def extract() -> list[list[str]]:
+            ctx.log("(f1) extracting phrases")
+            with ctx.progress("(f1) phrases", len(texts)) as advance:
+                doc_phrases = document_phrases(texts, vocab, ctx.config.K_e)
+                advance(len(texts))
+            return doc_phrases
+
+        stage = "f1_phrases"
+        doc_phrases = ctx.state.checkpoint("phrases", extract, stage=stage)
     with ctx.state.timed(stage):
         counts = phrase_counts(doc_phrases, ctx.config.K_e)  # refuses > K_e per document
         released = release_partitions(ctx.ledger, PHRASES_KEY, counts,
                                       max_items=ctx.config.K_e, sigma=ctx.plan.sigma_A,
                                       delta=ctx.plan.delta_phrases)
-    return ReleasedPhrases(doc_phrases, released)
+    return ReleasedPhrases(doc_phrases, released, terms)
+
+
+def released_roles(ctx: BuildContext, phrases: ReleasedPhrases) -> ReleasedPhrases:
+    """(f1r): the role histogram of the released terms (``transforms.roles``: one discrete
+    Gaussian release, rho_R = K_e / (2 sigma_R^2)) and each term's role (post-processing).
+    Without terms or with --share-roles 0: nothing released, no roles."""
+    if phrases.terms is None or not ctx.plan.share_roles:
+        return phrases
+    released = sorted(phrases.released)
+    with ctx.state.timed("f1r_roles"):
+        noisy = release_roles(ctx.ledger, phrases.terms, released, K_e=ctx.config.K_e,
+                              sigma=ctx.plan.sigma_R)
+        roles = dict(term_roles(noisy, released, ctx.plan.sigma_R))
+    return phrases._replace(roles=roles)
 
 
 def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: ReleasedKeywords
@@ -165,7 +201,10 @@ def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: Relea
         in_domain = set(domain)
         doc_items = [_items(doc_phrases, doc_keywords, in_domain) for doc_phrases, doc_keywords
                      in zip(phrases.per_document, keywords.per_document, strict=True)]
-        anchors, members = anchor_clusters(doc_items, phrases.released, ctx.config.L)
+        priority = {term: ROLES.index(role) for term, role in phrases.roles.items()} \
+            if phrases.roles else None  # released roles: what a document is about first
+        anchors, members = anchor_clusters(doc_items, phrases.released, ctx.config.L,
+                                           priority=priority)
         noisy = None
         if anchors:
             with ctx.progress("(f2) fact histograms (clusters)", len(members)) as advance:
@@ -185,9 +224,17 @@ def write_facts(ctx: BuildContext, keywords: ReleasedKeywords, phrases: Released
                                  for w, i in zip(keywords.words, keywords.top, strict=True)},
                                 ctx.config.K_s)
         rule = FactRule(label=ctx.config.facts_label)
+        n_hat = estimated_documents({w: float(keywords.noisy[int(i)]) for w, i
+                                     in zip(keywords.words, keywords.top, strict=True)},
+                                    ctx.config.K_s)
+        terms_mode = phrases.terms is not None
         facts = select_facts(clusters.noisy, clusters.domain, clusters.anchors,
                              set(phrases.released), ctx.plan.sigma_C, rule,
-                             keyword_share=shares) if clusters.noisy is not None else []
+                             keyword_share=shares,
+                             phrase_share={p: max(float(c), 0.0) / n_hat
+                                           for p, c in phrases.released.items()}
+                             if terms_mode else None,
+                             roles=phrases.roles) if clusters.noisy is not None else []
         written = [item for item in facts if item is not None]  # dropped: by released values
         notes = write_notes(written)
     return written, notes

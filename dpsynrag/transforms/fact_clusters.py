@@ -13,7 +13,10 @@ Inputs (all produced upstream):
 **Step 3, anchored clustering (no release, no cost).** There is one cluster per released
 anchor (optionally only anchors whose released count is at least a public minimum), in the
 public order "rarest first": smallest released noisy count first, ties by the phrase string.
-Document i joins the clusters of the first ``L`` anchors of that order that it holds. So:
+With released roles (``transforms.roles``) the order puts anchors by the public rank of their
+role first (a diagnosis, a title, a product or an error before a treatment or a symptom), so
+a document joins the cluster of what it is about. Document i joins the clusters of the first
+``L`` anchors of that order that it holds. So:
 
 * the list of clusters is a function of the released anchors only (an empty cluster exists
   like any other: skipping it would reveal that it is empty);
@@ -104,8 +107,11 @@ def domain_fingerprint(domain: Sequence[str]) -> str:
     return digest[:16]
 
 
-def anchor_order(anchors: Mapping[str, int], min_anchor_count: int | None = None) -> list[str]:
-    """Released anchors, rarest first (noisy count ascending, ties by phrase).
+def anchor_order(anchors: Mapping[str, int], min_anchor_count: int | None = None,
+                 priority: Mapping[str, int] | None = None) -> list[str]:
+    """Released anchors, rarest first (noisy count ascending, ties by phrase); with
+    ``priority`` (a released value per anchor, e.g. the rank of its released role: a
+    diagnosis before a symptom), by priority first (missing: after all given).
 
     Only anchors whose released count is at least ``min_anchor_count`` (if given) are kept.
     A function of released values only.
@@ -114,7 +120,8 @@ def anchor_order(anchors: Mapping[str, int], min_anchor_count: int | None = None
     if len(counts) != len(anchors):
         raise ValueError("anchors must be distinct strings")
     kept = [a for a, c in counts.items() if min_anchor_count is None or c >= min_anchor_count]
-    return sorted(kept, key=lambda a: (counts[a], a))
+    last = 1 + max(priority.values(), default=0) if priority else 0
+    return sorted(kept, key=lambda a: (priority.get(a, last) if priority else 0, counts[a], a))
 
 
 # ---------------------------------------------------------------------- step 3
@@ -123,6 +130,7 @@ def anchor_clusters(
     anchors: Mapping[str, int],
     L: int,
     min_anchor_count: int | None = None,
+    priority: Mapping[str, int] | None = None,
 ) -> tuple[list[str], list[list[int]]]:
     """(anchor of each cluster, sorted member indices of each cluster).
 
@@ -131,7 +139,7 @@ def anchor_clusters(
     release, no cost; the memberships are private.
     """
     L = _positive_int(L, "L")
-    order = anchor_order(anchors, min_anchor_count)
+    order = anchor_order(anchors, min_anchor_count, priority)
     rank = {anchor: r for r, anchor in enumerate(order)}
     clusters: list[list[int]] = [[] for _ in order]
     for d, items in enumerate(doc_items):

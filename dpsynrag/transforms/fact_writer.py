@@ -94,6 +94,9 @@ class ClusterFacts:
     phrases: tuple[str, ...]  # kept items of A (anchor excluded), most frequent first
     keywords: tuple[str, ...]  # kept items of W that are not in A, most frequent first
     label: str = "Reported"  # the note's public lead word
+    # released roles of the cluster's names (anchor and phrases): (name, role) pairs; empty:
+    # the note is written without roles
+    roles: tuple[tuple[str, str], ...] = ()
 
     @property
     def facts(self) -> tuple[str, ...]:
@@ -128,6 +131,9 @@ def select_facts(
     sigma: float,
     rule: FactRule | None = None,
     keyword_share: Mapping[str, float] | None = None,
+    *,
+    phrase_share: Mapping[str, float] | None = None,
+    roles: Mapping[str, str] | None = None,
 ) -> list[ClusterFacts | None]:
     """Kept facts of each cluster (``None``: dropped), by the public rule of the module.
 
@@ -137,7 +143,11 @@ def select_facts(
     holding keyword w, estimated from a released value (the stage-(a) noisy histogram); with
     it a keyword is kept only if its share in the cluster is at least ``min_lift`` times its
     share in the corpus (words every document uses, such as a template's, are not facts of
-    any cluster). Post-processing only (no cost).
+    any cluster). ``phrase_share[p]``: the same for the released phrases (from their released
+    partition-selection counts): a related phrase is then kept only with the same lift (a
+    term every template writes is no fact of any cluster). ``roles``: each released term's
+    released role (``transforms.roles``), kept with the cluster's names. Post-processing only
+    (no cost).
     """
     rule = rule or FactRule()
     values = np.asarray(noisy)
@@ -163,13 +173,16 @@ def select_facts(
         kept = [int(j) for j in np.flatnonzero(row >= min(cut, cut_phrases))
                 if domain[int(j)] != anchor]
         kept.sort(key=lambda j: (-int(row[j]), domain[j]))
-        chosen_phrases = tuple(domain[j] for j in kept
-                               if domain[j] in phrase_set and row[j] >= cut_phrases)
+        chosen_phrases = tuple(
+            domain[j] for j in kept if domain[j] in phrase_set and row[j] >= cut_phrases
+            and _lift_ok(float(row[j]) / support, domain[j], phrase_share, rule.min_lift))
         chosen_keywords = tuple(
             domain[j] for j in kept if domain[j] not in phrase_set and row[j] >= cut
             and _lift_ok(float(row[j]) / support, domain[j], keyword_share, rule.min_lift))
+        names = (anchor, *chosen_phrases[: rule.max_phrases])
         facts = ClusterFacts(r, anchor, support, chosen_phrases[: rule.max_phrases],
-                             chosen_keywords[: rule.max_keywords], rule.label)
+                             chosen_keywords[: rule.max_keywords], rule.label,
+                             tuple((n, roles[n]) for n in names if n in roles) if roles else ())
         if len(facts.phrases) + len(facts.keywords) < rule.min_facts or (
                 rule.require_keywords and not facts.keywords):
             out.append(None)
@@ -191,9 +204,15 @@ def keyword_shares(noisy_counts: Mapping[str, float], keywords_per_document: int
     """Each keyword's share of documents, from the released noisy keyword histogram alone:
     count / N_hat with N_hat = (sum of the released counts) / keywords_per_document (every
     document adds at most that many keywords). Post-processing (no cost)."""
-    total = sum(max(float(v), 0.0) for v in noisy_counts.values())
-    n_hat = max(total / max(keywords_per_document, 1), 1.0)
+    n_hat = estimated_documents(noisy_counts, keywords_per_document)
     return {word: max(float(v), 0.0) / n_hat for word, v in noisy_counts.items()}
+
+
+def estimated_documents(noisy_counts: Mapping[str, float], keywords_per_document: int) -> float:
+    """N_hat = (sum of the released keyword counts) / keywords_per_document, at least 1: the
+    documents the released keyword histogram accounts for. Post-processing (no cost)."""
+    total = sum(max(float(v), 0.0) for v in noisy_counts.values())
+    return max(total / max(keywords_per_document, 1), 1.0)
 
 
 def _display_word(word: str) -> str:
@@ -226,10 +245,37 @@ def write_note(facts: ClusterFacts) -> str:
     more often the answer a reader looks for than a one-word one (a drug, a code), and the
     model answering from the note tends to take the first name. A rule of the kept facts
     only."""
-    names = " / ".join(display_names(facts)) + "."
+    names = role_sentences(facts) if facts.roles else " / ".join(display_names(facts)) + "."
     if not facts.keywords:
         return names
     return f"{facts.label}: " + " ".join(facts.keywords) + ". " + names
+
+
+#: How a note names each released role (public; ``transforms.terms.ROLES``).
+ROLE_LABELS = {"diagnosis": "Diagnosis", "title": "Title", "product": "Product",
+               "error": "Error", "treatment": "Treatment", "symptom": "Symptoms",
+               "credit": "Credits"}
+
+
+def role_sentences(facts: ClusterFacts) -> str:
+    """The cluster's names grouped by their released role, in the public role order
+    (``ROLE_LABELS``), each group one sentence ("Diagnosis: Lyme Disease. Treatment:
+    Doxycycline."); names without a
+    role last ("Also: ..."). Post-processing of released values."""
+    role_of = dict(facts.roles)
+    groups: dict[str, list[str]] = {}
+    for name in display_order(facts):
+        groups.setdefault(role_of.get(name, ""), []).append(display_phrase(name))
+    parts = [f"{ROLE_LABELS.get(role, role.title())}: {', '.join(groups[role])}."
+             for role in ROLE_LABELS if role in groups]
+    if "" in groups:
+        parts.append(f"Also: {', '.join(groups[''])}.")
+    return " ".join(parts)
+
+
+def display_order(facts: ClusterFacts) -> list[str]:
+    """The cluster's names (canonical) as ``display_names`` orders them."""
+    return sorted((facts.anchor, *facts.phrases), key=lambda p: -len(p.split()))
 
 
 def display_names(facts: ClusterFacts) -> list[str]:

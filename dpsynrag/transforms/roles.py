@@ -1,0 +1,108 @@
+"""Facts mode: the role histogram of the released terms (one release, then post-processing).
+
+Input: each document's (term, role) pairs from ``transforms.terms`` (a rule of that document
+alone: at most K_e distinct terms, each with one role of the public list ``ROLES`` or none),
+and the released term set A (the output of DP partition selection, already charged).
+
+**The release.** h[t, j] = #{documents whose pair list holds (t, ROLES[j])} for every t in A
+and every role j: a dense |A| x |ROLES| integer table over a public domain (A is released,
+ROLES is a constant). A document holds at most K_e pairs, each in a distinct row, so adding
+or removing it changes h by a 0/1 table with at most K_e ones: l2 sensitivity sqrt(K_e). The
+table is released with exact discrete Gaussian noise N_Z(0, sigma_R^2) on every cell (zero
+cells included), so the release is rho_R = K_e / (2 sigma_R^2) zCDP (Canonne, Kamath &
+Steinke 2020, Thm 14), charged once under the ledger key ``roles`` (stage ``f-roles``), never
+redrawn on resume. The cost is conditional on A (adaptive composition with its charge).
+
+**The roles (post-processing, free).** Term t gets role j* = argmax_j noisy h[t, j] if that
+count reaches ``role_threshold(sigma_R, |A| x |ROLES|)``: a count that no document holds passes
+it with probability <= 1 / (|A| |ROLES|) per cell, so on average at most one term in the
+whole build gets a role from noise alone. Otherwise the term has no role.
+
+Exact counts are private intermediates: nothing here logs them, and errors never name a term.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from dpsynrag.accounting.ledger import Charge, Ledger
+from dpsynrag.accounting.noise import discrete_gaussian
+from dpsynrag.accounting.rng import RandomSource
+from dpsynrag.transforms.fact_clusters import domain_fingerprint
+from dpsynrag.transforms.fact_writer import absolute_threshold
+from dpsynrag.transforms.terms import ROLES, DocumentTerms
+
+__all__ = ["KEY", "MECHANISM", "STAGE", "release_roles", "role_charge", "role_counts",
+           "term_roles"]
+
+KEY = "roles"
+STAGE = "f-roles"
+MECHANISM = "discrete_gaussian"
+
+
+def role_counts(documents: Sequence[DocumentTerms], released: Sequence[str], K_e: int
+                ) -> np.ndarray:
+    """Exact h[t, j] over the released terms x ROLES (private; int64).
+
+    Raises ``ValueError`` if a document holds more than ``K_e`` terms or a term twice (the
+    sensitivity sqrt(K_e) would not hold)."""
+    row = {term: i for i, term in enumerate(released)}
+    column = {role: j for j, role in enumerate(ROLES)}
+    counts = np.zeros((len(released), len(ROLES)), dtype=np.int64)
+    for document in documents:
+        if len(document.terms) > K_e or len(set(document.terms)) != len(document.terms):
+            raise ValueError(f"a document holds more than K_e={K_e} distinct terms; the role "
+                             "histogram's sensitivity sqrt(K_e) would not hold")
+        for term, role in zip(document.terms, document.roles, strict=True):
+            if term in row and role in column:
+                counts[row[term], column[role]] += 1
+    return counts
+
+
+def role_charge(*, sigma: float, K_e: int, released: Sequence[str]) -> Charge:
+    """The role histogram's charge: l2 sensitivity sqrt(K_e), rho = K_e / (2 sigma^2)."""
+    sensitivity = math.sqrt(K_e)
+    return Charge(stage=STAGE, mechanism=MECHANISM,
+                  params={"sigma": float(sigma), "l2_sensitivity": sensitivity,
+                          "max_items": int(K_e), "size": len(released) * len(ROLES),
+                          "domain": domain_fingerprint([*released, "|", *ROLES])},
+                  sensitivity=sensitivity, sensitivity_norm="l2")
+
+
+def release_roles(ledger: Ledger, documents: Sequence[DocumentTerms], released: Sequence[str],
+                  *, K_e: int, sigma: float) -> np.ndarray:
+    """Release the noisy role histogram (|A| x |ROLES|, int64) through ``ledger``.
+
+    Privacy: exact discrete Gaussian on every cell, rho = K_e / (2 sigma^2) (module
+    docstring). A resumed build gets the stored table back, uncharged and undrawn."""
+    if isinstance(K_e, bool) or not isinstance(K_e, int) or K_e < 1:
+        raise ValueError(f"K_e must be a positive integer, got {K_e!r}")
+    if not (isinstance(sigma, int | float) and math.isfinite(sigma) and sigma > 0):
+        raise ValueError("sigma must be a finite positive number")
+    exact = role_counts(documents, released, K_e)
+
+    def draw(rng: RandomSource) -> np.ndarray:
+        # Privacy: exact discrete Gaussian on every cell, rho = K_e / (2 sigma^2).
+        return discrete_gaussian(exact, float(sigma), rng)
+
+    value = ledger.release(KEY, role_charge(sigma=sigma, K_e=K_e, released=released), draw)
+    noisy = np.asarray(value, dtype=np.int64).reshape(len(released), len(ROLES))
+    return noisy
+
+
+def term_roles(noisy: np.ndarray, released: Sequence[str], sigma: float) -> Mapping[str, str]:
+    """Each released term's role from the noisy table (post-processing, free): the role of
+    the largest noisy count if it reaches the public threshold, else none (left out)."""
+    values = np.asarray(noisy)
+    if values.shape != (len(released), len(ROLES)):
+        raise ValueError("noisy must have shape (released terms, roles)")
+    cut = absolute_threshold(sigma, max(values.size, 1), 1.0)
+    roles: dict[str, str] = {}
+    for i, term in enumerate(released):
+        j = int(np.argmax(values[i])) if values.shape[1] else 0
+        if values.shape[1] and values[i, j] >= cut:
+            roles[term] = ROLES[j]
+    return roles

@@ -1,0 +1,322 @@
+"""Per-document terms of any vocabulary, each with its role cue (facts mode, before release).
+
+``document_terms`` gives, for each document, at most ``K_e`` distinct canonical *terms* with
+the *role* its first occurrence is announced by: ordinary multi-word terms ("urinary tract
+infection", "acid reflux", "high blood pressure"), capitalised names ("Lyme disease", "The
+Silent Harbor"), terms with digits ("type 2 diabetes", "covid-19", "Blue Horizon 2") and the
+invented names and codes of ``transforms.phrases`` ("Kraxitis", "E-4471"). Nothing is excluded
+for being an English word: a public prior only ranks the candidates, and DP partition
+selection later keeps the terms that enough documents share.
+
+Privacy rests on one property: a document's terms and roles are a fixed public function of
+that document alone (its text, the public vocabulary V, the stopword list, ``wordfreq``'s
+shipped frequencies, the public role lexicon ``ROLE_CUES`` and ``K_e``). Adding or removing
+one document adds or removes its own <= K_e (term, role) pairs and changes no other
+document's. Nothing here is released or logged.
+
+The rule (all constants public, below):
+
+1. Tokens and clauses as in ``transforms.phrases``: runs of letters/digits joined by inner
+   apostrophes, hyphens, underscores or dots; a clause is a stretch of tokens separated by
+   whitespace only (punctuation and blank lines end it); a sentence ends at . ! ? or a line
+   break (not after "Dr", "Mrs", ...).
+2. *Breaks* end a term: stopwords, role cue words (``ROLE_CUES``), lowercase verb forms in -ed
+   or -ing whose stem is in V ("visited", "presenting"), common report verbs
+   (``REPORT_VERBS``), tokens mixing digits and letters that are not identifier-shaped
+   ("45-year-old"). A capitalised word that starts a sentence and is an ordinary word
+   ("Patient", "Diagnosis") is treated as lowercase; other capitalised words are *name*
+   words. Between two name words, a lowercase stopword of ``NAME_GLUE`` stays in the run
+   ("Master of the House"); a capitalised stopword may start a name run mid-sentence ("The
+   Silent Harbor").
+3. A *candidate* is a maximal run of at most ``MAX_WORDS`` non-break tokens (longer runs are
+   cut from the left), without leading bare numbers, holding at least one letter. One
+   lowercase word after name words stays in the run ("Lyme disease", "Bell's palsy"; a second
+   one starts a new run) and the name words alone are a second candidate ("lyme"). An
+   open-vocabulary lowercase word and a closed one never share a run ("oseltamivir" |
+   "tablets"). A one-word lowercase candidate must be rarer than
+   ``COMMON_ZIPF`` ("clinic" is kept, "patient" is not); numbers alone never are.
+4. The role of a candidate: walking back from its first occurrence inside its sentence, at
+   most ``CUE_REACH`` tokens, over commas (a list) and over the colon right before it (a
+   label) but no other punctuation, the first role cue word met gives the role ("diagnosed with
+   influenza" -> diagnosis; "presenting with fever, dry cough and body aches" -> symptom for
+   all three; "Assessment: gout" -> diagnosis). No cue: the empty role.
+5. Order (the public prior): by role in ``ROLES`` order (what a question asks for first:
+   a diagnosis, a title, a product, an error; then treatments, symptoms; no role last), then
+   open-vocabulary terms (rule 2 of ``transforms.phrases``) first, then by score = lowest
+   wordfreq Zipf frequency among the term's words - ``WORD_BONUS`` x (words - 1), then first
+   occurrence; name-only prefixes of rule 3 after their full run. The first ``K_e`` distinct
+   terms are the document's.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from dpsynrag.transforms.keywords import _check_k, inflected_form
+from dpsynrag.transforms.phrases import (
+    _IDENT,
+    _NAME,
+    _SENTENCE_END,
+    _TOKEN,
+    _classify,
+    _Info,
+)
+from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
+
+__all__ = ["COMMON_ZIPF", "MAX_WORDS", "ROLES", "ROLE_CUES", "DocumentTerms", "document_terms"]
+
+#: Longest term, in tokens.
+MAX_WORDS = 4
+#: A one-word lowercase term must be rarer than this wordfreq Zipf frequency.
+COMMON_ZIPF = 4.6
+#: Ranking bonus per extra word: "urinary tract infection" before "urinary".
+WORD_BONUS = 0.5
+#: How far back (tokens, inside the sentence) a role cue is looked for.
+CUE_REACH = 12
+
+#: The public role lexicon: cue word -> role. Roles are what a reader needs to tell which
+#: item answers which question; the lexicon covers clinical notes, support tickets and
+#: reviews. It is public (part of the package), never derived from data.
+ROLE_CUES: dict[str, str] = {
+    **dict.fromkeys(("diagnosed", "diagnosis", "diagnoses", "diagnose", "assessment",
+                     "impression", "consistent", "confirmed", "confirms", "suspected",
+                     "dx"), "diagnosis"),
+    **dict.fromkeys(("presenting", "presented", "presents", "complains", "complained",
+                     "complaining", "complaint", "complaints", "reports", "reported",
+                     "reporting", "symptoms", "symptom", "experiencing", "experiences",
+                     "experienced", "noticed", "notices", "developed", "describes",
+                     "described", "signs", "including", "suffering", "suffers", "suffered"),
+                    "symptom"),
+    **dict.fromkeys(("treated", "treatment", "treat", "prescribed", "prescription",
+                     "prescribe", "started", "starting", "plan", "recommended", "medication",
+                     "therapy", "continue", "continued", "taking", "fix", "fixed", "workaround",
+                     "resolved", "resolve", "solution", "solved", "reinstall", "reinstalling",
+                     "patch", "remedy"), "treatment"),
+    **dict.fromkeys(("watched", "watching", "watch", "film", "movie", "titled",
+                     "called", "recommends", "favourite", "favorite", "rewatched"),
+                    "title"),
+    **dict.fromkeys(("product", "app", "application", "using", "uses", "software", "device",
+                     "version", "installed", "upgraded", "tool", "service", "feature",
+                     "subscription"), "product"),
+    **dict.fromkeys(("error", "code", "message", "fails", "failed", "failure", "crash",
+                     "crashes", "crashed", "exception", "shows", "displays"), "error"),
+    **dict.fromkeys(("directed", "director", "starring", "stars", "actor", "actress"),
+                    "credit"),
+}
+#: The roles, in the order a note writes them (public).
+ROLES: tuple[str, ...] = ("diagnosis", "title", "product", "error", "treatment", "symptom",
+                          "credit")
+_ROLE_RANK = {role: r for r, role in enumerate(ROLES)}
+#: Common report verbs that end a term (public).
+REPORT_VERBS = frozenset((
+    "has", "had", "have", "is", "was", "were", "are", "came", "comes", "come", "went", "goes",
+    "saw", "sees", "says", "said", "notes", "denies", "returns", "returned", "takes", "took",
+    "gets", "got", "keeps", "kept", "feels", "felt", "seems", "visit", "visits", "agreed",
+    "thinks", "thought", "loved", "loves", "liked", "likes", "hated", "enjoyed", "wrote",
+    "writes", "asks", "asked", "tried", "tries", "wants", "needs", "made", "makes", "gave",
+))
+#: Lowercase stopwords that may stay between two name words ("Master of the House").
+NAME_GLUE = frozenset(("of", "the", "and", "a", "an", "de", "la", "von", "van"))
+
+
+@dataclass(frozen=True)
+class DocumentTerms:
+    """One document's terms (canonical, at most K_e, ranked) and the role of each ("" when
+    no cue announces it)."""
+
+    terms: tuple[str, ...]
+    roles: tuple[str, ...]
+
+    def as_json(self) -> list[list[str]]:
+        return [[t, r] for t, r in zip(self.terms, self.roles, strict=True)]
+
+    @classmethod
+    def from_json(cls, pairs: Sequence[Sequence[str]]) -> DocumentTerms:
+        return cls(tuple(str(p[0]) for p in pairs), tuple(str(p[1]) for p in pairs))
+
+
+@dataclass(frozen=True)
+class _Tok:
+    info: _Info
+    start: int
+    clause: int  # index of the clause the token is in
+    sentence: int  # index of the sentence the token is in
+    gap: str  # the first non-space character between the previous token and this one
+    kind: int  # 0 break, 1 word, 2 name, 3 number, 4 glue (a name-run stopword), 5 identifier
+
+
+_BREAK, _WORDK, _NAMEK, _NUMK, _GLUEK, _IDENTK = 0, 1, 2, 3, 4, 5
+
+
+def document_terms(texts: Sequence[str], vocab: PublicVocabulary, K_e: int
+                   ) -> list[DocumentTerms]:
+    """For each document, at most ``K_e`` distinct terms with their roles (module docstring).
+
+    A function of each document and public inputs only; deterministic.
+    """
+    K_e = _check_k(K_e)
+    stop = stopwords()
+    cache: dict[str, _Info] = {}
+
+    def info(token: str) -> _Info:
+        found = cache.get(token)
+        if found is None:
+            found = cache[token] = _classify(token, vocab, stop)
+        return found
+
+    def verb_form(canon: str) -> bool:
+        if canon in REPORT_VERBS:
+            return True
+        if not canon.isalpha() or len(canon) < 5 or not canon.endswith(("ed", "ing")):
+            return False
+        return inflected_form(canon, vocab.index) is not None
+
+    return [_terms_of(text, info, verb_form, K_e) for text in texts]
+
+
+def _tokens(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], bool]
+            ) -> list[_Tok]:
+    """The document's tokens with their clause, sentence and kind (rule 1-2)."""
+    out: list[_Tok] = []
+    clause = sentence = 0
+    previous_end = 0
+    previous: _Info | None = None
+    for match in _TOKEN.finditer(text):
+        tok = info(match.group())
+        gap = text[previous_end:match.start()]
+        if previous is not None:
+            if not gap.isspace() or gap.count("\n") > 1:
+                clause += 1
+            if _SENTENCE_END.search(gap) is not None and not (
+                    gap.startswith(".") and "\n" not in gap and previous.short_cap):
+                sentence += 1
+        initial = previous is None or (out and out[-1].sentence != sentence)
+        out.append(_Tok(tok, match.start(), clause, sentence, gap.strip()[:1],
+                        _kind(match.group(), tok, bool(initial), verb_form)))
+        previous_end, previous = match.end(), tok
+    return out
+
+
+def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool]) -> int:
+    canon = tok.canon
+    if not any(c.isalpha() for c in canon):
+        return _NUMK
+    capital = token[:1].isupper()
+    if tok.stop:
+        return _GLUEK if (canon in NAME_GLUE or (capital and not initial)) else _BREAK
+    if canon in ROLE_CUES or ((initial or not capital) and verb_form(canon)):
+        return _BREAK
+    if tok.kind == _IDENT:
+        return _IDENTK
+    if canon[:1].isdigit() and tok.kind != _IDENT:
+        return _BREAK  # "45-year-old", "3rd" (but "covid-19" and identifiers are terms)
+    if capital and tok.kind == _NAME and (tok.is_open or not initial):
+        return _NAMEK
+    return _WORDK
+
+
+def _runs(tokens: list[_Tok]) -> list[list[int]]:
+    """Maximal runs of term tokens inside one clause (rule 2-3), as token indices."""
+    runs: list[list[int]] = []
+    run: list[int] = []
+
+    def flush() -> None:
+        while run and (tokens[run[-1]].kind == _GLUEK  # glue only between name words
+                       or (tokens[run[-1]].kind == _NUMK  # "aged 34", not "Blue Horizon 2"
+                           and not any(tokens[i].kind == _NAMEK for i in run))):
+            run.pop()
+        while run and tokens[run[0]].kind == _NUMK:
+            run.pop(0)
+        if run:
+            runs.append(list(run))
+        run.clear()
+
+    for i, tok in enumerate(tokens):
+        if run and tokens[run[-1]].clause != tok.clause:
+            flush()
+        if tok.kind == _BREAK:
+            flush()
+            continue
+        if tok.kind == _GLUEK:
+            # glue joins only after a name word (or glue) and, mid-sentence, a capitalised
+            # stopword may start a name run; it is trimmed at the run's end
+            after_name = bool(run) and tokens[run[-1]].kind in (_NAMEK, _GLUEK)
+            starts_name = not run and i + 1 < len(tokens) and tokens[i + 1].kind == _NAMEK \
+                and tokens[i + 1].clause == tok.clause and tok.info.canon in ("the", "a")
+            if after_name or starts_name:
+                run.append(i)
+            else:
+                flush()
+            continue
+        if tok.kind == _IDENTK:  # an identifier is a term of its own ("e-4471")
+            flush()
+            run.append(i)
+            flush()
+            continue
+        if run and tok.kind == _NAMEK and tokens[run[-1]].kind == _WORDK:
+            flush()  # "patient John Smith": the name starts its own run
+        elif run and tok.kind == _WORDK and tokens[run[-1]].kind == _WORDK \
+                and (tok.info.is_open != tokens[run[-1]].info.is_open
+                     or any(tokens[j].kind == _NAMEK for j in run)):
+            flush()  # "oseltamivir tablets": an invented word stands alone; a name takes
+            # one lowercase word ("Lyme disease"), not more ("Prarovir drops three times")
+        run.append(i)
+    flush()
+    return runs
+
+
+def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], bool],
+              K_e: int) -> DocumentTerms:
+    text = unicodedata.normalize("NFC", text)
+    tokens = _tokens(text, info, verb_form)
+    # term -> (role rank, class, score, start, first token)
+    best: dict[str, tuple[int, int, float, int, int]] = {}
+    roles: dict[str, str] = {}
+
+    def add(piece: list[int], penalty: int) -> None:
+        content = [tokens[i].info for i in piece if tokens[i].kind in (_WORDK, _NAMEK, _IDENTK)]
+        if not content:
+            return
+        if len(piece) == 1 and tokens[piece[0]].kind == _WORDK \
+                and content[0].prior >= COMMON_ZIPF and not content[0].is_open:
+            return
+        term = " ".join(tokens[i].info.canon for i in piece)
+        opened = any(tokens[i].info.is_open for i in piece)
+        score = min(t.prior for t in content) - WORD_BONUS * (len(content) - 1)
+        role = roles[term] if term in roles else _role(tokens, piece[0])
+        rank = len(ROLES) if penalty else _ROLE_RANK.get(role, len(ROLES))
+        key = (rank, 0 if opened else 1 + penalty, score, tokens[piece[0]].start, piece[0])
+        if term not in best or key < best[term]:
+            roles.setdefault(term, role)
+            best[term] = key
+
+    for run in _runs(tokens):
+        for start in range(0, len(run), MAX_WORDS):
+            piece = run[start:start + MAX_WORDS]
+            while piece and (tokens[piece[0]].kind == _NUMK or (
+                    tokens[piece[0]].kind == _GLUEK and start > 0)):
+                piece = piece[1:]
+            add(piece, 0)
+            names = [i for i in piece if tokens[i].kind in (_NAMEK, _GLUEK)]
+            while names and tokens[names[-1]].kind == _GLUEK:
+                names.pop()
+            if names and len(names) < len(piece) and piece[:len(names)] == names:
+                add(names, 1)  # "Lyme disease" -> also "lyme"
+    ranked = sorted(best, key=lambda term: best[term])[:K_e]
+    return DocumentTerms(tuple(ranked), tuple(roles[t] for t in ranked))
+
+
+def _role(tokens: list[_Tok], first: int) -> str:
+    """The role of the term whose first token is ``first`` (rule 4)."""
+    sentence = tokens[first].sentence
+    for j in range(first - 1, max(first - 1 - CUE_REACH, -1), -1):
+        boundary = tokens[j + 1].gap
+        if tokens[j].sentence != sentence or (
+                boundary and boundary != "," and not (boundary == ":" and j + 1 == first)):
+            break  # a list goes on over commas; a label reaches over its own colon
+        role = ROLE_CUES.get(tokens[j].info.canon)
+        if role is not None:
+            return role
+    return ""

@@ -1,0 +1,159 @@
+"""The facts mode's terms of any vocabulary with roles, their role histogram, and the plan
+that scales with epsilon."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpsynrag.accounting.ledger import Ledger
+from dpsynrag.accounting.planner import PlanRequest, plan_budget
+from dpsynrag.accounting.rng import RandomSource
+from dpsynrag.transforms.fact_writer import ClusterFacts, missing_facts, write_note
+from dpsynrag.transforms.roles import release_roles, role_counts, term_roles
+from dpsynrag.transforms.terms import ROLES, DocumentTerms, document_terms
+from dpsynrag.transforms.vocabulary import public_vocabulary
+
+NOTES = [
+    "Patient John Smith, a 45-year-old, visited the clinic on March 3, 2024 presenting with "
+    "fever, dry cough and body aches. After examination, Dr. Jane Doe diagnosed influenza. "
+    "Treatment: oseltamivir tablets twice a day.",
+    "The findings are consistent with urinary tract infection, and the recommended treatment "
+    "is nitrofurantoin.",
+    "On May 2, Tom Ray, 61, came in with a bullseye rash. Dr. Kim confirmed Lyme disease and "
+    "started doxycycline.",
+    "Sue Park, age 50, has been suffering from excessive thirst. Diagnosis: type 2 diabetes. "
+    "Recommended: metformin.",
+    "Watched The Silent Harbor on Friday with friends.",
+    "Error E-4471 appears in the COVID-19 tracker.",
+]
+
+
+@pytest.fixture(scope="module")
+def terms() -> list[dict[str, str]]:
+    found = document_terms(NOTES, public_vocabulary(), 6)
+    return [dict(zip(d.terms, d.roles, strict=True)) for d in found]
+
+
+def test_ordinary_words_are_terms_with_their_role(terms: list[dict[str, str]]) -> None:
+    assert terms[0]["influenza"] == "diagnosis"
+    assert terms[0]["oseltamivir"] == "treatment"
+    assert terms[0]["body aches"] == "symptom"  # a list goes on over commas
+    assert terms[1]["urinary tract infection"] == "diagnosis"  # multi-word, ordinary words
+    assert terms[1]["nitrofurantoin"] == "treatment"
+
+
+def test_capitals_and_digits_are_kept(terms: list[dict[str, str]]) -> None:
+    assert terms[2]["lyme disease"] == "diagnosis"  # a capitalised name and its noun
+    assert terms[3]["type 2 diabetes"] == "diagnosis"  # a label over its colon, a digit
+    assert terms[3]["metformin"] == "treatment"
+    assert terms[4]["the silent harbor"] == "title"  # a title with its article
+    assert "e-4471" in terms[5] and terms[5]["e-4471"] == "error"
+    assert any(t.startswith("covid-19") for t in terms[5])  # digits inside a word
+
+
+def test_breaks_and_common_words_are_not_terms(terms: list[dict[str, str]]) -> None:
+    everything = set().union(*terms)
+    assert not {"45-year-old", "patient", "visited", "2024", "with", "the"} & everything
+    assert "oseltamivir tablets twice" not in everything  # an invented word stands alone
+
+
+def test_terms_are_capped_ranked_and_a_function_of_the_document_alone() -> None:
+    vocab = public_vocabulary()
+    capped = document_terms(NOTES, vocab, 2)
+    assert all(len(d.terms) <= 2 and len(set(d.terms)) == len(d.terms) for d in capped)
+    assert capped[0].terms == ("influenza", "oseltamivir")  # diagnosis, then treatment
+    alone = [document_terms([note], vocab, 2)[0] for note in NOTES]
+    assert alone == capped
+    assert document_terms(list(reversed(NOTES)), vocab, 2) == list(reversed(capped))
+    assert DocumentTerms.from_json(capped[0].as_json()) == capped[0]
+
+
+def _documents(n: int, seed: int) -> list[DocumentTerms]:
+    rng = np.random.default_rng(seed)
+    pool = [f"term{i}" for i in range(5)]
+    docs = []
+    for _ in range(n):
+        chosen = rng.choice(len(pool), size=2, replace=False)
+        docs.append(DocumentTerms(tuple(pool[int(i)] for i in chosen),
+                                  tuple(ROLES[int(rng.integers(len(ROLES)))] for _ in chosen)))
+    return docs
+
+
+def test_role_counts_have_sensitivity_sqrt_k_e() -> None:
+    docs = _documents(200, 1)
+    released = ["term0", "term1", "term2", "term3"]  # term4 not released: never counted
+    full = role_counts(docs, released, 2)
+    assert full.sum() == sum(t != "term4" for d in docs for t in d.terms)
+    for i in range(len(docs)):
+        diff = full - role_counts(docs[:i] + docs[i + 1:], released, 2)
+        assert diff.min() >= 0 and math.sqrt(float((diff ** 2).sum())) <= math.sqrt(2)
+    with pytest.raises(ValueError, match="K_e"):
+        role_counts(docs, released, 1)
+
+
+def test_role_release_is_charged_once_and_noise_is_discrete_gaussian(tmp_path) -> None:
+    """The noise of one large release against the exact N_Z(0, sigma^2) (chi-square, fixed
+    seed; at alpha 0.001 a correct sampler fails 1 run in 1,000)."""
+    sigma = 2.0
+    released = [f"t{i}" for i in range(400)]
+    ledger = Ledger(tmp_path / "ledger.sqlite", rng=RandomSource(7))
+    noisy = release_roles(ledger, [], released, K_e=3, sigma=sigma)
+    again = release_roles(ledger, [], released, K_e=3, sigma=sigma)  # a resume: stored value
+    assert np.array_equal(noisy, again)
+    [release] = [r for r in ledger.releases() if r.stage == "f-roles"]
+    assert math.isclose(release.rho, 3 / (2 * sigma ** 2))
+    ledger.close()
+    values = Counter(noisy.ravel().tolist())
+    support = np.arange(-6, 7)
+    pmf = np.exp(-support ** 2 / (2 * sigma ** 2))
+    pmf /= np.exp(-np.arange(-60, 61) ** 2 / (2 * sigma ** 2)).sum()
+    observed = [values.get(int(x), 0) for x in support]
+    expected = pmf * noisy.size
+    tail = noisy.size - sum(observed)
+    chi2 = stats.chisquare([*observed, tail], [*expected, noisy.size - expected.sum()])
+    assert chi2.pvalue > 1e-3
+
+
+def test_roles_are_post_processing_with_a_noise_threshold() -> None:
+    released = ["flu", "drug", "nothing"]
+    noisy = np.zeros((3, len(ROLES)), dtype=np.int64)
+    noisy[0, ROLES.index("diagnosis")] = 40
+    noisy[1, ROLES.index("treatment")] = 40
+    noisy[2, ROLES.index("symptom")] = 2  # below the threshold of sigma 2: no role
+    assert term_roles(noisy, released, 2.0) == {"flu": "diagnosis", "drug": "treatment"}
+
+
+def test_a_note_with_roles_names_every_fact() -> None:
+    facts = ClusterFacts(0, "influenza", 30, ("oseltamivir", "dry cough", "jane doe"),
+                         ("fever", "aches"), "Reported",
+                         (("influenza", "diagnosis"), ("oseltamivir", "treatment"),
+                          ("dry cough", "symptom")))
+    note = write_note(facts)
+    assert note == ("Reported: fever aches. Diagnosis: Influenza. Treatment: Oseltamivir. "
+                    "Symptoms: Dry Cough. Also: Jane Doe.")
+    assert missing_facts(facts, note) == []
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 3.0, 10.0, 20.0])
+def test_the_default_facts_plan_scales_with_epsilon(epsilon: float) -> None:
+    plan = plan_budget(PlanRequest(epsilon=epsilon, delta=1e-3, L=1, generate="facts"))
+    assert math.isclose(plan.rho_hist, 0.04 * plan.rho_total, rel_tol=1e-12)
+    rest = plan.rho_total - plan.rho_hist
+    assert math.isclose(plan.rho_A, 0.3 * rest, rel_tol=1e-12)
+    assert math.isclose(plan.rho_R, 0.1 * rest, rel_tol=1e-12)
+    assert math.isclose(plan.rho_hist + plan.rho_A + plan.rho_R + plan.rho_C, plan.rho_total,
+                        rel_tol=1e-12)
+    assert plan.epsilon_cks <= epsilon * (1 + 1e-9)
+    assert plan.sigma_R == pytest.approx(math.sqrt(3 / (2 * plan.rho_R)))
+
+
+def test_a_given_rho_hist_is_kept_and_no_roles_means_the_old_plan() -> None:
+    plan = plan_budget(PlanRequest(epsilon=10, delta=1e-3, L=1, generate="facts",
+                                   rho_hist=0.1, share_roles=0.0))
+    assert plan.rho_hist == 0.1 and plan.rho_R == 0.0
+    assert not {"share_roles", "rho_R", "sigma_R"} & set(plan.as_dict())
