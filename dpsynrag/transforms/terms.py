@@ -20,7 +20,8 @@ The rule (all constants public, below):
    apostrophes, hyphens, underscores or dots; a clause is a stretch of tokens separated by
    whitespace only (punctuation and blank lines end it); a sentence ends at . ! ? or a line
    break (not after "Dr", "Mrs", ...).
-2. *Breaks* end a term: stopwords, role cue words (``ROLE_CUES``), lowercase verb forms in -ed
+2. *Breaks* end a term: stopwords, role cue words (``ROLE_CUES``), calendar words
+   (``DATE_WORDS``), lowercase verb forms in -ed
    or -ing whose stem is in V ("visited", "presenting"), common report verbs
    (``REPORT_VERBS``), tokens mixing digits and letters that are not identifier-shaped
    ("45-year-old"). A capitalised word that starts a sentence and is an ordinary word
@@ -36,8 +37,9 @@ The rule (all constants public, below):
    "tablets"). A one-word lowercase candidate must be rarer than
    ``COMMON_ZIPF`` ("clinic" is kept, "patient" is not); numbers alone never are.
 4. The role of a candidate: walking back from its first occurrence inside its sentence, at
-   most ``CUE_REACH`` tokens, over commas (a list) and over the colon right before it (a
-   label) but no other punctuation, the first role cue word met gives the role ("diagnosed with
+   most ``CUE_REACH`` tokens, over commas and "and"/"or" (a list: the words of earlier items
+   are passed over), over stopwords and -ing/-ed words, over the colon right before it (a label) but no other
+   punctuation or word, the first role cue word met gives the role ("diagnosed with
    influenza" -> diagnosis; "presenting with fever, dry cough and body aches" -> symptom for
    all three; "Assessment: gout" -> diagnosis). No cue: the empty role.
 5. Order (the public prior): by role in ``ROLES`` order (what a question asks for first:
@@ -95,7 +97,7 @@ ROLE_CUES: dict[str, str] = {
                      "resolved", "resolve", "solution", "solved", "reinstall", "reinstalling",
                      "patch", "remedy"), "treatment"),
     **dict.fromkeys(("watched", "watching", "watch", "film", "movie", "titled",
-                     "called", "recommends", "favourite", "favorite", "rewatched"),
+                     "called", "recommends", "saw", "streamed", "picked", "reviewed", "review", "favourite", "favorite", "rewatched"),
                     "title"),
     **dict.fromkeys(("product", "app", "application", "using", "uses", "software", "device",
                      "version", "installed", "upgraded", "tool", "service", "feature",
@@ -116,6 +118,15 @@ REPORT_VERBS = frozenset((
     "gets", "got", "keeps", "kept", "feels", "felt", "seems", "visit", "visits", "agreed",
     "thinks", "thought", "loved", "loves", "liked", "likes", "hated", "enjoyed", "wrote",
     "writes", "asks", "asked", "tried", "tries", "wants", "needs", "made", "makes", "gave",
+))
+#: Words that join the items of a list: a cue before the list holds for every item.
+LIST_JOINERS = frozenset(("and", "or"))
+#: Calendar words end a term (a date is no fact; public).
+DATE_WORDS = frozenset((
+    "january", "february", "march", "april", "may", "june", "july", "august", "september",
+    "october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug",
+    "sep", "sept", "oct", "nov", "dec", "monday", "tuesday", "wednesday", "thursday",
+    "friday", "saturday", "sunday", "today", "yesterday", "tomorrow",
 ))
 #: Lowercase stopwords that may stay between two name words ("Master of the House").
 NAME_GLUE = frozenset(("of", "the", "and", "a", "an", "de", "la", "von", "van"))
@@ -169,7 +180,7 @@ def document_terms(texts: Sequence[str], vocab: PublicVocabulary, K_e: int
     def verb_form(canon: str) -> bool:
         if canon in REPORT_VERBS:
             return True
-        if not canon.isalpha() or len(canon) < 5 or not canon.endswith(("ed", "ing")):
+        if not canon.isalpha() or len(canon) < 4 or not canon.endswith(("ed", "ing")):
             return False
         return inflected_form(canon, vocab.index) is not None
 
@@ -206,7 +217,8 @@ def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool
     capital = token[:1].isupper()
     if tok.stop:
         return _GLUEK if (canon in NAME_GLUE or (capital and not initial)) else _BREAK
-    if canon in ROLE_CUES or ((initial or not capital) and verb_form(canon)):
+    if canon in ROLE_CUES or canon in DATE_WORDS \
+            or ((initial or not capital) and verb_form(canon)):
         return _BREAK
     if tok.kind == _IDENT:
         return _IDENTK
@@ -311,12 +323,22 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
 def _role(tokens: list[_Tok], first: int) -> str:
     """The role of the term whose first token is ``first`` (rule 4)."""
     sentence = tokens[first].sentence
+    in_item = False  # inside an earlier item of the same list ("fever, dry cough and ...")
     for j in range(first - 1, max(first - 1 - CUE_REACH, -1), -1):
         boundary = tokens[j + 1].gap
         if tokens[j].sentence != sentence or (
                 boundary and boundary != "," and not (boundary == ":" and j + 1 == first)):
             break  # a list goes on over commas; a label reaches over its own colon
-        role = ROLE_CUES.get(tokens[j].info.canon)
+        if boundary == ",":
+            in_item = True
+        canon = tokens[j].info.canon
+        role = ROLE_CUES.get(canon)
         if role is not None:
             return role
+        if tokens[j].info.stop:
+            in_item = canon in LIST_JOINERS
+        elif tokens[j].kind == _BREAK and canon.endswith(("ing", "ed")):
+            continue  # a verb form or a modifier: "complained of burning urination"
+        elif not in_item:
+            break  # another word: the cue, if any, is not this term's
     return ""
