@@ -6,12 +6,17 @@ resumed build reads released values back and never redraws them):
 (a) K_s statistical keywords per document, from its words that are not capitalised (a rule
     of that document and the public wordfreq prior) -> the noisy keyword histogram (exact
     discrete Gaussian, rho = K_s / (2 sigma_h^2)) -> its top R_f keywords W (post-processing);
-(f1) up to K_e open-vocabulary phrases per document (``transforms.phrases``, a rule of that
-    document alone) -> DP partition selection (``accounting.partition_selection``):
+(f1) up to K_e terms per document, each with its role cue (``transforms.terms``: ordinary
+    multi-word terms, names, digits; the default ``--facts-items terms``), or up to K_e
+    open-vocabulary phrases (``transforms.phrases``, ``--facts-items open``), a rule of that
+    document alone -> DP partition selection (``accounting.partition_selection``):
     delta_A-approximately rho_A-zCDP, rho_A = K_e / (2 sigma_A^2) -> released phrases A;
-(f2) clusters anchored on A, each document in at most L clusters, rarest anchor first (a rule
-    of the document and released values) -> one noisy histogram per cluster over the public
-    domain D = A u W: each document adds at most K_e + K_s items to each of at most L clusters
+(f1r) with terms: the role histogram of A (``transforms.roles``: one (term, role) pair per
+    term of a document, l2 sensitivity sqrt(K_e)) -> rho_R = K_e / (2 sigma_R^2); each term's
+    role is post-processing;
+(f2) clusters anchored on A, each document in at most L clusters, by released role then
+    rarest anchor first (a rule of the document and released values) -> one noisy
+    histogram per cluster over the public domain D = A u W: each document adds at most K_e + K_s items to each of at most L clusters
     -> L (K_e + K_s) / (2 sigma_C^2) by overlapping parallel composition;
 (f3) fact selection and one note per cluster from released values only (post-processing,
     free; the writer never sees a document);

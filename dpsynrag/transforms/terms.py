@@ -38,8 +38,8 @@ The rule (all constants public, below):
    ``COMMON_ZIPF`` ("clinic" is kept, "patient" is not); numbers alone never are.
 4. The role of a candidate: walking back from its first occurrence inside its sentence, at
    most ``CUE_REACH`` tokens, over commas and "and"/"or" (a list: the words of earlier items
-   are passed over), over stopwords and -ing/-ed words, over the colon right before it (a label) but no other
-   punctuation or word, the first role cue word met gives the role ("diagnosed with
+   are passed over), over stopwords and -ing/-ed words, over the colon right before it (a
+   label) but no other punctuation or word, the first role cue word met gives the role ("diagnosed with
    influenza" -> diagnosis; "presenting with fever, dry cough and body aches" -> symptom for
    all three; "Assessment: gout" -> diagnosis). No cue: the empty role.
 5. Order (the public prior): by role in ``ROLES`` order (what a question asks for first:
@@ -97,7 +97,8 @@ ROLE_CUES: dict[str, str] = {
                      "resolved", "resolve", "solution", "solved", "reinstall", "reinstalling",
                      "patch", "remedy"), "treatment"),
     **dict.fromkeys(("watched", "watching", "watch", "film", "movie", "titled",
-                     "called", "recommends", "saw", "streamed", "picked", "reviewed", "review", "favourite", "favorite", "rewatched"),
+                     "called", "recommends", "saw", "streamed", "picked", "reviewed",
+                     "review", "favourite", "favorite", "rewatched"),
                     "title"),
     **dict.fromkeys(("product", "app", "application", "using", "uses", "software", "device",
                      "version", "installed", "upgraded", "tool", "service", "feature",
