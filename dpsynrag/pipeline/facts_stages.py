@@ -17,7 +17,8 @@ resumed build reads released values back and never redraws them):
 (f2) clusters anchored on A, each document in at most L clusters, by released role then
     rarest anchor first (a rule of the document and released values) -> one noisy
     histogram per cluster over the public domain D = A u W: each document adds at most
-    K_e + K_s items to each of at most L clusters -> L (K_e + K_s) / (2 sigma_C^2) by overlapping parallel composition;
+    K_e + K_s items to each of at most L clusters -> L (K_e + K_s) / (2 sigma_C^2) by
+    overlapping parallel composition;
 (f3) fact selection and one note per cluster from released values only (post-processing,
     free; the writer never sees a document);
 (f4) with ``--writer tokens`` (issue 15): each kept cluster's note is rewritten by the

@@ -40,8 +40,8 @@ The rule (all constants public, below):
    most ``CUE_REACH`` tokens, over commas and "and"/"or" (a list: the words of earlier items
    are passed over), over stopwords and -ing/-ed words, over the colon right before it (a
    label) but no other punctuation or word, the first role cue word met gives the role
-   ("diagnosed with influenza" -> diagnosis; "presenting with fever, dry cough and body aches" -> symptom for
-   all three; "Assessment: gout" -> diagnosis). No cue: the empty role.
+   ("diagnosed with influenza" -> diagnosis; "presenting with fever, dry cough and body
+   aches" -> symptom for all three; "Assessment: gout" -> diagnosis). No cue: the empty role.
 5. Order (the public prior): by role in ``ROLES`` order (what a question asks for first:
    a diagnosis, a title, a product, an error; then treatments, symptoms; no role last), then
    open-vocabulary terms (rule 2 of ``transforms.phrases``) first, then by score = lowest
