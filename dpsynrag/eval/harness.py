@@ -78,6 +78,7 @@ from dpsynrag.prompts.rag import answer_prompt, no_context_prompt
 from dpsynrag.transforms.fact_clusters import anchor_clusters, fact_counts, fact_domain
 from dpsynrag.transforms.fact_writer import FactRule, select_facts, write_notes
 from dpsynrag.transforms.phrases import document_phrases
+from dpsynrag.transforms.terms import ROLES, document_terms
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
 __all__ = ["ALL_METHODS", "CEILING_METHODS", "METHODS", "PRIVATE_METHODS", "QUERY_METHODS",
@@ -289,9 +290,10 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Runner, model
 
 
 def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
-    """The facts generator at epsilon = infinity: exact counts, the phrases held by at least
-    tau_A units of the reference plan (epsilon 10) as anchors, the same clustering, selection
-    (at a negligible sigma) and writer. NOT private."""
+    """The facts generator at epsilon = infinity: exact counts, the phrases (or terms) held by
+    at least tau_A units of the reference plan (epsilon 10) as anchors, each term's most
+    frequent role (exact), the same clustering, selection (at a negligible sigma) and writer.
+    NOT private."""
     from collections import Counter
 
     # loads torch: imported when this runs, not with this module
@@ -300,7 +302,17 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     config = _build_config(settings, "dp-synrag-facts", 10.0, 0)
     vocab = public_vocabulary()
     keywords = fact_keywords(data.notes, vocab, config.K_s)
-    phrases = document_phrases(data.notes, vocab, config.K_e)
+    roles: dict[str, str] | None = None
+    if config.facts_items == "terms":
+        terms = document_terms(data.notes, vocab, config.K_e)
+        phrases = [list(t.terms) for t in terms]
+        pairs = Counter((term, role) for t in terms
+                        for term, role in zip(t.terms, t.roles, strict=True) if role)
+        roles = {}
+        for (term, role), _ in sorted(pairs.items(), key=lambda item: -item[1]):
+            roles.setdefault(term, role)  # the most frequent role of each term (exact)
+    else:
+        phrases = document_phrases(data.notes, vocab, config.K_e)
     phrase_count = Counter(p for items in phrases for p in set(items))
     tau = make_plan(config).tau_A
     anchors = {p: c for p, c in phrase_count.items() if c >= tau}
@@ -310,11 +322,16 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     in_domain = set(domain)
     items = [[x for x in dict.fromkeys([*p, *k]) if x in in_domain]
              for p, k in zip(phrases, keywords, strict=True)]
-    order, clusters = anchor_clusters(items, anchors, config.L)
+    priority = {t: ROLES.index(r) for t, r in roles.items() if t in anchors} if roles \
+        else None
+    order, clusters = anchor_clusters(items, anchors, config.L, priority=priority)
     exact = fact_counts(clusters, items, domain, config.K_e + config.K_s)
-    shares = {w: keyword_count[w] / max(len(data.notes), 1) for w in top}
+    n = max(len(data.notes), 1)
+    shares = {w: keyword_count[w] / n for w in top}
     facts = select_facts(exact, domain, order, set(anchors), 1e-3,
-                         FactRule(label=config.facts_label), keyword_share=shares)
+                         FactRule(label=config.facts_label), keyword_share=shares,
+                         phrase_share={p: c / n for p, c in anchors.items()} if roles is not None
+                         else None, roles=roles)
     return write_notes(facts)
 
 
