@@ -139,3 +139,15 @@ def test_plots_without_private_methods_or_stage_budgets(tmp_path) -> None:
     paths = write_plots(results, tmp_path)
     assert [p.name for p in paths] == ["utility_vs_epsilon.png"]
     assert paths[0].read_bytes()[:8] == PNG_MAGIC
+
+
+def test_the_report_gives_every_private_method_against_private_rag(tmp_path) -> None:
+    results = {**RESULTS, "methods": [
+        {**m, "method": "rag"} if m["method"] == "RAG" else m for m in RESULTS["methods"]]}
+    text = write_markdown(results, tmp_path / "r.md").read_text()
+    block = text.split("### Against private RAG")[1].split("##")[0]
+    # dp-synrag at eps 10: accuracy 0.64 / 0.87, recall 0.6 / 0.9
+    assert f"| dp-synrag | 10 | {0.64 / 0.87:.2f} | {0.6 / 0.9:.2f} |" in block
+    assert f"| dp-synrag | 1 | {0.32 / 0.87:.2f} | {0.3 / 0.9:.2f} |" in block
+    # without a rag row there is no ratio table
+    assert "Against private RAG" not in write_markdown(RESULTS, tmp_path / "s.md").read_text()

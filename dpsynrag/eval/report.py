@@ -41,7 +41,7 @@ __all__ = [
 
 UTILITY_METRICS = ("accuracy", "recall_at_k", "recall_at_k_weighted")
 LEAKAGE_METRICS = ("leaks_benign", "leaks_attack", "names_in_corpus", "verbatim_spans")
-STAGES = ("histogram", "retrieval", "prediction", "phrases", "cluster_facts")
+STAGES = ("histogram", "retrieval", "prediction", "phrases", "roles", "cluster_facts", "writer")
 _LABELS = {
     "accuracy": "Accuracy",
     "recall_at_k": "Recall@k",
@@ -191,6 +191,27 @@ def _utility_table(summary: list[dict[str, Any]], metric: str, scale: float) -> 
     return _table(["Method", *(_eps_label(e) for e in columns)], rows)
 
 
+def _ratio_tables(summary: list[dict[str, Any]], settings: Mapping[str, Any]) -> list[str]:
+    """Accuracy and recall of every private method as a multiple of private RAG's (the same
+    reader, k and prompt over the private notes): the first-class comparison of a synthetic
+    corpus. Empty without a ``rag`` row."""
+    rag = next((row for row in summary if row["method"] == "rag"), None)
+    private = [row for row in _ordered(summary) if row["epsilon"] is not None]
+    if rag is None or not private:
+        return []
+    lines = ["### Against private RAG (mean ÷ RAG's mean)", ""]
+    metrics = [("accuracy", "accuracy × RAG"), ("recall_at_k", f"{_k_label(settings)} × RAG")]
+    rows = []
+    for row in private:
+        cells = [row["method"], _eps_cell(row["epsilon"])]
+        for metric, _ in metrics:
+            base = rag["metrics"].get(metric, {}).get("mean")
+            mine = row["metrics"].get(metric, {}).get("mean")
+            cells.append(_DASH if not base or mine is None else f"{mine / base:.2f}")
+        rows.append(cells)
+    return [*lines, *_table(["Method", "ε", *(label for _, label in metrics)], rows), ""]
+
+
 def write_markdown(results: Mapping[str, Any], path: str | Path, *,
                    percent: bool = True) -> Path:
     """Write the report: dataset and settings, Table 1 (accuracy and recall@k, mean ± std,
@@ -219,6 +240,7 @@ def write_markdown(results: Mapping[str, Any], path: str | Path, *,
         if not any(metric in row["metrics"] for row in ordered):
             continue
         lines += [f"### {label}{unit}", "", *_utility_table(summary, metric, scale), ""]
+    lines += _ratio_tables(summary, settings)
 
     lines += ["## Table 2: leakage", ""]
     rows = [[row["method"], _eps_cell(row["epsilon"]),
