@@ -34,7 +34,8 @@ notes for the index.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from dpsynrag.pipeline.config import ablated_levers
 from dpsynrag.pipeline.context import BuildContext, StageResult
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from dpsynrag.transforms.vocabulary import PublicVocabulary
 
 PHRASES_KEY = "phrases"
+T = TypeVar("T")
 
 __all__ = ["PHRASES_KEY", "fact_keywords", "facts_stages", "without_names"]
 
@@ -131,11 +133,8 @@ def keyword_histogram(ctx: BuildContext, texts: list[str], vocab: PublicVocabula
     """(a): keywords per document (checkpoint ``keywords``) and the noisy keyword histogram
     -> its top R_f keywords W."""
     def extract() -> list[list[str]]:
-        ctx.log("(a) extracting keywords")
-        with ctx.progress("(a) keywords", len(texts)) as advance:
-            doc_keywords = fact_keywords(texts, vocab, ctx.config.K_s)
-            advance(len(texts))
-        return doc_keywords
+        return _per_document(ctx, "(a) keywords", texts,
+                             lambda: fact_keywords(texts, vocab, ctx.config.K_s))
 
     stage = "a_keywords_histogram"
     doc_keywords = ctx.state.checkpoint("keywords", extract, stage=stage)
@@ -146,20 +145,27 @@ def keyword_histogram(ctx: BuildContext, texts: list[str], vocab: PublicVocabula
     return ReleasedKeywords(doc_keywords, noisy, top, words)
 
 
+def _per_document(ctx: BuildContext, label: str, texts: list[str], rule: Callable[[], T]) -> T:
+    """Run a per-document rule over ``texts`` with a log line and a progress bar."""
+    ctx.log(f"{label}: extracting")
+    with ctx.progress(label, len(texts)) as advance:
+        found = rule()
+        advance(len(texts))
+    return found
+
+
 def released_phrases(ctx: BuildContext, texts: list[str], vocab: PublicVocabulary
                      ) -> ReleasedPhrases:
-    """(f1): open-vocabulary phrases per document (checkpoint ``phrases``) -> DP partition
-    selection."""
+    """(f1): terms with their roles (checkpoint ``terms``) or open-vocabulary phrases
+    (checkpoint ``phrases``) per document -> DP partition selection."""
     # mpmath (60-digit tails): loaded for the facts mode only
     from dpsynrag.accounting.partition_selection import phrase_counts, release_partitions
 
     terms: list[DocumentTerms] | None = None
     if ctx.config.facts_items == "terms":
         def extract_terms() -> list[list[list[str]]]:
-            ctx.log("(f1) extracting terms")
-            with ctx.progress("(f1) terms", len(texts)) as advance:
-                found = document_terms(texts, vocab, ctx.config.K_e)
-                advance(len(texts))
+            found = _per_document(ctx, "(f1) terms", texts,
+                                  lambda: document_terms(texts, vocab, ctx.config.K_e))
             return [item.as_json() for item in found]
 
         stage = "f1_terms"
@@ -168,11 +174,8 @@ def released_phrases(ctx: BuildContext, texts: list[str], vocab: PublicVocabular
         doc_phrases = [list(item.terms) for item in terms]
     else:
         def extract() -> list[list[str]]:
-            ctx.log("(f1) extracting phrases")
-            with ctx.progress("(f1) phrases", len(texts)) as advance:
-                doc_phrases = document_phrases(texts, vocab, ctx.config.K_e)
-                advance(len(texts))
-            return doc_phrases
+            return _per_document(ctx, "(f1) phrases", texts,
+                                 lambda: document_phrases(texts, vocab, ctx.config.K_e))
 
         stage = "f1_phrases"
         doc_phrases = ctx.state.checkpoint("phrases", extract, stage=stage)
