@@ -282,6 +282,10 @@ def corpus_ledger_mechanisms(config: Any, plan: Any) -> list[dict[str, Any]]:
             {"mechanism": "partition_selection",
              "params": {"sigma": plan.sigma_A, "max_items": config.K_e,
                         "threshold": plan.tau_A, "delta": plan.delta_phrases}, "count": 1},
+            # added since a622f4a: the role histogram of the released terms (one release)
+            *([{"mechanism": "discrete_gaussian",
+                "params": {"sigma": plan.sigma_R, "l2_sensitivity": math.sqrt(config.K_e)},
+                "count": 1}] if plan.share_roles else []),
             {"mechanism": "discrete_gaussian",
              "params": {"sigma": plan.sigma_C,
                         "l2_sensitivity": math.sqrt(config.K_e + config.K_s)},

@@ -503,9 +503,11 @@ def facts_plan() -> dict:
                                    conversion="bun-steinke", generate="facts")).as_dict()
 
 
-def facts_ledger(plan: dict, seed: int | None = None) -> Ledger:
-    """What a facts build charges: histogram, one phrase release, L-overlapping fact counts."""
+def facts_ledger(plan: dict, seed: int | None = None, sigma_r: float | None = None) -> Ledger:
+    """What a facts build charges: histogram, one phrase release, the role histogram (at
+    ``sigma_r``, default the plan's), L-overlapping fact counts."""
     from dpsynrag.accounting.partition_selection import release_partitions
+    from dpsynrag.transforms.roles import release_roles
 
     ledger = Ledger(rng=secure_rng(seed))
     k_s, k_e = plan["K_s"], plan["K_e"]
@@ -515,6 +517,8 @@ def facts_ledger(plan: dict, seed: int | None = None) -> Ledger:
                    lambda rng: np.zeros(6, dtype=np.int64))
     release_partitions(ledger, "phrases", {"fever of unknown origin": 30, "rare drug": 1},
                        max_items=k_e, sigma=plan["sigma_A"], delta=plan["delta_phrases"])
+    release_roles(ledger, [], ["fever of unknown origin"], K_e=k_e,
+                  sigma=plan["sigma_R"] if sigma_r is None else sigma_r)
     ledger.declare_parallel_group("clusters", L, "each document in at most L clusters")
     sens = math.sqrt(k_e + k_s)
     for r in range(3):
@@ -549,6 +553,16 @@ def test_facts_certificate_converts_rho_at_delta_minus_delta_approx(tmp_path: Pa
     hist = cert["mechanisms"]["sequential"][0]
     assert "delta" not in hist
     assert verify_output(out, key.with_suffix(".pub")) == []
+
+
+def test_a_role_histogram_under_the_planned_noise_is_reported(tmp_path: Path,
+                                                              key: Path) -> None:
+    """A build that drew the role histogram with less noise than planned (it would
+    under-charge nothing, but the certificate would not be the plan's) fails verify."""
+    plan = facts_plan()
+    out = make_output(tmp_path, key, facts_ledger(plan, sigma_r=plan["sigma_R"] / 2), plan)
+    problems = verify_output(out, key.with_suffix(".pub"))
+    assert any("role histogram's sigma" in p for p in problems), problems
 
 
 @pytest.mark.parametrize("what", ["understated_delta", "threshold_down", "threshold_up",

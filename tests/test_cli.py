@@ -116,8 +116,9 @@ def test_budget_defaults_are_build_corpus_defaults(capsys: pytest.CaptureFixture
     assert main(["budget", "--generate", "tokens", "--epsilon", "10", "--delta", "1e-3",
                  "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    for name in ("K", "L", "T", "eps_theta", "rho_hist", "rho_mean"):
+    for name in ("K", "L", "T", "eps_theta", "rho_mean"):
         assert plan[name] == getattr(BuildConfig, name), name
+    assert plan["rho_hist"] == BuildConfig().tokens_rho_hist == 0.1  # the paper's
     explicit = ["budget", "--epsilon", "10", "--delta", "1e-3", "--K", "10", "--L", "5", "--T",
                 "70", "--eps-theta", "0.4", "--rho-hist", "0.1", "--rho-mean", "0.009", "--json"]
     assert main(explicit) == 0

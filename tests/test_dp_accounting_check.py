@@ -102,11 +102,13 @@ def _facts_plan(epsilon: float, L: int, writer: str = "template"):  # type: igno
 
 @pytest.mark.parametrize(("epsilon", "L"), [(2.0, 1), (3.0, 1), (10.0, 2), (10.0, 5)])
 def test_facts_plan_per_mechanism_and_in_total(epsilon: float, L: int) -> None:
-    """A facts plan is all Gaussians: every mechanism's rho and the plan's epsilon agree."""
+    """A facts plan is all Gaussians: every mechanism's rho and the plan's epsilon agree
+    (the keyword histogram, the terms, their role histogram, L cluster histograms)."""
     plan = _facts_plan(epsilon, L)
     events = plan.events()
     checks = cross_check(events)
     assert [c.mechanism for c in checks] == ["discrete_gaussian", "partition_selection",
+                                             "discrete_gaussian",
                                              *["discrete_gaussian"] * L]
     for check in checks:
         assert check.dp_accounting_rho == pytest.approx(check.rho, rel=1e-12)

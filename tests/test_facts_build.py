@@ -173,7 +173,8 @@ def test_token_writer_build_spends_the_plan_and_certifies_t_draws_per_kept_clust
     ledger = Ledger(tmp_path / "state" / "ledger.sqlite")
     releases = list(ledger.releases())
     ledger.close()
-    assert {r.stage for r in releases} == {"a-histogram", "f-phrases", "f-facts", "f-writer"}
+    assert {r.stage for r in releases} == {"a-histogram", "f-phrases", "f-roles", "f-facts",
+                                           "f-writer"}
     draws: dict[str, int] = {}
     for r in releases:
         if r.stage == "f-writer":

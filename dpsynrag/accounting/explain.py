@@ -27,7 +27,8 @@ STAGE_WORDS = {
     "c-noisy-sum": "cluster centres",
     "c-threshold": "retrieval thresholds",
     "d-prediction": "synthetic text, token by token",
-    "f-phrases": "open-vocabulary phrases (names, codes)",
+    "f-phrases": "terms or open-vocabulary phrases (names, codes)",
+    "f-roles": "the role of each released term (diagnosis, treatment, ...)",
     "f-facts": "each cluster's fact counts",
     "f-writer": "each cluster's note rewritten token by token (public-difference sampler)",
 }
