@@ -78,7 +78,8 @@ from dpsynrag.prompts.rag import answer_prompt, no_context_prompt
 from dpsynrag.transforms.fact_clusters import anchor_clusters, fact_counts, fact_domain
 from dpsynrag.transforms.fact_writer import FactRule, select_facts, write_notes
 from dpsynrag.transforms.phrases import document_phrases
-from dpsynrag.transforms.terms import ROLES, document_terms
+from dpsynrag.transforms.roles import role_priority
+from dpsynrag.transforms.terms import document_terms
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
 __all__ = ["ALL_METHODS", "CEILING_METHODS", "METHODS", "PRIVATE_METHODS", "QUERY_METHODS",
@@ -322,7 +323,7 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     in_domain = set(domain)
     items = [[x for x in dict.fromkeys([*p, *k]) if x in in_domain]
              for p, k in zip(phrases, keywords, strict=True)]
-    priority = {t: ROLES.index(r) for t, r in roles.items() if t in anchors} if roles \
+    priority = role_priority({t: r for t, r in roles.items() if t in anchors}) if roles \
         else None
     order, clusters = anchor_clusters(items, anchors, config.L, priority=priority)
     exact = fact_counts(clusters, items, domain, config.K_e + config.K_s)

@@ -58,8 +58,8 @@ from dpsynrag.transforms.fact_writer import (
 from dpsynrag.transforms.histogram import released_top_keywords
 from dpsynrag.transforms.keywords import statistical_keywords
 from dpsynrag.transforms.phrases import document_phrases
-from dpsynrag.transforms.roles import release_roles, term_roles
-from dpsynrag.transforms.terms import ROLES, DocumentTerms, document_terms
+from dpsynrag.transforms.roles import release_roles, role_priority, term_roles
+from dpsynrag.transforms.terms import DocumentTerms, document_terms
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
 if TYPE_CHECKING:
@@ -210,8 +210,8 @@ def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: Relea
         in_domain = set(domain)
         doc_items = [_items(doc_phrases, doc_keywords, in_domain) for doc_phrases, doc_keywords
                      in zip(phrases.per_document, keywords.per_document, strict=True)]
-        priority = {term: ROLES.index(role) for term, role in phrases.roles.items()} \
-            if phrases.roles else None  # released roles: what a document is about first
+        # released roles: a document joins the cluster of what it is about first
+        priority = role_priority(phrases.roles) if phrases.roles else None
         anchors, members = anchor_clusters(doc_items, phrases.released, ctx.config.L,
                                            priority=priority)
         noisy = None

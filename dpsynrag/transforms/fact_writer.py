@@ -281,8 +281,7 @@ def display_order(facts: ClusterFacts) -> list[str]:
 def display_names(facts: ClusterFacts) -> list[str]:
     """The cluster's names as a note writes them: names with more words first, then the
     anchor, then by count; title case (``display_phrase``). Released values only."""
-    ordered = sorted((facts.anchor, *facts.phrases), key=lambda p: -len(p.split()))
-    return [display_phrase(p) for p in ordered]
+    return [display_phrase(p) for p in display_order(facts)]
 
 
 def _mentions(text: str, fact: str) -> bool:

@@ -49,7 +49,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from dpsynrag.transforms.keywords import _check_k, inflected_form
@@ -165,6 +165,25 @@ def document_phrases(texts: Sequence[str], vocab: PublicVocabulary,
     return [_phrases_of(text, info, K_e) for text in texts]
 
 
+def scan_tokens(text: str, info: Callable[[str], _Info]
+                ) -> Iterator[tuple[re.Match[str], _Info, str, bool, bool]]:
+    """The tokens of ``text`` (rule 1) as ``(match, info, gap, new_clause, initial)``: the gap
+    is the text since the previous token; a token starts a clause unless only whitespace
+    (at most one line break) precedes it, and a sentence after . ! ? or a line break (not
+    after "Dr", "Mrs", ...). The first token starts both."""
+    previous_end = 0
+    previous: _Info | None = None
+    for match in _TOKEN.finditer(text):
+        tok = info(match.group())
+        gap = text[previous_end:match.start()]
+        new_clause = previous is None or not gap.isspace() or gap.count("\n") > 1
+        initial = previous is None or (
+            _SENTENCE_END.search(gap) is not None
+            and not (gap.startswith(".") and "\n" not in gap and previous.short_cap))
+        yield match, tok, gap, new_clause, initial
+        previous_end, previous = match.end(), tok
+
+
 def _phrases_of(text: str, info: Callable[[str], _Info], K_e: int) -> list[str]:
     """The phrases of one document (``info`` maps a token to its ``_Info``)."""
     text = unicodedata.normalize("NFC", text)
@@ -182,16 +201,7 @@ def _phrases_of(text: str, info: Callable[[str], _Info], K_e: int) -> list[str]:
                     best[phrase] = (min(opens), piece[0][1])
         run.clear()
 
-    previous_end = 0
-    previous: _Info | None = None
-    for match in _TOKEN.finditer(text):
-        token = match.group()
-        tok = info(token)
-        gap = text[previous_end:match.start()]
-        new_clause = previous is None or not gap.isspace() or gap.count("\n") > 1
-        initial = previous is None or (
-            _SENTENCE_END.search(gap) is not None
-            and not (gap.startswith(".") and "\n" not in gap and previous.short_cap))
+    for match, tok, _gap, new_clause, initial in scan_tokens(text, info):
         if new_clause:
             flush()
             run_kind = 0
@@ -206,7 +216,6 @@ def _phrases_of(text: str, info: Callable[[str], _Info], K_e: int) -> list[str]:
         if kind:
             run.append((tok, match.start()))
         run_kind = kind
-        previous_end, previous = match.end(), tok
     flush()
     ranked = sorted(best, key=lambda phrase: best[phrase])
     return ranked[:K_e]

@@ -36,7 +36,7 @@ from dpsynrag.transforms.fact_writer import absolute_threshold
 from dpsynrag.transforms.terms import ROLES, DocumentTerms
 
 __all__ = ["KEY", "MECHANISM", "STAGE", "release_roles", "role_charge", "role_counts",
-           "term_roles"]
+           "role_priority", "term_roles"]
 
 KEY = "roles"
 STAGE = "f-roles"
@@ -102,7 +102,13 @@ def term_roles(noisy: np.ndarray, released: Sequence[str], sigma: float) -> Mapp
     cut = absolute_threshold(sigma, max(values.size, 1), 1.0)
     roles: dict[str, str] = {}
     for i, term in enumerate(released):
-        j = int(np.argmax(values[i])) if values.shape[1] else 0
-        if values.shape[1] and values[i, j] >= cut:
+        j = int(np.argmax(values[i]))  # ROLES is a non-empty constant
+        if values[i, j] >= cut:
             roles[term] = ROLES[j]
     return roles
+
+
+def role_priority(roles: Mapping[str, str]) -> dict[str, int]:
+    """Each term's anchor priority: the public rank of its role in ``ROLES`` (a diagnosis
+    before a symptom). A function of released roles only."""
+    return {term: ROLES.index(role) for term, role in roles.items()}

@@ -57,14 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dpsynrag.transforms.keywords import _check_k, inflected_form
-from dpsynrag.transforms.phrases import (
-    _IDENT,
-    _NAME,
-    _SENTENCE_END,
-    _TOKEN,
-    _classify,
-    _Info,
-)
+from dpsynrag.transforms.phrases import _IDENT, _NAME, _classify, _Info, scan_tokens
 from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
 
 __all__ = ["COMMON_ZIPF", "MAX_WORDS", "ROLES", "ROLE_CUES", "DocumentTerms", "document_terms"]
@@ -192,22 +185,12 @@ def _tokens(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], 
             ) -> list[_Tok]:
     """The document's tokens with their clause, sentence and kind (rule 1-2)."""
     out: list[_Tok] = []
-    clause = sentence = 0
-    previous_end = 0
-    previous: _Info | None = None
-    for match in _TOKEN.finditer(text):
-        tok = info(match.group())
-        gap = text[previous_end:match.start()]
-        if previous is not None:
-            if not gap.isspace() or gap.count("\n") > 1:
-                clause += 1
-            if _SENTENCE_END.search(gap) is not None and not (
-                    gap.startswith(".") and "\n" not in gap and previous.short_cap):
-                sentence += 1
-        initial = previous is None or (out and out[-1].sentence != sentence)
+    clause = sentence = -1
+    for match, tok, gap, new_clause, initial in scan_tokens(text, info):
+        clause += new_clause
+        sentence += initial
         out.append(_Tok(tok, match.start(), clause, sentence, gap.strip()[:1],
-                        _kind(match.group(), tok, bool(initial), verb_form)))
-        previous_end, previous = match.end(), tok
+                        _kind(match.group(), tok, initial, verb_form)))
     return out
 
 
