@@ -161,9 +161,13 @@ def parse_blocks(markdown: str) -> list[Block]:
     return blocks
 
 
-def runbook_env(scratch: Path, repo: Path = REPO) -> dict[str, str]:
-    """The environment of a runbook: the repository's venv first, home and config in scratch."""
+def runbook_env(scratch: Path, repo: Path = REPO, threads: int | None = None) -> dict[str, str]:
+    """The environment of a runbook: the repository's venv first, home and config in scratch;
+    ``threads`` caps the math libraries' threads (for runbooks run side by side)."""
     env = dict(os.environ)
+    if threads is not None:
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[name] = str(threads)
     cache = env.get("DPSYNRAG_CACHE_DIR") or str(Path.home() / ".cache" / "dpsynrag")
     home = scratch / "home"
     venv = repo / ".venv"
@@ -255,8 +259,10 @@ def _kill_group(pgid: int) -> None:
 
 
 def run_runbook(path: Path, *, scratch: Path | None = None, data_source: Path | None = None,
-                timeout: float = DEFAULT_TIMEOUT, repo: Path = REPO) -> RunbookResult:
-    """Run ``path``'s bash blocks in ``scratch`` (a new temporary directory by default)."""
+                timeout: float = DEFAULT_TIMEOUT, repo: Path = REPO,
+                threads: int | None = None) -> RunbookResult:
+    """Run ``path``'s bash blocks in ``scratch`` (a new temporary directory by default);
+    ``threads`` caps the math libraries' threads of its commands (default: their own)."""
     path = Path(path)
     blocks = parse_blocks(path.read_text(encoding="utf-8"))
     if scratch is None:
@@ -271,7 +277,8 @@ def run_runbook(path: Path, *, scratch: Path | None = None, data_source: Path | 
         driver = work / "driver.sh"
         driver.write_text(_driver(runnable, work))
         process = subprocess.Popen(["bash", str(driver)], cwd=scratch,
-                                   env=runbook_env(scratch, repo), stdin=subprocess.DEVNULL,
+                                   env=runbook_env(scratch, repo, threads),
+                                   stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                    start_new_session=True)
         try:

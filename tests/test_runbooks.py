@@ -22,6 +22,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 RUNBOOKS_DIR = REPO / "runbooks"
 JOBS = int(os.environ.get("DPSYNRAG_RUNBOOK_JOBS", "2"))  # runbooks run side by side
+# Each runbook's torch gets its share of the cores: two runbooks each spinning one thread per
+# core on a 2-core machine thrash (a 60 s build took over 280 s that way).
+THREADS = max(1, (os.cpu_count() or 1) // JOBS)
 
 
 def _load_check() -> ModuleType:
@@ -161,7 +164,7 @@ def runbook_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     executor = ThreadPoolExecutor(max_workers=JOBS)
     futures = {path: executor.submit(check.run_runbook, path,
                                      scratch=tmp_path_factory.mktemp(path.stem) / "scratch",
-                                     data_source=clinic_notes)
+                                     data_source=clinic_notes, threads=THREADS)
                for path in selected}
     yield futures
     executor.shutdown(wait=True, cancel_futures=True)
