@@ -62,6 +62,33 @@ def test_breaks_and_common_words_are_not_terms(terms: list[dict[str, str]]) -> N
     assert "oseltamivir tablets twice" not in everything  # an invented word stands alone
 
 
+MORE_NOTES = {
+    "Assessment by Dr. Tariq Arslan: hepatitis B. Plan: a two-week course of tenofovir.":
+        {"hepatitis b": "diagnosis", "tenofovir": "treatment"},
+    "Dr. Emeka Karlsson diagnosed the patient with strep throat and started penicillin.":
+        {"strep throat": "diagnosis", "penicillin": "treatment"},
+    "The findings are consistent with vitamin B12 deficiency; treated with hydroxocobalamin "
+    "injections.": {"vitamin b12 deficiency": "diagnosis", "hydroxocobalamin": "treatment"},
+    "The working diagnosis is plantar fasciitis, to be managed with heel stretches.":
+        {"plantar fasciitis": "diagnosis", "heel stretches": "treatment"},
+    "Impression: food poisoning. Nausea with pain radiating to the groin.":
+        {"food poisoning": "diagnosis"},
+}
+
+
+@pytest.mark.parametrize("note", list(MORE_NOTES))
+def test_letters_digits_ing_nouns_objects_and_people(note: str) -> None:
+    """A capital letter or a letter with digits stays in its term; an -ing word ends a term
+    only where the term ends; a role reaches past "the patient"; a person after a title is
+    no term and no barrier; dose forms are not part of a drug's name."""
+    [found] = document_terms([note], public_vocabulary(), 6)
+    terms = dict(zip(found.terms, found.roles, strict=True))
+    for term, role in MORE_NOTES[note].items():
+        assert terms.get(term) == role, (term, terms)
+    assert not {"dr", "tariq arslan", "emeka karlsson", "pain radiating", "injections"} & set(terms)
+    assert not any(t.endswith(("injections", "tablets")) for t in terms)
+
+
 def test_terms_are_capped_ranked_and_a_function_of_the_document_alone() -> None:
     vocab = public_vocabulary()
     capped = document_terms(NOTES, vocab, 2)

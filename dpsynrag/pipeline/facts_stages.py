@@ -210,9 +210,13 @@ def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: Relea
         in_domain = set(domain)
         doc_items = [_items(doc_phrases, doc_keywords, in_domain) for doc_phrases, doc_keywords
                      in zip(phrases.per_document, keywords.per_document, strict=True)]
-        # released roles: a document joins the cluster of what it is about first
+        # released roles: a document joins the cluster of what it is about first; only its
+        # own terms (phrases) choose its cluster: a keyword that happens to be a released
+        # term ("a comedy about ...") does not pull it away from its title's cluster
         priority = role_priority(phrases.roles) if phrases.roles else None
-        anchors, members = anchor_clusters(doc_items, phrases.released, ctx.config.L,
+        own_terms = [[p for p in doc_phrases if p in phrases.released]
+                     for doc_phrases in phrases.per_document]
+        anchors, members = anchor_clusters(own_terms, phrases.released, ctx.config.L,
                                            priority=priority)
         noisy = None
         if anchors:

@@ -21,24 +21,30 @@ The rule (all constants public, below):
    whitespace only (punctuation and blank lines end it); a sentence ends at . ! ? or a line
    break (not after "Dr", "Mrs", ...).
 2. *Breaks* end a term: stopwords, role cue words (``ROLE_CUES``), calendar words
-   (``DATE_WORDS``), lowercase verb forms in -ed
-   or -ing whose stem is in V ("visited", "presenting"), common report verbs
-   (``REPORT_VERBS``), tokens mixing digits and letters that are not identifier-shaped
-   ("45-year-old"). A capitalised word that starts a sentence and is an ordinary word
-   ("Patient", "Diagnosis") is treated as lowercase; other capitalised words are *name*
-   words. Between two name words, a lowercase stopword of ``NAME_GLUE`` stays in the run
-   ("Master of the House"); a capitalised stopword may start a name run mid-sentence ("The
-   Silent Harbor").
+   (``DATE_WORDS``), dose forms and schedules (``FORM_WORDS``: "tablets", "twice"), titles of
+   people (``HONORIFICS``) and the capitalised name right after one ("Dr. Jane Doe": a
+   person, never a term), lowercase verb forms in -ed or -ing whose stem is in V ("visited",
+   "presenting"), common report verbs (``REPORT_VERBS``), tokens mixing digits and letters
+   that are not identifier-shaped ("45-year-old"). An -ing form right after a word ends the
+   term instead of breaking it when the clause (or the list item: "and", "or") ends there
+   ("food poisoning"; "pain radiating to" breaks). A capital letter or a letter with one or
+   two digits after a word stays in its term ("hepatitis B", "vitamin B12 deficiency").
+   A capitalised word that starts a sentence and is an ordinary word ("Patient",
+   "Diagnosis") is treated as lowercase; other capitalised words are *name* words. Between
+   two name words, a lowercase stopword of ``NAME_GLUE`` stays in the run ("Master of the
+   House"); a capitalised stopword may start a name run mid-sentence ("The Silent Harbor").
 3. A *candidate* is a maximal run of at most ``MAX_WORDS`` non-break tokens (longer runs are
    cut from the left), without leading bare numbers, holding at least one letter. One
    lowercase word after name words stays in the run ("Lyme disease", "Bell's palsy"; a second
-   one starts a new run) and the name words alone are a second candidate ("lyme"). An
-   open-vocabulary lowercase word and a closed one never share a run ("oseltamivir" |
-   "tablets"). A one-word lowercase candidate must be rarer than
+   one starts a new run) and the name words alone are a second candidate ("lyme").
+   Open-vocabulary and ordinary words share a run ("strep throat", "plantar fasciitis").
+   A one-word lowercase candidate must be rarer than
    ``COMMON_ZIPF`` ("clinic" is kept, "patient" is not); numbers alone never are.
 4. The role of a candidate: walking back from its first occurrence inside its sentence, at
    most ``CUE_REACH`` tokens, over commas and "and"/"or" (a list: the words of earlier items
-   are passed over), over stopwords and -ing/-ed words, over the colon right before it (a
+   are passed over; a comma after a passed verb form ends it), over stopwords and -ing/-ed
+   words, over a titled person ("by Dr. Jane Doe:"), over one object word before "with",
+   "as", "for" or "from" ("diagnosed the patient with"), over the colon right before it (a
    label) but no other punctuation or word, the first role cue word met gives the role
    ("diagnosed with influenza" -> diagnosis; "presenting with fever, dry cough and body
    aches" -> symptom for all three; "Assessment: gout" -> diagnosis). No cue: the empty role.
@@ -86,6 +92,8 @@ ROLE_CUES: dict[str, str] = {
                     "symptom"),
     **dict.fromkeys(("treated", "treatment", "treat", "prescribed", "prescription",
                      "prescribe", "started", "starting", "plan", "recommended", "medication",
+                     "managed", "manage", "management", "given", "advised", "commenced",
+                     "course", "regimen",
                      "therapy", "continue", "continued", "taking", "fix", "fixed", "workaround",
                      "resolved", "resolve", "solution", "solved", "reinstall", "reinstalling",
                      "patch", "remedy"), "treatment"),
@@ -124,6 +132,19 @@ DATE_WORDS = frozenset((
 ))
 #: Lowercase stopwords that may stay between two name words ("Master of the House").
 NAME_GLUE = frozenset(("of", "the", "and", "a", "an", "de", "la", "von", "van"))
+#: Titles of people: a break, and the name run right after one is a person's, not a term.
+HONORIFICS = frozenset(("dr", "mr", "mrs", "ms", "miss", "mx", "prof", "professor", "sir",
+                        "dame", "nurse", "doctor"))
+#: Dose forms and schedules end a term: "oseltamivir tablets twice a day" -> "oseltamivir"
+#: (public; the drug, not its form, is the fact that documents share).
+FORM_WORDS = frozenset((
+    "tablet", "tablets", "capsule", "capsules", "pill", "pills", "drops", "cream", "creams",
+    "ointment", "ointments", "injection", "injections", "spray", "sprays", "inhaler",
+    "inhalers", "syrup", "lotion", "gel", "patches", "dose", "doses", "mg", "ml", "mcg",
+    "daily", "twice", "nightly", "weekly", "hourly", "applied", "orally",
+))
+#: Prepositions over which a role reaches past one object word ("diagnosed the patient with").
+OBJECT_PREPOSITIONS = frozenset(("with", "as", "for", "from"))
 
 
 @dataclass(frozen=True)
@@ -149,10 +170,14 @@ class _Tok:
     clause: int  # index of the clause the token is in
     sentence: int  # index of the sentence the token is in
     gap: str  # the first non-space character between the previous token and this one
-    kind: int  # 0 break, 1 word, 2 name, 3 number, 4 glue (a name-run stopword), 5 identifier
+    kind: int  # one of the kinds below
 
 
-_BREAK, _WORDK, _NAMEK, _NUMK, _GLUEK, _IDENTK = 0, 1, 2, 3, 4, 5
+# 0 break, 1 word, 2 name, 3 number, 4 glue (a name-run stopword), 5 identifier, 6 suffix (a
+# capital letter or a letter with digits: "hepatitis B", "vitamin B12"), 7 a lowercase -ing
+# form (a break unless it ends a term: "food poisoning."), 8 honorific ("Dr")
+_BREAK, _WORDK, _NAMEK, _NUMK, _GLUEK, _IDENTK, _SUFFIXK, _INGK, _HONORK = range(9)
+_SKIPPABLE = (_BREAK, _INGK)  # verb forms a role walk passes ("complained of burning ...")
 
 
 def document_terms(texts: Sequence[str], vocab: PublicVocabulary, K_e: int
@@ -189,8 +214,11 @@ def _tokens(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], 
     for match, tok, gap, new_clause, initial in scan_tokens(text, info):
         clause += new_clause
         sentence += initial
-        out.append(_Tok(tok, match.start(), clause, sentence, gap.strip()[:1],
-                        _kind(match.group(), tok, initial, verb_form)))
+        kind = _kind(match.group(), tok, initial, verb_form)
+        if kind in (_NAMEK, _GLUEK) and out and out[-1].kind == _HONORK and (
+                not new_clause or out[-1].info.canon in HONORIFICS) and not initial:
+            kind = _HONORK  # "Dr. Jane Doe": a person's name goes with the title
+        out.append(_Tok(tok, match.start(), clause, sentence, gap.strip()[:1], kind))
     return out
 
 
@@ -199,11 +227,18 @@ def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool
     if not any(c.isalpha() for c in canon):
         return _NUMK
     capital = token[:1].isupper()
+    if canon in HONORIFICS:
+        return _HONORK
+    if len(token) == 1 and capital and not initial and token not in ("I", "A"):
+        return _SUFFIXK  # "hepatitis B" ("A" starting a sentence is the article)
+    if len(canon) <= 3 and canon[0].isalpha() and canon[1:].isdigit():
+        return _SUFFIXK  # "B12", "D3"
     if tok.stop:
         return _GLUEK if (canon in NAME_GLUE or (capital and not initial)) else _BREAK
-    if canon in ROLE_CUES or canon in DATE_WORDS \
-            or ((initial or not capital) and verb_form(canon)):
+    if canon in ROLE_CUES or canon in DATE_WORDS or canon in FORM_WORDS:
         return _BREAK
+    if (initial or not capital) and verb_form(canon):
+        return _INGK if canon.endswith("ing") and canon not in REPORT_VERBS else _BREAK
     if tok.kind == _IDENT:
         return _IDENTK
     if canon[:1].isdigit() and tok.kind != _IDENT:
@@ -232,8 +267,25 @@ def _runs(tokens: list[_Tok]) -> list[list[int]]:
     for i, tok in enumerate(tokens):
         if run and tokens[run[-1]].clause != tok.clause:
             flush()
-        if tok.kind == _BREAK:
+        if tok.kind in (_BREAK, _HONORK):
             flush()
+            continue
+        if tok.kind == _INGK:  # "food poisoning" at a term's end; "pain radiating to": a break
+            after = tokens[i + 1] if i + 1 < len(tokens) else None
+            ends = after is None or after.clause != tok.clause \
+                or after.info.canon in LIST_JOINERS
+            if run and tokens[run[-1]].kind == _WORDK and ends:
+                run.append(i)
+            flush()
+            continue
+        if tok.kind == _SUFFIXK:
+            if run and tokens[run[-1]].kind in (_WORDK, _NAMEK):
+                run.append(i)  # "hepatitis B", "vitamin B12 deficiency"
+            else:
+                flush()
+                if tok.info.kind == _IDENT:  # "B12" alone is an identifier term
+                    run.append(i)
+                    flush()
             continue
         if tok.kind == _GLUEK:
             # glue joins only after a name word (or glue) and, mid-sentence, a capitalised
@@ -253,11 +305,9 @@ def _runs(tokens: list[_Tok]) -> list[list[int]]:
             continue
         if run and tok.kind == _NAMEK and tokens[run[-1]].kind == _WORDK:
             flush()  # "patient John Smith": the name starts its own run
-        elif run and tok.kind == _WORDK and tokens[run[-1]].kind == _WORDK \
-                and (tok.info.is_open != tokens[run[-1]].info.is_open
-                     or any(tokens[j].kind == _NAMEK for j in run)):
-            flush()  # "oseltamivir tablets": an invented word stands alone; a name takes
-            # one lowercase word ("Lyme disease"), not more ("Prarovir drops three times")
+        elif run and tok.kind == _WORDK and tokens[run[-1]].kind in (_WORDK, _SUFFIXK) \
+                and any(tokens[j].kind == _NAMEK for j in run):
+            flush()  # a name takes one lowercase word ("Lyme disease"), not more
         run.append(i)
     flush()
     return runs
@@ -272,7 +322,8 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
     roles: dict[str, str] = {}
 
     def add(piece: list[int], penalty: int) -> None:
-        content = [tokens[i].info for i in piece if tokens[i].kind in (_WORDK, _NAMEK, _IDENTK)]
+        content = [tokens[i].info for i in piece
+                   if tokens[i].kind in (_WORDK, _NAMEK, _IDENTK, _SUFFIXK, _INGK)]
         if not content:
             return
         if len(piece) == 1 and tokens[piece[0]].kind == _WORDK \
@@ -308,21 +359,34 @@ def _role(tokens: list[_Tok], first: int) -> str:
     """The role of the term whose first token is ``first`` (rule 4)."""
     sentence = tokens[first].sentence
     in_item = False  # inside an earlier item of the same list ("fever, dry cough and ...")
+    verb = False  # a verb form passed since the last comma: a comma then ends the list
+    preposition = object_word = False  # "diagnosed the patient with X": one object word
     for j in range(first - 1, max(first - 1 - CUE_REACH, -1), -1):
         boundary = tokens[j + 1].gap
+        titled = tokens[j].kind == _HONORK and tokens[j + 1].kind == _HONORK  # "Dr. Doe"
         if tokens[j].sentence != sentence or (
-                boundary and boundary != "," and not (boundary == ":" and j + 1 == first)):
+                boundary and boundary != "," and not (boundary == ":" and j + 1 == first)
+                and not titled):
             break  # a list goes on over commas; a label reaches over its own colon
         if boundary == ",":
+            if verb:
+                break  # "X, to be seen again": not a list
             in_item = True
         canon = tokens[j].info.canon
         role = ROLE_CUES.get(canon)
         if role is not None:
             return role
+        if tokens[j].kind == _HONORK:
+            continue  # "Assessment by Dr. Tariq Arslan: gout"
         if tokens[j].info.stop:
             in_item = canon in LIST_JOINERS
-        elif tokens[j].kind == _BREAK and canon.endswith(("ing", "ed")):
+            preposition = preposition or canon in OBJECT_PREPOSITIONS
+        elif tokens[j].kind in _SKIPPABLE and canon.endswith(("ing", "ed")):
+            verb = True
             continue  # a verb form or a modifier: "complained of burning urination"
         elif not in_item:
+            if preposition and not object_word:
+                object_word = True
+                continue
             break  # another word: the cue, if any, is not this term's
     return ""
