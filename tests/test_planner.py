@@ -161,7 +161,7 @@ def test_impossible_facts_plan_is_refused_with_a_reason() -> None:
 @pytest.mark.parametrize(
     "overrides",
     [dict(share_phrases=0.0), dict(share_phrases=1.0), dict(delta_phrases=1e-3),
-     dict(delta_phrases=0.0), dict(K_e=0), dict(K_s=0), dict(R_f=0), dict(L=0),
+     dict(delta_phrases=0.0), dict(K_e=-1), dict(K_s=0), dict(R_f=0), dict(L=0),
      dict(rho_hist=-0.1), dict(share_roles=-0.1), dict(share_roles=0.7),
      dict(share_hist=1.0), dict(K=10), dict(generate="prose")],
 )

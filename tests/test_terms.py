@@ -3,6 +3,7 @@ that scales with epsilon."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 
@@ -176,7 +177,19 @@ def test_the_default_facts_plan_scales_with_epsilon(epsilon: float) -> None:
     assert math.isclose(plan.rho_hist + plan.rho_A + plan.rho_R + plan.rho_C, plan.rho_total,
                         rel_tol=1e-12)
     assert plan.epsilon_cks <= epsilon * (1 + 1e-9)
-    assert plan.sigma_R == pytest.approx(math.sqrt(3 / (2 * plan.rho_R)))
+    assert plan.sigma_R == pytest.approx(math.sqrt(plan.K_e / (2 * plan.rho_R)))
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 3.0, 4.0, 5.0, 10.0, 20.0])
+def test_the_default_terms_per_document_keep_the_release_threshold_low(epsilon: float) -> None:
+    """K_e by default: the most terms (<= 3) whose tau_A stays <= 12 units, else 1."""
+    request = PlanRequest(epsilon=epsilon, delta=1e-3, L=1, generate="facts")
+    plan = plan_budget(request)
+    fixed = {k: plan_budget(dataclasses.replace(request, K_e=k)) for k in (1, 2, 3)}
+    assert plan == fixed[plan.K_e]
+    assert plan.K_e == 1 or plan.tau_A <= 12
+    assert all(fixed[k].tau_A > 12 for k in range(plan.K_e + 1, 4))
+    assert fixed[1].tau_A <= fixed[2].tau_A <= fixed[3].tau_A
 
 
 def test_a_given_rho_hist_is_kept_and_no_roles_means_the_old_plan() -> None:

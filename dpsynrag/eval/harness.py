@@ -301,11 +301,12 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     from dpsynrag.pipeline.build import make_plan
 
     config = _build_config(settings, "dp-synrag-facts", 10.0, 0)
+    plan = make_plan(config)
     vocab = public_vocabulary()
     keywords = fact_keywords(data.notes, vocab, config.K_s)
     roles: dict[str, str] | None = None
     if config.facts_items == "terms":
-        terms = document_terms(data.notes, vocab, config.K_e)
+        terms = document_terms(data.notes, vocab, plan.K_e)
         phrases = [list(t.terms) for t in terms]
         pairs = Counter((term, role) for t in terms
                         for term, role in zip(t.terms, t.roles, strict=True) if role)
@@ -313,9 +314,9 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
         for (term, role), _ in sorted(pairs.items(), key=lambda item: -item[1]):
             roles.setdefault(term, role)  # the most frequent role of each term (exact)
     else:
-        phrases = document_phrases(data.notes, vocab, config.K_e)
+        phrases = document_phrases(data.notes, vocab, plan.K_e)
     phrase_count = Counter(p for items in phrases for p in set(items))
-    tau = make_plan(config).tau_A
+    tau = plan.tau_A
     anchors = {p: c for p, c in phrase_count.items() if c >= tau}
     keyword_count = Counter(w for items in keywords for w in set(items))
     top = [w for w, _ in keyword_count.most_common(config.R_f)]
@@ -325,8 +326,9 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
              for p, k in zip(phrases, keywords, strict=True)]
     priority = role_priority({t: r for t, r in roles.items() if t in anchors}) if roles \
         else None
-    order, clusters = anchor_clusters(items, anchors, config.L, priority=priority)
-    exact = fact_counts(clusters, items, domain, config.K_e + config.K_s)
+    own = [[p for p in doc if p in anchors] for doc in phrases]  # as the build: own terms
+    order, clusters = anchor_clusters(own, anchors, config.L, priority=priority)
+    exact = fact_counts(clusters, items, domain, plan.K_e + config.K_s)
     n = max(len(data.notes), 1)
     shares = {w: keyword_count[w] / n for w in top}
     facts = select_facts(exact, domain, order, set(anchors), 1e-3,

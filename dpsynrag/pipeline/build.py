@@ -106,7 +106,7 @@ def make_plan(config: BuildConfig, vocab_size: int | None = None) -> Any:
             epsilon=config.epsilon, delta=config.delta, L=config.L,
             rho_hist=config.rho_hist or 0.0, share_hist=config.share_hist,
             share_roles=config.share_roles if config.facts_items == "terms" else 0.0,
-            conversion=Conversion(config.conversion), generate="facts", K_e=config.K_e,
+            conversion=Conversion(config.conversion), generate="facts", K_e=config.K_e or 0,
             K_s=config.K_s, R_f=config.R_f, delta_phrases=config.delta_phrases,
             share_phrases=config.share_phrases, writer=config.writer,
             share_tokens=config.share_tokens, T=config.T))

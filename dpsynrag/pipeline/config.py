@@ -90,7 +90,8 @@ class BuildConfig:
     # facts: "terms" (terms of any vocabulary with their roles, transforms.terms) or "open"
     # (open-vocabulary phrases only, transforms.phrases)
     facts_items: str = "terms"
-    K_e: int = 3  # facts: terms (or open-vocabulary phrases) per document
+    K_e: int | None = None  # facts: terms (or open phrases) per document; None: the plan's
+    # public default (planner.AUTO_K_E_MAX terms while tau_A stays <= AUTO_TAU_A units)
     share_roles: float = 0.1  # facts with terms: share of the rho after the histogram for roles
     share_hist: float = 0.04  # facts: rho_hist = share_hist x rho when --rho-hist is not given
     K_s: int = 14  # facts: statistical keywords per document (histogram and cluster facts)
@@ -176,6 +177,8 @@ class BuildConfig:
             raise ConfigError(f"--generate must be 'tokens' or 'facts', got {self.generate!r}")
         for name in ("K_e", "K_s", "R_f"):
             value = getattr(self, name)
+            if name == "K_e" and value is None:
+                continue  # the plan's default
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise ConfigError(f"{_flag(name)} must be a positive integer, got {value!r}")
         if not (isinstance(self.share_phrases, int | float)

@@ -165,7 +165,7 @@ def released_phrases(ctx: BuildContext, texts: list[str], vocab: PublicVocabular
     if ctx.config.facts_items == "terms":
         def extract_terms() -> list[list[list[str]]]:
             found = _per_document(ctx, "(f1) terms", texts,
-                                  lambda: document_terms(texts, vocab, ctx.config.K_e))
+                                  lambda: document_terms(texts, vocab, ctx.plan.K_e))
             return [item.as_json() for item in found]
 
         stage = "f1_terms"
@@ -175,14 +175,14 @@ def released_phrases(ctx: BuildContext, texts: list[str], vocab: PublicVocabular
     else:
         def extract() -> list[list[str]]:
             return _per_document(ctx, "(f1) phrases", texts,
-                                 lambda: document_phrases(texts, vocab, ctx.config.K_e))
+                                 lambda: document_phrases(texts, vocab, ctx.plan.K_e))
 
         stage = "f1_phrases"
         doc_phrases = ctx.state.checkpoint("phrases", extract, stage=stage)
     with ctx.state.timed(stage):
-        counts = phrase_counts(doc_phrases, ctx.config.K_e)  # refuses > K_e per document
+        counts = phrase_counts(doc_phrases, ctx.plan.K_e)  # refuses > K_e per document
         released = release_partitions(ctx.ledger, PHRASES_KEY, counts,
-                                      max_items=ctx.config.K_e, sigma=ctx.plan.sigma_A,
+                                      max_items=ctx.plan.K_e, sigma=ctx.plan.sigma_A,
                                       delta=ctx.plan.delta_phrases)
     return ReleasedPhrases(doc_phrases, released, terms)
 
@@ -195,7 +195,7 @@ def released_roles(ctx: BuildContext, phrases: ReleasedPhrases) -> ReleasedPhras
         return phrases
     released = sorted(phrases.released)
     with ctx.state.timed("f1r_roles"):
-        noisy = release_roles(ctx.ledger, phrases.terms, released, K_e=ctx.config.K_e,
+        noisy = release_roles(ctx.ledger, phrases.terms, released, K_e=ctx.plan.K_e,
                               sigma=ctx.plan.sigma_R)
         roles = dict(term_roles(noisy, released, ctx.plan.sigma_R))
     return phrases._replace(roles=roles)
@@ -223,7 +223,7 @@ def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: Relea
             with ctx.progress("(f2) fact histograms (clusters)", len(members)) as advance:
                 noisy = release_fact_histograms(
                     ctx.ledger, members, doc_items, domain, sigma=ctx.plan.sigma_C,
-                    max_items=ctx.config.K_e + ctx.config.K_s, L=ctx.config.L,
+                    max_items=ctx.plan.K_e + ctx.config.K_s, L=ctx.config.L,
                     progress=advance)
     return FactClusters(domain, anchors, members, noisy)
 
