@@ -25,6 +25,7 @@ from dpsynrag.transforms.fact_writer import (
     display_phrase,
     keyword_shares,
     missing_facts,
+    note_views,
     select_facts,
     write_note,
     write_notes,
@@ -197,3 +198,21 @@ def test_planted_facts_come_through_the_whole_pipeline() -> None:
     for item in by_anchor.values():
         held = {x for d in clusters[order.index(item.anchor)] for x in docs[d]}
         assert set(item.facts) <= held
+
+
+def test_note_views_name_every_fact_and_differ() -> None:
+    facts = ClusterFacts(3, "lyme disease", 40, ("doxycycline",), ("rash", "hike", "bull", "eye"),
+                         "Reported", (("lyme disease", "diagnosis"),
+                                      ("doxycycline", "treatment")))
+    views = note_views(facts, 3)
+    assert views[0] == write_note(facts) and len(views) == len(set(views)) == 3
+    assert views[1] == ("Diagnosis: Lyme Disease. Treatment: Doxycycline. "
+                        "Reported: rash hike bull eye.")
+    assert views[2].endswith("Reported: rash bull.")
+    assert missing_facts(facts, views[1]) == []
+    assert all("Lyme Disease" in v and "Doxycycline" in v for v in views)
+    assert note_views(facts, 1) == [write_note(facts)]
+    bare = ClusterFacts(4, "e-4471", 12, ("printer",), (), "Reported")  # names only: one view
+    assert note_views(bare, 3) == [write_note(bare)]
+    with pytest.raises(ValueError):
+        note_views(facts, 0)

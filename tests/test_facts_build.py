@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,18 @@ def test_facts_corpus_names_diseases_and_no_patient(clinic: Path, tmp_path: Path
     assert len(found) >= len(common) - 1, (found, [d.name for d in common])
     patients = {note.patient.lower() for note in dataset.notes}
     assert not [p for p in patients if p in joined]
+
+
+def test_each_kept_cluster_gets_its_views_and_one_text_on_request(clinic: Path,
+                                                                  tmp_path: Path) -> None:
+    _build(clinic, tmp_path)
+    rows = pq.read_table(tmp_path / "out" / "corpus.parquet").to_pylist()
+    per_cluster = Counter(row["cluster_keyword"] for row in rows)
+    assert max(per_cluster.values()) == 3 and min(per_cluster.values()) >= 1
+    assert len({row["text"] for row in rows}) == len(rows)  # no two texts alike
+    _build(clinic, tmp_path, name="one", texts_per_cluster=1)
+    single = pq.read_table(tmp_path / "one" / "corpus.parquet").to_pylist()
+    assert single and set(Counter(row["cluster_keyword"] for row in single).values()) == {1}
 
 
 def test_a_resumed_facts_build_draws_nothing_new(clinic: Path, tmp_path: Path) -> None:

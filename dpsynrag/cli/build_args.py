@@ -170,6 +170,11 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                         "ablation, comma-separated: public-difference, top-k, public-facts, "
                         "candidates, trie, slot (public choices: the same draws and rho; "
                         "default none)")
+    g.add_argument("--texts-per-cluster", type=positive_int,
+                   help="facts with the template writer: texts written per kept cluster, each "
+                        "naming all its released names (the note, then names-first views; a "
+                        "reader answers more often when several retrieved texts agree; free: "
+                        "post-processing; default 3, 1 for one note per cluster)")
     g.add_argument("--facts-label", help="facts: public lead word of every note, e.g. "
                    "'Symptoms' (default 'Reported')")
     g = parser.add_argument_group("stages")

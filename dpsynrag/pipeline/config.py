@@ -108,6 +108,7 @@ class BuildConfig:
     # facts with --writer tokens: each corpus text is the writer's reply followed by the
     # cluster's released template note (post-processing of released values: free)
     writer_keeps_note: bool = False
+    texts_per_cluster: int = 3  # facts, template writer: texts per kept cluster (note_views)
     # facts with --writer tokens: levers of the writer to switch off, comma-separated (the
     # ablation of issue 15; WRITER_LEVERS). Public choices only: the same releases and rho.
     writer_ablate: str = ""
@@ -130,7 +131,8 @@ class BuildConfig:
     # options only one generation mode reads
     FACTS_ONLY = ("facts_items", "share_roles", "share_hist", "K_e", "K_s", "R_f",
                   "share_phrases", "delta_phrases", "facts_label",
-                  "writer", "share_tokens", "writer_keeps_note", "writer_ablate")
+                  "writer", "share_tokens", "writer_keeps_note", "writer_ablate",
+                  "texts_per_cluster")
     TOKENS_ONLY = ("K", "R", "k", "T", "eps_theta", "rho_mean", "clip", "keywords",
                    "rephrase_prompt", "response_prefix", "keyword_prompt", "filter_prompt",
                    "no_filter", "no_retrieval", "public_prior", "public_top_k",
@@ -175,7 +177,7 @@ class BuildConfig:
                               f"{self.conversion!r}")
         if self.generate not in ("tokens", "facts"):
             raise ConfigError(f"--generate must be 'tokens' or 'facts', got {self.generate!r}")
-        for name in ("K_e", "K_s", "R_f"):
+        for name in ("K_e", "K_s", "R_f", "texts_per_cluster"):
             value = getattr(self, name)
             if name == "K_e" and value is None:
                 continue  # the plan's default

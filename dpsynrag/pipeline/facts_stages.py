@@ -52,6 +52,7 @@ from dpsynrag.transforms.fact_writer import (
     display_names,
     estimated_documents,
     keyword_shares,
+    note_views,
     select_facts,
     write_notes,
 )
@@ -116,15 +117,20 @@ def facts_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
     phrases = released_roles(ctx, phrases)  # (f1r), with --facts-items terms
     clusters = fact_histograms(ctx, phrases, keywords)  # (f2)
     written, notes = write_facts(ctx, keywords, phrases, clusters)  # (f3)
-    tokens = [len(note.split()) for note in notes]
+    anchors = [item.anchor for item in written]
     if ctx.config.facts_writer_tokens:
         with ctx.state.timed("f4_token_writer"):  # (f4)
             groups = [[texts[i] for i in clusters.members[item.cluster]] for item in written]
             replies, tokens = token_writer(ctx, groups, written, notes)
         notes = with_released_notes(replies, notes) if ctx.config.writer_keeps_note \
             else replies
+    else:  # the template's views of each kept cluster (post-processing, free)
+        views = [(item.anchor, view) for item in written
+                 for view in note_views(item, ctx.config.texts_per_cluster)]
+        anchors, notes = [a for a, _ in views], [v for _, v in views]
+        tokens = [len(note.split()) for note in notes]
     return StageResult(texts=notes, tokens=tokens, kept=[True] * len(notes),
-                       cluster_keywords=[item.anchor for item in written],
+                       cluster_keywords=anchors,
                        vocabulary_sha256=vocab.sha256, clusters=len(clusters.anchors))
 
 
