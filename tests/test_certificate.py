@@ -507,7 +507,7 @@ def facts_ledger(plan: dict, seed: int | None = None, sigma_r: float | None = No
     """What a facts build charges: histogram, one phrase release, the role histogram (at
     ``sigma_r``, default the plan's), L-overlapping fact counts."""
     from dpsynrag.accounting.partition_selection import release_partitions
-    from dpsynrag.transforms.roles import release_roles
+    from dpsynrag.facts.roles import release_roles
 
     ledger = Ledger(rng=secure_rng(seed))
     k_s, k_e = plan["K_s"], plan["K_e"]

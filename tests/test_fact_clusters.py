@@ -19,7 +19,7 @@ import pytest
 from scipy import stats
 
 from dpsynrag.accounting import Ledger, ReleaseMismatchError, secure_rng
-from dpsynrag.transforms.fact_clusters import (
+from dpsynrag.facts.fact_clusters import (
     GROUP,
     anchor_clusters,
     anchor_order,

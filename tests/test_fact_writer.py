@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from dpsynrag.accounting import Ledger, secure_rng
-from dpsynrag.transforms.fact_clusters import (
+from dpsynrag.facts.fact_clusters import (
     anchor_clusters,
     fact_domain,
     release_fact_histograms,
 )
-from dpsynrag.transforms.fact_writer import (
+from dpsynrag.facts.fact_writer import (
     ClusterFacts,
     FactRule,
     absolute_threshold,

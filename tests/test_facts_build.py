@@ -171,7 +171,7 @@ def test_token_writer_build_spends_the_plan_and_certifies_t_draws_per_kept_clust
     cluster is charged exactly T draws; verify re-derives it; the texts are the LLM's."""
     from test_build import tiny_llm
 
-    from dpsynrag.transforms.fact_clusters import GROUP
+    from dpsynrag.facts.fact_clusters import GROUP
 
     config = make_config(None, {**FACTS, "writer": "tokens", "T": 4, "public_top_k": 5})
     assert config.uses_llm and config.facts_writer_tokens
@@ -310,8 +310,8 @@ def test_writer_ablation_keeps_the_releases_and_rho(clinic: Path, tmp_path: Path
 
 def test_writer_inputs_switch_each_lever_off() -> None:
     """What each lever of --writer-ablate changes in the writer's public inputs."""
+    from dpsynrag.facts.fact_writer import ClusterFacts
     from dpsynrag.pipeline.facts_stages import ALL_TOKENS, WRITER_NEUTRAL_DOCUMENT, writer_inputs
-    from dpsynrag.transforms.fact_writer import ClusterFacts
 
     written = [ClusterFacts(cluster=3, anchor="cough", support=9, phrases=("Brel Fever",),
                             keywords=("fever",))]

@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 
 from dpsynrag.eval.datasets import make_clinic_dataset, make_support_dataset
-from dpsynrag.transforms.phrases import MAX_WORDS, canonical_token, document_phrases
+from dpsynrag.facts.phrases import MAX_WORDS, canonical_token, document_phrases
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
 _WORDS = re.compile(r"[^\W_]+(?:(?:_+|['\u2019\-\u2010\u2011.])[^\W_]+)*")

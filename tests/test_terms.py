@@ -14,9 +14,9 @@ from scipy import stats
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.planner import PlanRequest, plan_budget
 from dpsynrag.accounting.rng import RandomSource
-from dpsynrag.transforms.fact_writer import ClusterFacts, missing_facts, write_note
-from dpsynrag.transforms.roles import release_roles, role_counts, term_roles
-from dpsynrag.transforms.terms import ROLES, DocumentTerms, document_terms
+from dpsynrag.facts.fact_writer import ClusterFacts, missing_facts, write_note
+from dpsynrag.facts.roles import release_roles, role_counts, term_roles
+from dpsynrag.facts.terms import ROLES, DocumentTerms, document_terms
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
 NOTES = [

@@ -67,6 +67,11 @@ from dpsynrag.eval.metrics import (
 from dpsynrag.eval.query_methods import run_query_method
 from dpsynrag.eval.rag import CorpusIndex
 from dpsynrag.eval.report import write_markdown, write_plots
+from dpsynrag.facts.fact_clusters import anchor_clusters, fact_counts, fact_domain
+from dpsynrag.facts.fact_writer import FactRule, select_facts, write_notes
+from dpsynrag.facts.phrases import document_phrases
+from dpsynrag.facts.roles import role_priority
+from dpsynrag.facts.terms import document_terms
 from dpsynrag.io.output_files import CORPUS_FILE
 from dpsynrag.io.reader import read_documents
 from dpsynrag.models.greedy import answer_questions
@@ -75,11 +80,6 @@ from dpsynrag.pipeline.config import BuildConfig, ConfigError, make_config
 from dpsynrag.pipeline.facts_stages import fact_keywords
 from dpsynrag.pipeline.runners import LocalRunner, Runner
 from dpsynrag.prompts.rag import answer_prompt, no_context_prompt
-from dpsynrag.transforms.fact_clusters import anchor_clusters, fact_counts, fact_domain
-from dpsynrag.transforms.fact_writer import FactRule, select_facts, write_notes
-from dpsynrag.transforms.phrases import document_phrases
-from dpsynrag.transforms.roles import role_priority
-from dpsynrag.transforms.terms import document_terms
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
 __all__ = ["ALL_METHODS", "CEILING_METHODS", "METHODS", "PRIVATE_METHODS", "QUERY_METHODS",

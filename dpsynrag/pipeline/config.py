@@ -87,8 +87,8 @@ class BuildConfig:
     # histogram per cluster; the default, by measurement) or "tokens" (the paper: private
     # prediction token by token). make_config infers "tokens" from token-only options.
     generate: str = "facts"
-    # facts: "terms" (terms of any vocabulary with their roles, transforms.terms) or "open"
-    # (open-vocabulary phrases only, transforms.phrases)
+    # facts: "terms" (terms of any vocabulary with their roles, facts.terms) or "open"
+    # (open-vocabulary phrases only, facts.phrases)
     facts_items: str = "terms"
     K_e: int | None = None  # facts: terms (or open phrases) per document; None: the plan's
     # public default (planner.AUTO_K_E_MAX terms while tau_A stays <= AUTO_TAU_A units)

@@ -6,12 +6,12 @@ resumed build reads released values back and never redraws them):
 (a) K_s statistical keywords per document, from its words that are not capitalised (a rule
     of that document and the public wordfreq prior) -> the noisy keyword histogram (exact
     discrete Gaussian, rho = K_s / (2 sigma_h^2)) -> its top R_f keywords W (post-processing);
-(f1) up to K_e terms per document, each with its role cue (``transforms.terms``: ordinary
+(f1) up to K_e terms per document, each with its role cue (``facts.terms``: ordinary
     multi-word terms, names, digits; the default ``--facts-items terms``), or up to K_e
-    open-vocabulary phrases (``transforms.phrases``, ``--facts-items open``), a rule of that
+    open-vocabulary phrases (``facts.phrases``, ``--facts-items open``), a rule of that
     document alone -> DP partition selection (``accounting.partition_selection``):
     delta_A-approximately rho_A-zCDP, rho_A = K_e / (2 sigma_A^2) -> released phrases A;
-(f1r) with terms: the role histogram of A (``transforms.roles``: one (term, role) pair per
+(f1r) with terms: the role histogram of A (``facts.roles``: one (term, role) pair per
     term of a document, l2 sensitivity sqrt(K_e)) -> rho_R = K_e / (2 sigma_R^2); each term's
     role is post-processing;
 (f2) clusters anchored on A, each document in at most L clusters, by released role then
@@ -37,17 +37,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from dpsynrag.pipeline.config import ablated_levers
-from dpsynrag.pipeline.context import BuildContext, StageResult
-from dpsynrag.pipeline.token_stages import model_eos_ids
-from dpsynrag.transforms.fact_clusters import (
+from dpsynrag.facts.fact_clusters import (
     GROUP,
     anchor_clusters,
     fact_domain,
     partition_name,
     release_fact_histograms,
 )
-from dpsynrag.transforms.fact_writer import (
+from dpsynrag.facts.fact_writer import (
     FactRule,
     display_names,
     estimated_documents,
@@ -56,18 +53,21 @@ from dpsynrag.transforms.fact_writer import (
     select_facts,
     write_notes,
 )
+from dpsynrag.facts.phrases import document_phrases
+from dpsynrag.facts.roles import release_roles, role_priority, term_roles
+from dpsynrag.facts.terms import DocumentTerms, document_terms
+from dpsynrag.pipeline.config import ablated_levers
+from dpsynrag.pipeline.context import BuildContext, StageResult
+from dpsynrag.pipeline.token_stages import model_eos_ids
 from dpsynrag.transforms.histogram import released_top_keywords
 from dpsynrag.transforms.keywords import statistical_keywords
-from dpsynrag.transforms.phrases import document_phrases
-from dpsynrag.transforms.roles import release_roles, role_priority, term_roles
-from dpsynrag.transforms.terms import DocumentTerms, document_terms
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from dpsynrag.facts.fact_writer import ClusterFacts
     from dpsynrag.pipeline.config import BuildConfig
-    from dpsynrag.transforms.fact_writer import ClusterFacts
     from dpsynrag.transforms.public_prior import PublicPriorSettings
     from dpsynrag.transforms.vocabulary import PublicVocabulary
 
@@ -194,7 +194,7 @@ def released_phrases(ctx: BuildContext, texts: list[str], vocab: PublicVocabular
 
 
 def released_roles(ctx: BuildContext, phrases: ReleasedPhrases) -> ReleasedPhrases:
-    """(f1r): the role histogram of the released terms (``transforms.roles``: one discrete
+    """(f1r): the role histogram of the released terms (``facts.roles``: one discrete
     Gaussian release, rho_R = K_e / (2 sigma_R^2)) and each term's role (post-processing).
     Without terms or with --share-roles 0: nothing released, no roles."""
     if phrases.terms is None or not ctx.plan.share_roles:

@@ -1,6 +1,6 @@
 """Facts mode: the role histogram of the released terms (one release, then post-processing).
 
-Input: each document's (term, role) pairs from ``transforms.terms`` (a rule of that document
+Input: each document's (term, role) pairs from ``facts.terms`` (a rule of that document
 alone: at most K_e distinct terms, each with one role of the public list ``ROLES`` or none),
 and the released term set A (the output of DP partition selection, already charged).
 
@@ -31,9 +31,9 @@ import numpy as np
 from dpsynrag.accounting.ledger import Charge, Ledger
 from dpsynrag.accounting.noise import discrete_gaussian
 from dpsynrag.accounting.rng import RandomSource
-from dpsynrag.transforms.fact_clusters import domain_fingerprint
-from dpsynrag.transforms.fact_writer import absolute_threshold
-from dpsynrag.transforms.terms import ROLES, DocumentTerms
+from dpsynrag.facts.fact_clusters import domain_fingerprint
+from dpsynrag.facts.fact_writer import absolute_threshold
+from dpsynrag.facts.terms import ROLES, DocumentTerms
 
 __all__ = ["KEY", "MECHANISM", "STAGE", "release_roles", "role_charge", "role_counts",
            "role_priority", "term_roles"]

@@ -13,7 +13,7 @@ Inputs (all produced upstream):
 **Step 3, anchored clustering (no release, no cost).** There is one cluster per released
 anchor (optionally only anchors whose released count is at least a public minimum), in the
 public order "rarest first": smallest released noisy count first, ties by the phrase string.
-With released roles (``transforms.roles``) the order puts anchors by the public rank of their
+With released roles (``facts.roles``) the order puts anchors by the public rank of their
 role first (a diagnosis, a title, a product or an error before a treatment or a symptom), so
 a document joins the cluster of what it is about. Document i joins the clusters of the first
 ``L`` anchors of that order that it holds. So:

@@ -4,7 +4,7 @@
 the *role* its first occurrence is announced by: ordinary multi-word terms ("urinary tract
 infection", "acid reflux", "high blood pressure"), capitalised names ("Lyme disease", "The
 Silent Harbor"), terms with digits ("type 2 diabetes", "covid-19", "Blue Horizon 2") and the
-invented names and codes of ``transforms.phrases`` ("Kraxitis", "E-4471"). Nothing is excluded
+invented names and codes of ``facts.phrases`` ("Kraxitis", "E-4471"). Nothing is excluded
 for being an English word: a public prior only ranks the candidates, and DP partition
 selection later keeps the terms that enough documents share.
 
@@ -16,7 +16,7 @@ document's. Nothing here is released or logged.
 
 The rule (all constants public, below):
 
-1. Tokens and clauses as in ``transforms.phrases``: runs of letters/digits joined by inner
+1. Tokens and clauses as in ``facts.phrases``: runs of letters/digits joined by inner
    apostrophes, hyphens, underscores or dots; a clause is a stretch of tokens separated by
    whitespace only (punctuation and blank lines end it); a sentence ends at . ! ? or a line
    break (not after "Dr", "Mrs", ...).
@@ -50,7 +50,7 @@ The rule (all constants public, below):
    aches" -> symptom for all three; "Assessment: gout" -> diagnosis). No cue: the empty role.
 5. Order (the public prior): by role in ``ROLES`` order (what a question asks for first:
    a diagnosis, a title, a product, an error; then treatments, symptoms; no role last), then
-   open-vocabulary terms (rule 2 of ``transforms.phrases``) first, then by score = lowest
+   open-vocabulary terms (rule 2 of ``facts.phrases``) first, then by score = lowest
    wordfreq Zipf frequency among the term's words - ``WORD_BONUS`` x (words - 1), then first
    occurrence; name-only prefixes of rule 3 after their full run. The first ``K_e`` distinct
    terms are the document's.
@@ -62,8 +62,8 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dpsynrag.facts.phrases import _IDENT, _NAME, _classify, _Info, scan_tokens
 from dpsynrag.transforms.keywords import _check_k, inflected_form
-from dpsynrag.transforms.phrases import _IDENT, _NAME, _classify, _Info, scan_tokens
 from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
 
 __all__ = ["COMMON_ZIPF", "MAX_WORDS", "ROLES", "ROLE_CUES", "DocumentTerms", "document_terms"]

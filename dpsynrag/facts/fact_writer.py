@@ -1,7 +1,7 @@
 """Fact mode (issue 14), step 5: select each cluster's facts and write one note per cluster.
 
 Everything here is post-processing of released values (no cost, no ledger): the noisy fact
-histograms of :mod:`dpsynrag.transforms.fact_clusters`, the public domain D, the released
+histograms of :mod:`dpsynrag.facts.fact_clusters`, the public domain D, the released
 anchors and the public parameters below. No function of this module takes a document, its
 items, a membership or an exact count, so the notes cannot depend on private data except
 through the released noisy counts.
@@ -146,7 +146,7 @@ def select_facts(
     any cluster). ``phrase_share[p]``: the same for the released phrases (from their released
     partition-selection counts): a related phrase is then kept only with the same lift (a
     term every template writes is no fact of any cluster). ``roles``: each released term's
-    released role (``transforms.roles``), kept with the cluster's names. Post-processing only
+    released role (``facts.roles``), kept with the cluster's names. Post-processing only
     (no cost).
     """
     rule = rule or FactRule()
@@ -251,7 +251,7 @@ def write_note(facts: ClusterFacts) -> str:
     return f"{facts.label}: " + " ".join(facts.keywords) + ". " + names
 
 
-#: How a note names each released role (public; ``transforms.terms.ROLES``).
+#: How a note names each released role (public; ``facts.terms.ROLES``).
 ROLE_LABELS = {"diagnosis": "Diagnosis", "title": "Title", "product": "Product",
                "error": "Error", "treatment": "Treatment", "symptom": "Symptoms",
                "credit": "Credits"}
