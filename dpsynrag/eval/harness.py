@@ -326,8 +326,8 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
              for p, k in zip(phrases, keywords, strict=True)]
     priority = role_priority({t: r for t, r in roles.items() if t in anchors}) if roles \
         else None
-    own = [[p for p in doc if p in anchors] for doc in phrases]  # as the build: own terms
-    order, clusters = anchor_clusters(own, anchors, config.L, priority=priority)
+    # as the build: a document's own terms choose its cluster, not its keywords
+    order, clusters = anchor_clusters(phrases, anchors, config.L, priority=priority)
     exact = fact_counts(clusters, items, domain, plan.K_e + config.K_s)
     n = max(len(data.notes), 1)
     shares = {w: keyword_count[w] / n for w in top}

@@ -220,10 +220,8 @@ def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: Relea
         # own terms (phrases) choose its cluster: a keyword that happens to be a released
         # term ("a comedy about ...") does not pull it away from its title's cluster
         priority = role_priority(phrases.roles) if phrases.roles else None
-        own_terms = [[p for p in doc_phrases if p in phrases.released]
-                     for doc_phrases in phrases.per_document]
-        anchors, members = anchor_clusters(own_terms, phrases.released, ctx.config.L,
-                                           priority=priority)
+        anchors, members = anchor_clusters(phrases.per_document, phrases.released,
+                                           ctx.config.L, priority=priority)
         noisy = None
         if anchors:
             with ctx.progress("(f2) fact histograms (clusters)", len(members)) as advance:
