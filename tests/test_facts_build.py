@@ -363,3 +363,55 @@ def test_writer_ablate_help_names_every_lever() -> None:
     assert action.help is not None and "--writer-ablate" in parser.format_help()
     for lever in WRITER_LEVERS:
         assert lever in action.help
+
+
+def _spent(tmp: Path) -> int:
+    ledger_path = tmp / "corpus.sqlite"
+    if not ledger_path.exists():
+        return 0
+    with CorpusLedger(ledger_path) as corpus:
+        return len(corpus.entries())
+
+
+def test_an_output_path_that_cannot_take_the_corpus_is_refused_before_spending(
+        clinic: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpsynrag.pipeline.build import BuildError
+
+    (tmp_path / "a-file").write_text("not a directory")
+    with pytest.raises(BuildError, match=r"not a directory.*nothing was spent"):
+        _build(clinic, tmp_path, name="a-file")
+    assert _spent(tmp_path) == 0
+    (tmp_path / "mounted").mkdir()
+    monkeypatch.setattr("os.path.ismount", lambda p: Path(p).name == "mounted")
+    with pytest.raises(BuildError, match=r"mount point.*mounted/corpus.*nothing was spent"):
+        _build(clinic, tmp_path, name="mounted")
+    assert _spent(tmp_path) == 0
+
+
+def test_a_failed_write_after_the_spend_says_how_to_finish_without_spending_again(
+        clinic: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import os
+
+    from dpsynrag.pipeline.build import BuildError
+
+    real_replace = os.replace
+
+    def busy(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
+        if Path(dst).name == "out":  # the corpus's rename into place only
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        real_replace(src, dst)
+
+    monkeypatch.setattr("os.replace", busy)
+    with pytest.raises(BuildError, match=r"budget is spent.*--state-dir .*state-out -o NEW_OUT"):
+        _build(clinic, tmp_path)
+    assert _spent(tmp_path) == 1 and not (tmp_path / "out").exists()
+    assert not list(tmp_path.glob(".out.partial-*"))  # no half-written corpus left
+    monkeypatch.setattr("os.replace", real_replace)
+    config = make_config(None, FACTS)
+    summary = run_build(clinic, tmp_path / "elsewhere", config, state_dir=tmp_path / "state-out",
+                        signing_key=tmp_path / "key.pem",
+                        runner=LocalRunner(NoLLM(), HashEmbedder()),
+                        corpus_ledger=tmp_path / "corpus.sqlite", force=True)
+    assert summary.resumed and _spent(tmp_path) == 1  # written, not charged twice
+    assert verify_output(tmp_path / "elsewhere", tmp_path / "key.pem.pub") == []

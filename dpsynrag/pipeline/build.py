@@ -160,6 +160,7 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     signer = load_signer(signing_key)
     needed = required_free_bytes(input_path)
     check_writable_directory(out_dir.expanduser().absolute().parent, needed, "output directory")
+    check_output_location(out_dir)
     state_path = state_dir or default_state_dir(out_dir)
     # the state directory's lock first (its message names the usual case: the same build
     # started twice), then OUT's (another state directory writing the same OUT)
@@ -195,7 +196,15 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
             else:
                 result = token_stages(context, docs.texts)
             with state.timed("emit"):
-                _emit(context, out_dir, result, signer[0], force)
+                try:
+                    _emit(context, out_dir, result, signer[0], force)
+                except OSError as error:  # the budget is spent: say how to finish
+                    raise BuildError(
+                        f"{out_dir}: the corpus could not be written ({error.strerror or error})"
+                        f"; the budget is spent and every released value is kept in "
+                        f"{state.directory}: fix the location and run the same command again, "
+                        f"or write elsewhere with --state-dir {state.directory} -o NEW_OUT "
+                        "(nothing is spent again)") from None
         finally:
             if own_runner:
                 runner.close()
@@ -322,6 +331,20 @@ def charge_corpus_ledger(input_path: str | Path, config: BuildConfig, plan: Budg
                       description=f"config {config.fingerprint()[:16]}; input {input_path}"
                                   + (f"; out {out_dir}" if out_dir is not None else ""))
     return Path(path)
+
+
+def check_output_location(out_dir: Path) -> None:
+    """Refuse, before anything is spent, an output path the corpus cannot be renamed onto: an
+    existing file, or a mount point (the corpus is written beside OUT and renamed into place,
+    which a mount point refuses)."""
+    path = out_dir.expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        raise BuildError(f"{out_dir}: exists and is not a directory; choose another -o "
+                         "(nothing was spent)")
+    if path.is_dir() and os.path.ismount(path):
+        raise BuildError(f"{out_dir}: is a mount point, which a finished corpus cannot replace; "
+                         f"write into a directory inside it, e.g. -o {out_dir}/corpus "
+                         "(nothing was spent)")
 
 
 # ---------------------------------------------------------------------- emit
