@@ -213,6 +213,14 @@ def test_cli_impossible_plan_exits_3(tmp_path, notes, mode: str, message: str) -
     assert not (tmp_path / "out").exists()
 
 
+def test_cli_epsilon_above_the_sanity_bound_exits_3_before_anything(tmp_path, notes) -> None:
+    result = _cli(str(notes), "-o", str(tmp_path / "out"), "--epsilon", "1e9", "--runner",
+                  "local", "--corpus-ledger", str(tmp_path / "corpus.sqlite"), cwd=tmp_path)
+    assert result.returncode == 3 and "above 30" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists() and not (tmp_path / "corpus.sqlite").exists()
+
+
 @pytest.mark.slow
 def test_ray_build_with_the_packaged_models_then_verify_and_ledger_show(tmp_path) -> None:
     """The real path end to end: INPUT -> Beam ingest -> Ray actors with the packaged SmolLM2

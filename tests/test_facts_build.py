@@ -415,3 +415,10 @@ def test_a_failed_write_after_the_spend_says_how_to_finish_without_spending_agai
                         corpus_ledger=tmp_path / "corpus.sqlite", force=True)
     assert summary.resumed and _spent(tmp_path) == 1  # written, not charged twice
     assert verify_output(tmp_path / "elsewhere", tmp_path / "key.pem.pub") == []
+
+
+def test_a_measurement_build_above_the_epsilon_bound_does_not_verify(clinic: Path,
+                                                                     tmp_path: Path) -> None:
+    _build(clinic, tmp_path, epsilon=40.0, allow_large_epsilon=True)
+    problems = verify_output(tmp_path / "out", tmp_path / "key.pem.pub")
+    assert [p for p in problems if "above 30" in p and "not for release" in p] == problems

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -261,3 +262,15 @@ def test_budget_plans_the_token_writer(capsys: pytest.CaptureFixture[str]) -> No
     assert main([*FACTS, "--writer", "tokens", "--share-phrases", "0.6", "--share-tokens",
                  "0.5"]) == 1
     assert "--share-tokens" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("generate", ["facts", "tokens"])
+def test_an_epsilon_above_the_sanity_bound_is_refused_unless_asked_for(generate: str) -> None:
+    from dpsynrag.accounting.conversions import MAX_EPSILON
+
+    request = (PlanRequest(epsilon=1e9, delta=1e-3, L=1, generate="facts")
+               if generate == "facts" else table6(epsilon=1e9))
+    with pytest.raises(PlanError, match="above 30.*--allow-large-epsilon"):
+        plan_budget(request)
+    plan_budget(dataclasses.replace(request, epsilon=MAX_EPSILON))  # the bound itself plans
+    assert plan_budget(dataclasses.replace(request, allow_large_epsilon=True)).epsilon == 1e9

@@ -54,7 +54,12 @@ from dpsynrag.accounting.composition import (
     compose,
     leaves,
 )
-from dpsynrag.accounting.conversions import CONVERSION_REFERENCES, Conversion, epsilon_for
+from dpsynrag.accounting.conversions import (
+    CONVERSION_REFERENCES,
+    MAX_EPSILON,
+    Conversion,
+    epsilon_for,
+)
 from dpsynrag.accounting.dp_accounting_check import cross_check
 from dpsynrag.accounting.ledger import Ledger, Release
 from dpsynrag.accounting.mechanisms import Mechanism, from_record
@@ -767,6 +772,10 @@ def _check_guarantee(guarantee: dict[str, Any], rho_total: float, delta_approx: 
     if not _close(guarantee.get("epsilon"), epsilon):
         problems.append(f"guarantee: epsilon {guarantee.get('epsilon')!r} but rho {rho_total!r} "
                         f"at delta {at!r} gives {epsilon!r} ({conversion.value})")
+    if epsilon > MAX_EPSILON:
+        problems.append(f"guarantee: epsilon {epsilon:.4g} is above {MAX_EPSILON:g}, where "
+                        "differential privacy promises nothing useful: a measurement build, "
+                        "not for release")
     if guarantee.get("conversion_reference") != CONVERSION_REFERENCES[conversion]:
         problems.append("guarantee: the conversion reference does not name the conversion")
     others = guarantee.get("epsilon_other_conversions")

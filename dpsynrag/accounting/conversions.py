@@ -21,6 +21,11 @@ class Conversion(StrEnum):
     CKS = "cks"
 
 
+#: The largest epsilon a build plans or a certificate passes without a measurement flag: above
+#: it (e^30 ~ 10^13 as a likelihood ratio) differential privacy promises nothing an operator
+#: could sign off; the eval's noise-free ceilings use larger values on purpose.
+MAX_EPSILON = 30.0
+
 CONVERSION_REFERENCES = {
     Conversion.BUN_STEINKE: "Bun & Steinke 2016, Proposition 1.3",
     Conversion.CKS: "Canonne, Kamath & Steinke 2020, Proposition 12 / Corollary 13",

@@ -49,6 +49,7 @@ from typing import Any, Self
 from dpsynrag.accounting.composition import ParallelGroup, Repeated, Sequential
 from dpsynrag.accounting.conversions import (
     CONVERSION_REFERENCES,
+    MAX_EPSILON,
     Conversion,
     epsilon_for,
     rho_for,
@@ -122,9 +123,15 @@ class PlanRequest:
     share_tokens: float = 0.3  # facts with writer="tokens": share for the token writer
     share_roles: float = 0.1  # facts: share of rho_total - rho_hist for the role histogram
     share_hist: float = 0.04  # facts: rho_hist = share_hist x rho_total when rho_hist is 0
+    allow_large_epsilon: bool = False  # measurement only: epsilon above MAX_EPSILON
 
     def validate(self) -> None:
         _finite_positive(self.epsilon, "--epsilon")
+        if self.epsilon > MAX_EPSILON and not self.allow_large_epsilon:
+            raise PlanError(f"--epsilon {self.epsilon:g} is above {MAX_EPSILON:g}, where "
+                            "differential privacy promises nothing useful; for a measurement "
+                            "build pass --allow-large-epsilon (verify then reports it as not "
+                            "for release)")
         if not (0 < self.delta < 1):
             raise PlanError(f"--delta must lie strictly between 0 and 1, got {self.delta!r}")
         if self.generate not in GENERATE_MODES:

@@ -60,6 +60,8 @@ def add_parser(subparsers: Any) -> None:
                         help="target epsilon of the whole build")
     parser.add_argument("--delta", type=open_unit_float, required=True,
                         help="target delta, in (0, 1)")
+    parser.add_argument("--allow-large-epsilon", action="store_true",
+                        help="plan an epsilon above 30 (measurement only: no useful privacy)")
     parser.add_argument("--K", type=positive_int, default=None,
                         metavar="N_KEYWORDS",
                         help="tokens: keywords per document in the histogram (l2 sensitivity "
@@ -173,11 +175,13 @@ def _budget_request(args: argparse.Namespace, flags: Mapping[str, str]) -> PlanR
             extra["T"] = BuildConfig.T if args.T is None else args.T
         return PlanRequest(epsilon=args.epsilon, delta=args.delta, L=args.L,
                            rho_hist=args.rho_hist, conversion=args.conversion,
-                           generate="facts", **extra)
+                           generate="facts", allow_large_epsilon=args.allow_large_epsilon,
+                           **extra)
     return PlanRequest(
         epsilon=args.epsilon, delta=args.delta, K=args.K, L=args.L, T=args.T,
         eps_theta=args.eps_theta, rho_hist=args.rho_hist, rho_mean=args.rho_mean,
-        conversion=args.conversion, vocab_size=args.vocab_size or DEFAULT_VOCAB_SIZE)
+        conversion=args.conversion, vocab_size=args.vocab_size or DEFAULT_VOCAB_SIZE,
+        allow_large_epsilon=args.allow_large_epsilon)
 
 
 def run_budget(args: argparse.Namespace, flags: Mapping[str, str]) -> int:

@@ -93,6 +93,9 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--epsilon", type=positive_float,
                    help="target epsilon of the build (default 10)")
     g.add_argument("--delta", type=open_unit_float, help="target delta (default 1e-3)")
+    g.add_argument("--allow-large-epsilon", action="store_true", default=None,
+                   help="build at an epsilon above 30 (measurement only: no useful privacy; "
+                        "verify reports the corpus as not for release)")
     g.add_argument("--conversion", choices=["bun-steinke", "cks"],
                    help="zCDP to (epsilon, delta) conversion (default cks, the tighter; "
                         "bun-steinke is the paper's)")

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsynrag.accounting.conversions import Conversion, rho_for
+from dpsynrag.accounting.conversions import MAX_EPSILON, Conversion, rho_for
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.eval.datasets import load_qa_jsonl, make_clinic_dataset, write_clinic_dataset
 from dpsynrag.eval.datasets_ordinary import ORDINARY_KINDS, make_ordinary_dataset, save_dataset
@@ -242,6 +242,8 @@ def _build_config(settings: EvalSettings, method: str, epsilon: float, run: int)
     conversion = Conversion(reference.conversion)
     ratio = (rho_for(epsilon, reference.delta, conversion)
              / rho_for(reference.epsilon, reference.delta, conversion))
+    if epsilon > MAX_EPSILON:  # the noise-free ceilings: measurement builds
+        options["allow_large_epsilon"] = True
     options.update({"epsilon": epsilon, "runner": "local",
                     # facts without --rho-hist: a share of the total already (None stays)
                     "rho_hist": None if reference.rho_hist is None

@@ -109,13 +109,14 @@ def make_plan(config: BuildConfig, vocab_size: int | None = None) -> Any:
             conversion=Conversion(config.conversion), generate="facts", K_e=config.K_e or 0,
             K_s=config.K_s, R_f=config.R_f, delta_phrases=config.delta_phrases,
             share_phrases=config.share_phrases, writer=config.writer,
-            share_tokens=config.share_tokens, T=config.T))
+            share_tokens=config.share_tokens, T=config.T,
+            allow_large_epsilon=config.allow_large_epsilon))
     sized: dict[str, Any] = {"vocab_size": vocab_size} if vocab_size else {}
     request = PlanRequest(
         epsilon=config.epsilon, delta=config.delta, K=config.K, L=config.L, T=config.T,
         eps_theta=config.eps_theta, rho_hist=config.tokens_rho_hist, rho_mean=config.rho_mean,
         conversion=Conversion(config.conversion), retrieval=not config.no_retrieval,
-        **sized)
+        allow_large_epsilon=config.allow_large_epsilon, **sized)
     return plan_budget(request)
 
 

@@ -109,6 +109,7 @@ class BuildConfig:
     # cluster's released template note (post-processing of released values: free)
     writer_keeps_note: bool = False
     texts_per_cluster: int = 3  # facts, template writer: texts per kept cluster (note_views)
+    allow_large_epsilon: bool = False  # measurement builds above MAX_EPSILON (eval ceilings)
     # facts with --writer tokens: levers of the writer to switch off, comma-separated (the
     # ablation of issue 15; WRITER_LEVERS). Public choices only: the same releases and rho.
     writer_ablate: str = ""
@@ -140,7 +141,7 @@ class BuildConfig:
     PUBLIC_PRIOR = ("public_prior", "public_top_k", "public_temperature", "public_document")
     # options that only decide where or how fast the build runs, not what it releases
     EXECUTION_ONLY = ("ray_address", "runner", "workers", "batch_rows", "token_sampling",
-                      "device", "extra",
+                      "device", "extra", "allow_large_epsilon",
                       "ingest", "beam_runner", "beam_options", "on_bad_row")
 
     def validate(self) -> None:
