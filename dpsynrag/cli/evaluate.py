@@ -21,7 +21,11 @@ def add_parser(subparsers: Any) -> None:
         description="Run the evaluation of DP-SynRAG's Tables 1-2 on this machine: answer "
                     "recall@k, end-to-end accuracy and leakage for each method and epsilon, "
                     "written as REPORT/results.json, results.md and PNG plots. Resumable: "
-                    "rerun the same command to skip finished runs.",
+                    "rerun the same command to skip finished runs. Not a private "
+                    "computation: every run is a full build on a ledger of its own, and the "
+                    "report holds non-private statistics of the input (private RAG's recall and "
+                    "answers); no certificate covers it. Run it on generated or public data, "
+                    "not on the private corpus you release.",
         epilog="Example: dpsynrag eval --dataset clinic --notes 600 --diseases 12 --epsilons "
                "1,3,10 --runs 1 --config examples/demo/build.toml -o report/")
     parser.add_argument("-o", "--out", type=Path, required=True, help="report directory")
