@@ -270,7 +270,7 @@ def test_an_epsilon_above_the_sanity_bound_is_refused_unless_asked_for(generate:
 
     request = (PlanRequest(epsilon=1e9, delta=1e-3, L=1, generate="facts")
                if generate == "facts" else table6(epsilon=1e9))
-    with pytest.raises(PlanError, match="above 30.*--allow-large-epsilon"):
+    with pytest.raises(PlanError, match=r"above 30.*--allow-large-epsilon"):
         plan_budget(request)
     plan_budget(dataclasses.replace(request, epsilon=MAX_EPSILON))  # the bound itself plans
     assert plan_budget(dataclasses.replace(request, allow_large_epsilon=True)).epsilon == 1e9

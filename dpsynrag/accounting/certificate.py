@@ -522,7 +522,10 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
                         f"approximate deltas compose to {delta_approx!r}")
     _check_guarantee(guarantee, rho_total, delta_approx, problems)
     plan = cert.get("plan")
-    if isinstance(plan, dict):
+    if not isinstance(plan, dict):
+        problems.append("certificate: no plan recorded, so no release can be checked against "
+                        "its planned noise and sensitivity")
+    else:
         _check_plan(plan, rho_total, sequential, groups, problems)
         config = cert.get("config")
         _check_plan_events(plan, config if isinstance(config, dict) else {},
@@ -553,10 +556,18 @@ def _check_plan(plan: dict[str, Any], rho_total: float, sequential: list[Any],
         problems.append(f"plan: the releases cost rho {rho_total!r}, more than the planned "
                         f"{planned!r}")
     sigma_h = _plan_number(plan, "sigma_h")
-    for entry in sequential:
-        if isinstance(entry, dict) and entry.get("key") == "histogram" and sigma_h is not None \
-                and not _close(entry.get("params", {}).get("sigma"), sigma_h):
+    # the keyword histogram: K words per document (K_s in the facts mode), l2 sqrt(K)
+    width = _plan_number(plan, "K_s" if plan.get("generate") == "facts" else "K")
+    histograms = [e for e in sequential if isinstance(e, dict) and e.get("key") == "histogram"]
+    if sigma_h is not None and len(histograms) != 1:
+        problems.append(f"plan: {len(histograms)} keyword histogram releases, the plan has one")
+    for entry in histograms:
+        params = _params_of(entry)
+        if sigma_h is not None and not _close(params.get("sigma"), sigma_h):
             problems.append("plan: the histogram's sigma is not the planned sigma_h")
+        if width is not None and not _close(params.get("l2_sensitivity"), math.sqrt(width)):
+            problems.append("plan: the histogram's sensitivity is not sqrt of the planned "
+                            "keywords per document")
     if plan.get("generate") == "facts":
         _check_facts_plan(plan, sequential, groups, problems)
     clusters = [g for g in groups if isinstance(g, dict) and g.get("name") == "clusters"]
@@ -658,9 +669,11 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
     expected = {"sigma": _plan_number(plan, "sigma_A"), "threshold": _plan_number(plan, "tau_A"),
                 "max_items": _plan_number(plan, "K_e")}
     planned_delta = _plan_number(plan, "delta_phrases")
-    for entry in sequential:
-        if not isinstance(entry, dict) or entry.get("mechanism") != "partition_selection":
-            continue
+    selections = [e for e in sequential
+                  if isinstance(e, dict) and e.get("mechanism") == "partition_selection"]
+    if len(selections) != 1:  # a facts build always releases its phrases, once
+        problems.append(f"plan: {len(selections)} phrase releases, the facts plan has one")
+    for entry in selections:
         params = _params_of(entry)
         for field, value in expected.items():
             if value is not None and not _close(params.get(field), value):
@@ -684,10 +697,13 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
         for part in group.get("partitions", []):
             for entry in part.get("releases", []) if isinstance(part, dict) else []:
                 entry_params = entry.get("params") if isinstance(entry, dict) else None
-                if isinstance(entry_params, dict) \
-                        and entry.get("mechanism") == "discrete_gaussian" \
-                        and _close(entry_params.get("l2_sensitivity"), math.sqrt(k_e + k_s)) \
-                        and not _close(entry_params.get("sigma"), sigma_c):
+                if not isinstance(entry_params, dict) \
+                        or entry.get("mechanism") != "discrete_gaussian":
+                    continue
+                if not _close(entry_params.get("l2_sensitivity"), math.sqrt(k_e + k_s)):
+                    problems.append(f"plan: {part.get('partition')} fact histogram sensitivity "
+                                    "is not sqrt(K_e + K_s)")
+                if not _close(entry_params.get("sigma"), sigma_c):
                     problems.append(f"plan: {part.get('partition')} fact histogram sigma is not "
                                     "the planned sigma_C")
 
