@@ -39,6 +39,7 @@ def _paid(tmp_path: Path, corpus: PrivateCorpus, method: str, settings, n: int) 
     """``n`` receipts of committed charges for ``settings`` (an explicitly uncapped ledger)."""
     import uuid
 
+    corpus.bind(tmp_path / "paid.sqlite")  # the receipts open this corpus only
     with CorpusLedger(tmp_path / "paid.sqlite") as ledger:
         return [ledger.charge(f"q-{uuid.uuid4().hex}", kind="query", method=method,
                               mechanisms=settings.mechanisms(),

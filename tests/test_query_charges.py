@@ -22,7 +22,7 @@ import pytest
 from test_build import HashEmbedder
 from test_private_prediction import WORDS, tiny_llm
 
-from dpsynrag.accounting.corpus_ledger import CorpusLedger
+from dpsynrag.accounting.corpus_ledger import CorpusLedger, ReceiptError, consume_receipts
 from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.query import dp_ksa, dp_rag, sparse_vote
 from dpsynrag.query.private_corpus import PrivateCorpus
@@ -53,7 +53,7 @@ def guarded(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for target in ("dp_rag.select_documents", "dp_rag.private_predict",
                    "sparse_vote.voter_documents", "sparse_vote.private_predict",
-                   "dp_ksa.ensemble_responses", "dp_ksa.release_keywords"):
+                   "dp_ksa._ensemble_responses", "dp_ksa.release_keywords"):
         module, name = target.split(".")
         monkeypatch.setattr({"dp_rag": dp_rag, "sparse_vote": sparse_vote,
                              "dp_ksa": dp_ksa}[module], name, touched)
@@ -76,6 +76,9 @@ def _receipts(ledger: CorpusLedger, method: str, settings: Any, n: int,
 def _call(method: str, settings: Any, corpus: PrivateCorpus, questions: list[str],
           llm: Any = None, embedder: Any = None, **kwargs: Any) -> list[str]:
     extra = {"responses": [["x"] * 4 for _ in questions]} if method == "dp-ksa" else {}
+    receipts = kwargs.get("receipts")
+    if corpus.ledger_path is None and receipts and hasattr(receipts[0], "ledger_path"):
+        corpus.bind(receipts[0].ledger_path)  # the corpus of the receipts' ledger
     return MODULES[method].answer(questions, corpus, llm or Tripwire(),
                                   embedder or Tripwire(), settings, secure_rng(0),
                                   **extra, **kwargs)
@@ -306,7 +309,7 @@ def test_item7_the_ksa_answer_cache_is_0600_under_a_0700_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dpsynrag.eval import query_methods
 
-    monkeypatch.setattr(dp_ksa, "ensemble_responses",
+    monkeypatch.setattr(dp_ksa, "_ensemble_responses",
                         lambda questions, *_a, **_k: [["private answer"] for _ in questions])
     old_umask = os.umask(0o022)
     try:
@@ -324,7 +327,7 @@ def test_item7_the_ksa_answer_cache_is_0600_under_a_0700_directory(
         # a cache (and its directory) left world-readable by an older version is closed
         os.chmod(cache, 0o644)
         os.chmod(work / "state", 0o755)
-        monkeypatch.setattr(dp_ksa, "ensemble_responses", lambda *_a, **_k: pytest.fail(
+        monkeypatch.setattr(dp_ksa, "_ensemble_responses", lambda *_a, **_k: pytest.fail(
             "the cache was not read"))
         assert query_methods._ksa_responses(work, ["q"], None, worker, settings) == first
         assert stat.S_IMODE(cache.stat().st_mode) == 0o600
@@ -333,3 +336,22 @@ def test_item7_the_ksa_answer_cache_is_0600_under_a_0700_directory(
             "dp-ksa-eps2-run0", cache.name]  # no temporary file left
     finally:
         os.umask(old_umask)
+
+
+@pytest.mark.parametrize("method", sorted(MODULES))
+def test_a_receipt_opens_only_the_corpus_of_its_own_ledger(tmp_path: Path, method: str,
+                                                           guarded: None) -> None:
+    """A receipt charged to corpus A's ledger opens nothing on corpus B, and a corpus bound to
+    no ledger answers nothing; the receipt stays unused either way."""
+    settings = make_settings(method, **SETTINGS[method])
+    extra = {"responses": [["x"] * 4]} if method == "dp-ksa" else {}
+    with CorpusLedger(tmp_path / "a.sqlite") as ledger_a:
+        receipts = _receipts(ledger_a, method, settings, 1)
+    for corpus, message in ((_corpus().bind(tmp_path / "b.sqlite"), "opens only its own"),
+                            (_corpus(), "bound to no corpus ledger")):
+        with pytest.raises(ReceiptError, match=message):
+            MODULES[method].answer(["q"], corpus, Tripwire(), Tripwire(), settings,
+                                   secure_rng(0), receipts=receipts, **extra)
+    consume_receipts(receipts, questions=1, method=getattr(settings, "method", method),
+                     mechanisms=settings.mechanisms(), privacy_unit="record",
+                     corpus_ledger=tmp_path / "a.sqlite")  # still unused: it opens A once

@@ -786,10 +786,14 @@ class CorpusLedger:
 
 # ---------------------------------------------------------------------- receipts
 def consume_receipts(receipts: Sequence[ChargeReceipt], *, questions: int, method: str,
-                     mechanisms: Sequence[Mapping[str, Any]], privacy_unit: str) -> None:
+                     mechanisms: Sequence[Mapping[str, Any]], privacy_unit: str,
+                     corpus_ledger: str | Path | None) -> None:
     """The gate of every query-time answer function: one unused receipt per question.
 
-    Checks that there are exactly ``questions`` receipts, all of one ledger, then marks them
+    ``corpus_ledger`` is the ledger the private corpus being read is charged to
+    (``PrivateCorpus.ledger_path``): a receipt of another corpus's ledger opens nothing, and
+    a corpus bound to no ledger answers nothing. Checks that there are exactly ``questions``
+    receipts, all of that ledger, then marks them
     used there (``CorpusLedger.consume``: all or none, one transaction). Raises
     ``ReceiptError`` before anything private is touched. Privacy: reads and writes only
     public ledger values (keys, methods, mechanism parameters).
@@ -807,6 +811,14 @@ def consume_receipts(receipts: Sequence[ChargeReceipt], *, questions: int, metho
         raise ReceiptError("the receipts of one call must all be ChargeReceipts of one corpus "
                            "ledger")
     [path] = paths
+    if corpus_ledger is None:
+        raise ReceiptError("this private corpus is bound to no corpus ledger (load it with the "
+                           "ledger its queries are charged to); nothing was computed")
+    bound = str(Path(corpus_ledger).resolve())
+    if path != bound:
+        raise ReceiptError(f"the receipts were charged to {path}, but this private corpus is "
+                           f"charged to {bound}: a receipt opens only its own corpus; nothing "
+                           "was computed")
     try:
         ledger = CorpusLedger(str(path), create=False)
     except FileNotFoundError:

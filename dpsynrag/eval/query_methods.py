@@ -108,7 +108,7 @@ def _ksa_responses(work: Path, questions: list[str], corpus: PrivateCorpus,
         stored = json.loads(cache.read_text(encoding="utf-8"))
         if stored.get("questions") == questions:
             return stored["responses"]
-    responses = dp_ksa.ensemble_responses(questions, corpus, models.llm, models.embedder,
+    responses = dp_ksa._ensemble_responses(questions, corpus, models.llm, models.embedder,
                                           settings)
     write_private(cache, json.dumps({"questions": questions, "responses": responses}).encode())
     return responses

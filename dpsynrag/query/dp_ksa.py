@@ -153,10 +153,11 @@ def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: LLM, embedder: 
     ``releases`` receives each query's KeywordRelease.
     """
     consume_receipts(receipts, questions=len(questions), method="dp-ksa",
-                     mechanisms=settings.mechanisms(), privacy_unit=corpus.privacy_unit)
+                     mechanisms=settings.mechanisms(), privacy_unit=corpus.privacy_unit,
+                     corpus_ledger=corpus.ledger_path)
     questions = [sanitize_question(q) for q in questions]
     if responses is None:
-        responses = ensemble_responses(questions, corpus, llm, embedder, settings)
+        responses = _ensemble_responses(questions, corpus, llm, embedder, settings)
     finals: list[str] = []
     for question, answers in zip(questions, responses, strict=True):
         release = release_keywords(answers, question, settings, rng)
@@ -167,12 +168,13 @@ def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: LLM, embedder: 
     return answer_questions(llm, finals, max_new_tokens=settings.final_tokens)
 
 
-def ensemble_responses(questions: Sequence[str], corpus: PrivateCorpus, llm: LLM,
+def _ensemble_responses(questions: Sequence[str], corpus: PrivateCorpus, llm: LLM,
                        embedder: Embedder, settings: DPKsaSettings) -> list[list[str]]:
     """Steps 1-2: the N one-document greedy answers per question.
 
-    PRIVATE output that releases nothing by itself: it must only be kept 0600 (the
-    evaluation's cache) or passed to ``answer``, whose receipts pay for the release.
+    PRIVATE output that releases nothing by itself, and so not part of the module's API: it
+    must only be kept 0600 (the evaluation's cache, ``eval.query_methods``, its one other
+    caller) or passed to ``answer``, whose receipts pay for the release.
     """
     questions = [sanitize_question(q) for q in questions]
     vectors = embedder.encode(list(questions))

@@ -148,7 +148,8 @@ def answer(questions: Sequence[str], corpus: PrivateCorpus, llm: LLM, embedder: 
     corpus is read: ``ReceiptError`` for a missing, used or mismatched one, nothing computed.
     """
     consume_receipts(receipts, questions=len(questions), method="dp-rag",
-                     mechanisms=settings.mechanisms(), privacy_unit=corpus.privacy_unit)
+                     mechanisms=settings.mechanisms(), privacy_unit=corpus.privacy_unit,
+                     corpus_ledger=corpus.ledger_path)
     questions = [sanitize_question(q) for q in questions]
     if not questions:
         return []

@@ -70,6 +70,7 @@ class PrivateCorpus:
     vectors: np.ndarray
     source: str = ""
     privacy_unit: str = RECORD_UNIT
+    ledger_path: str | None = None  # the corpus ledger its queries are charged to (bind)
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.texts) or len(self.ids) != len(self.vectors):
@@ -81,6 +82,12 @@ class PrivateCorpus:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def bind(self, corpus_ledger: str | Path) -> PrivateCorpus:
+        """Bind this corpus to the corpus ledger its queries are charged to (resolved path):
+        the answer functions then accept receipts of that ledger only. Returns ``self``."""
+        self.ledger_path = str(Path(corpus_ledger).resolve())
+        return self
 
     # ------------------------------------------------------------------ loading
     @classmethod

@@ -87,6 +87,11 @@ class QueryService:
         charges are made under before the corpus is read."""
         if corpus is None and load is None:
             raise ValueError("a QueryService needs a corpus or a loader")
+        if corpus is not None and ledger is not None:  # its receipts open this corpus only
+            if corpus.ledger_path is None:
+                corpus.bind(ledger.path)
+            elif corpus.ledger_path != str(Path(ledger.path).resolve()):
+                raise ValueError("this private corpus is bound to another corpus ledger")
         self._corpus, self._llm, self._embedder = corpus, llm, embedder
         self._load = load
         self._privacy_unit = privacy_unit
@@ -162,7 +167,7 @@ class QueryService:
                                              unit_column=unit_column, unit_bound=unit_bound,
                                              max_chars=max_chars,
                                              cache_dir=path.parent / "cache")
-            return corpus, load_llm(model), loaded_embedder
+            return corpus.bind(path), load_llm(model), loaded_embedder
 
         return cls(None, opened, None, None, rng=rng, allow_no_cap=allow_no_cap, load=load,
                    privacy_unit=unit)
