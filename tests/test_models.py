@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from dpsynrag.io.paths import CACHE_ENV
 from dpsynrag.models import (
     LoadedEmbedder,
     LoadedLLM,
@@ -40,7 +41,7 @@ WORDS = ["<unk>", "<|im_start|>", "<|im_end|>", "user", "assistant", "system", "
 def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own cache root, never the developer's home cache."""
     root = tmp_path / "cache"
-    monkeypatch.setenv(model_cache.CACHE_ENV, str(root))
+    monkeypatch.setenv(CACHE_ENV, str(root))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return root
 

@@ -3,6 +3,7 @@ service's charge-first rule and the ``dpsynrag query`` CLI."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -354,8 +355,6 @@ def test_cli_query_bad_options_are_one_line_exit_2(tmp_path, tiny_models, capsys
 
 
 def test_the_private_corpus_is_embedded_once_per_corpus_and_embedder(tmp_path) -> None:
-    import os
-
     from dpsynrag.query.private_corpus import PrivateCorpus
 
     calls: list[int] = []
@@ -374,4 +373,34 @@ def test_the_private_corpus_is_embedded_once_per_corpus_and_embedder(tmp_path) -
     with notes.open("a") as handle:  # a changed corpus is embedded anew
         handle.write('{"id": "n99", "text": "one more note about a rash"}\n')
     PrivateCorpus.from_path(notes, CountingEmbedder(), cache_dir=cache)
-    assert calls == [12, 13] and len(os.listdir(cache)) == 2
+    assert calls == [12, 13] and len(list(cache.glob("query-vectors-*.npy"))) == 2
+
+
+def test_the_query_vector_cache_is_keyed_private_and_purged(tmp_path, monkeypatch) -> None:
+    """Its names are an HMAC under a key of its own (not a hash anyone can recompute from a
+    guessed corpus), it lives in the user's cache and not beside the ledger, and old or
+    surplus entries are deleted."""
+    import hashlib
+
+    from dpsynrag.query import private_corpus as pc
+
+    monkeypatch.setenv("DPSYNRAG_CACHE_DIR", str(tmp_path / "user-cache"))
+    assert pc.query_cache_dir() == tmp_path / "user-cache" / "query-vectors"
+    ids, texts = ["a", "b"], ["first private note", "second private note"]
+    pc.cached_vectors(None, ids, texts, HashEmbedder(), now=1_000_000.0)
+    cache = pc.query_cache_dir()
+    [entry] = cache.glob("query-vectors-*.npy")
+    identity = json.dumps(dict(HashEmbedder().identity), sort_keys=True, default=str).encode()
+    unkeyed = hashlib.sha256(identity)
+    for doc_id, text in zip(ids, texts, strict=True):
+        unkeyed.update(b"\0" + doc_id.encode() + b"\1" + text.encode())
+    assert unkeyed.hexdigest()[:32] not in entry.name
+    assert oct((cache / ".key").stat().st_mode & 0o777) == "0o600"
+    for i in range(pc.CACHE_MAX_ENTRIES + 3):  # other corpora, a minute apart
+        pc.cached_vectors(None, [f"x{i}"], [f"other note {i}"], HashEmbedder(),
+                          now=1_000_000.0 + 60.0 * i)
+    assert len(list(cache.glob("query-vectors-*.npy"))) == pc.CACHE_MAX_ENTRIES
+    assert not entry.exists()  # the least recently used went first
+    late = 1_000_000.0 + pc.CACHE_MAX_AGE_S + 3600.0
+    pc.cached_vectors(None, ["new"], ["a new note"], HashEmbedder(), now=late)
+    assert len(list(cache.glob("query-vectors-*.npy"))) == 1  # a week unused: deleted

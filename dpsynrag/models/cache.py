@@ -17,10 +17,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from dpsynrag.io.paths import cache_root
 from dpsynrag.models.errors import ModelLoadError
 from dpsynrag.models.hashing import file_sha256
 
-CACHE_ENV = "DPSYNRAG_CACHE_DIR"
 MANIFEST = "dpsynrag_cache.json"
 
 # SmolLM2-Instruct's own ChatML template (identical to the one the GGUF carries today); used
@@ -34,14 +34,6 @@ CHATML_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-
-
-def cache_root(cache_dir: str | Path | None = None) -> Path:
-    """The cache root: ``cache_dir``, else ``$DPSYNRAG_CACHE_DIR``, else ``~/.cache/dpsynrag``."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "dpsynrag"
 
 
 def hash_index(cache_dir: str | Path | None = None) -> Path:

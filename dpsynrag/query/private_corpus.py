@@ -27,9 +27,11 @@ Three choices matter for privacy and are fixed here, not by callers:
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from dpsynrag.accounting.corpus_ledger import RECORD_UNIT, privacy_unit_definition
+from dpsynrag.io.paths import cache_root
 from dpsynrag.io.private_files import write_private
 from dpsynrag.io.reader import read_documents
 from dpsynrag.io.units import bound_units
@@ -148,28 +151,62 @@ class PrivateCorpus:
         return np.array([key % m for key in self._voter_keys], dtype=np.int64)
 
 
-def cached_vectors(cache_dir: Path, ids: Sequence[str], texts: Sequence[str],
-                   embedder: Embedder) -> np.ndarray:
+#: Query-vector cache entries unused this long are deleted, and at most this many are kept.
+CACHE_MAX_AGE_S = 7 * 24 * 3600
+CACHE_MAX_ENTRIES = 8
+
+
+def query_cache_dir() -> Path:
+    """``<cache root>/query-vectors``: the user's private cache (never beside a ledger that
+    may sit on a shared volume)."""
+    return cache_root() / "query-vectors"
+
+
+def cached_vectors(cache_dir: Path | None, ids: Sequence[str], texts: Sequence[str],
+                   embedder: Embedder, *, now: float | None = None) -> np.ndarray:
     """The documents' embeddings, computed once per (documents, embedder) and kept in
-    ``cache_dir`` (0700; files 0600): repeated ``dpsynrag query`` calls on one corpus do not
-    re-embed it. The file name is a sha256 of the embedder's identity and every id and text,
-    so a changed corpus or embedder gets a new entry. The cache holds vectors of private
-    documents: it is operator-side like a build's state directory (delete it with the
-    corpus)."""
+    ``cache_dir`` (default ``query_cache_dir()``; 0700, files 0600): repeated ``dpsynrag
+    query`` calls on one corpus do not re-embed it.
+
+    The vectors are private (they stand for private documents). The file name is an HMAC of
+    the embedder's identity and every id and text under a random key kept 0600 in the cache
+    (so a name says nothing about the corpus to whoever can list the directory, and no one can
+    test a guessed corpus against it); a changed corpus or embedder gets a new entry. Entries
+    unused for ``CACHE_MAX_AGE_S`` are deleted and at most ``CACHE_MAX_ENTRIES`` kept (least
+    recently used first out) at every call; delete the directory to purge it at once."""
+    cache_dir = query_cache_dir() if cache_dir is None else cache_dir
+    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(cache_dir, 0o700)
+    key_path = cache_dir / ".key"
+    if not key_path.exists():
+        write_private(key_path, os.urandom(32))
     identity = getattr(embedder, "identity", None) or {"name": getattr(embedder, "name", "?")}
-    digest = hashlib.sha256(json.dumps(dict(identity), sort_keys=True, default=str).encode())
+    digest = hmac.new(key_path.read_bytes(), json.dumps(dict(identity), sort_keys=True,
+                                                        default=str).encode(), hashlib.sha256)
     for doc_id, text in zip(ids, texts, strict=True):
         digest.update(b"\0" + doc_id.encode() + b"\1" + text.encode())
     path = cache_dir / f"query-vectors-{digest.hexdigest()[:32]}.npy"
+    now = time.time() if now is None else now
+    _purge(cache_dir, keep=path, now=now)
     if path.exists():
         vectors = np.load(path, allow_pickle=False)
         if vectors.ndim == 2 and vectors.shape[0] == len(texts):
+            os.utime(path, (now, now))  # recently used
             return vectors
 
     vectors = np.asarray(embedder.encode(list(texts)), dtype=np.float32)
-    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(cache_dir, 0o700)
     buffer = io.BytesIO()
     np.save(buffer, vectors, allow_pickle=False)
     write_private(path, buffer.getvalue())
+    os.utime(path, (now, now))
     return vectors
+
+
+def _purge(cache_dir: Path, *, keep: Path, now: float) -> None:
+    """Delete entries unused for ``CACHE_MAX_AGE_S`` and all but the newest
+    ``CACHE_MAX_ENTRIES - 1`` others (``keep`` is about to be used)."""
+    entries = sorted((p for p in cache_dir.glob("query-vectors-*.npy") if p != keep),
+                     key=lambda p: p.stat().st_mtime, reverse=True)
+    for rank, entry in enumerate(entries):
+        if rank >= CACHE_MAX_ENTRIES - 1 or now - entry.stat().st_mtime > CACHE_MAX_AGE_S:
+            entry.unlink(missing_ok=True)

@@ -37,7 +37,7 @@ from dpsynrag.models.embedder import load_embedder
 from dpsynrag.models.llm import load_llm
 from dpsynrag.models.protocols import LLM, Embedder
 from dpsynrag.query import dp_ksa, dp_rag, sparse_vote
-from dpsynrag.query.private_corpus import PrivateCorpus
+from dpsynrag.query.private_corpus import PrivateCorpus, query_cache_dir
 
 METHODS = ("dp-rag", "dp-ksa", "sparse-vote", "vote")
 
@@ -166,7 +166,7 @@ class QueryService:
                                              text_column=text_column, id_column=id_column,
                                              unit_column=unit_column, unit_bound=unit_bound,
                                              max_chars=max_chars,
-                                             cache_dir=path.parent / "cache")
+                                             cache_dir=query_cache_dir())
             return corpus.bind(path), load_llm(model), loaded_embedder
 
         return cls(None, opened, None, None, rng=rng, allow_no_cap=allow_no_cap, load=load,

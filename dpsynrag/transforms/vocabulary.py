@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from dpsynrag.io.paths import cache_root
+
 #: Bump when the on-disk layout or the word selection changes.
 VOCABULARY_FORMAT = 1
 SOURCES = ("web2",)
 _MANIFEST = "dpsynrag_vocabulary.json"
-_CACHE_ENV = "DPSYNRAG_CACHE_DIR"  # the cache root of dpsynrag.models.cache (not imported: torch)
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,14 +97,6 @@ def load_public_vocabulary(cache_dir: str | os.PathLike[str] | None = None) -> P
     return PublicVocabulary.from_words(words)
 
 
-def _cache_root(cache_dir: str | os.PathLike[str] | None) -> Path:
-    """``cache_dir``, else ``$DPSYNRAG_CACHE_DIR``, else ``~/.cache/dpsynrag``."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get(_CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "dpsynrag"
-
-
 def _source_key() -> tuple[str, dict[str, object]]:
     spec: dict[str, object] = {
         "format": VOCABULARY_FORMAT,
@@ -120,7 +113,7 @@ def _source_key() -> tuple[str, dict[str, object]]:
 def _words_corpus(cache_dir: str | os.PathLike[str] | None) -> Path:
     """The ``corpora/words`` directory holding ``en``; written once, verified on every read."""
     key, spec = _source_key()
-    base = _cache_root(cache_dir) / "vocabulary"
+    base = cache_root(cache_dir) / "vocabulary"
     target = base / key
     corpus = target / "corpora" / "words"
     if _valid(target):
