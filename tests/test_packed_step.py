@@ -173,11 +173,12 @@ def test_each_family_votes_are_unchanged_by_buckets_and_graphs(kind: str) -> Non
 
 
 @pytest.mark.parametrize("prior", [False, True], ids=["clipped", "public-difference"])
-def test_non_finite_logits_raise_before_the_sampler(llm: LoadedLLM,
-                                                    monkeypatch: pytest.MonkeyPatch,
-                                                    prior: bool) -> None:
-    """The checks clip_logits / difference_clip make per call now happen once per step (a
-    device flag): a NaN logit still raises, and no token is drawn from it."""
+def test_a_document_row_with_non_finite_logits_votes_zero(llm: LoadedLLM,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          prior: bool) -> None:
+    """A NaN in one document row's logits no longer stops the build after its charge: that
+    row votes zero (clip_rows / difference_rows), every vote stays finite and in the bound,
+    and the tokens are drawn."""
     real = decoding_stack.DecoderStack.logits
 
     def poisoned(self: decoding_stack.DecoderStack, hidden: torch.Tensor) -> torch.Tensor:
@@ -190,14 +191,13 @@ def test_non_finite_logits_raise_before_the_sampler(llm: LoadedLLM,
 
     def sampler(votes: torch.Tensor, active: list[int]) -> np.ndarray:
         calls.append(len(active))
+        assert not torch.isnan(votes).any()  # the poisoned row added a zero vote, not NaN
         return np.zeros(len(active), dtype=np.int64)
 
-    with pytest.raises(ValueError, match="NaN or infinity" + (" on the support" if prior
-                                                               else "")):
-        pp.private_predict(llm, _groups("mixed"), prompt=PROMPT, max_new_tokens=2, clip=CLIP,
-                           temperature=1.0, rng=secure_rng(0), batch_rows=8, sampler=sampler,
-                           engine="packed", public_prior=PUBLIC if prior else None)
-    assert not calls
+    pp.private_predict(llm, _groups("mixed"), prompt=PROMPT, max_new_tokens=2, clip=CLIP,
+                       temperature=1.0, rng=secure_rng(0), batch_rows=8, sampler=sampler,
+                       engine="packed", public_prior=PUBLIC if prior else None)
+    assert calls
 
 
 def test_bad_clip_is_refused_when_the_engine_clips(llm: LoadedLLM) -> None:

@@ -302,3 +302,19 @@ def test_without_trie_completion_a_begun_candidate_is_not_forced(llm: LoadedLLM)
                     temperature=1.0, rng=secure_rng(0), sampler=scripted, public_prior=settings)
     assert int(torch.isfinite(seen[2]).sum()) >= settings.top_k
     assert torch.isfinite(seen[2][ids[2]])  # still in the support (a candidate's next token)
+
+
+def test_a_document_row_with_non_finite_logits_votes_zero_and_public_ones_raise() -> None:
+    torch.manual_seed(3)
+    private, public = torch.randn(3, 20), torch.randn(3, 20)
+    support = torch.zeros(3, 20, dtype=torch.bool)
+    support[:, :8] = True
+    clean = difference_clip(private, public, support, 0.5)
+    private[1, 2] = float("nan")
+    private[2, 15] = float("inf")  # off the support: ignored, as before
+    out = difference_clip(private, public, support, 0.5)
+    assert torch.all(out[1] == 0)  # the bad row's vote: zero
+    assert torch.equal(out[0], clean[0]) and torch.equal(out[2], clean[2])
+    public[0, 3] = float("nan")
+    with pytest.raises(ValueError, match="public logits"):
+        difference_clip(private, public, support, 0.5)

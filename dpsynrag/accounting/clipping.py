@@ -5,8 +5,10 @@ For each row l (one document's next-token logits):
     l_cent = l_exp - (max l_exp + min l_exp) / 2
     clip_c = l_cent * min(1, c / ||l_cent||_inf), then clamped to [-c, c]
 
-Every clipped row lies in [-c, c]^|V|, so adding or removing one document moves the summed
-vote vector by at most c in every coordinate: the l_inf sensitivity that the token sampler's
+A row with a NaN or infinite logit votes zero (a constant row): whatever one document's
+logits are, its vote stays in the bound, and one bad document cannot stop a build after its
+charge. Every clipped row lies in [-c, c]^|V|, so adding or removing one document moves the
+summed vote vector by at most c in every coordinate: the l_inf sensitivity that the token sampler's
 cost (T * (c/tau)^2 / 2 per cluster) relies on. The clamp makes that bound hold after float
 rounding too.
 """
@@ -20,7 +22,7 @@ def clip_logits(logits: torch.Tensor, c: float) -> torch.Tensor:
     """Clip a batch of logit rows (rows = documents) to l_inf norm <= c, in float32.
 
     Accepts a 1-D row or a 2-D ``(rows, vocab)`` batch of any float dtype; returns float32 on
-    the same device. A constant row maps to zeros.
+    the same device. A constant row, and a row with a NaN or infinite logit, map to zeros.
     """
     if not (c > 0 and c < float("inf")):
         raise ValueError("the clip bound c must be a finite positive number")
@@ -28,8 +30,6 @@ def clip_logits(logits: torch.Tensor, c: float) -> torch.Tensor:
         raise ValueError("clip_logits expects a (vocab,) row or a (rows, vocab) batch")
     rows = logits.to(torch.float32)
     rows = rows.unsqueeze(0) if rows.dim() == 1 else rows
-    if not torch.isfinite(rows).all():
-        raise ValueError("logits contain NaN or infinity")
     clipped = clip_rows(rows, c)
     return clipped.squeeze(0) if logits.dim() == 1 else clipped
 
@@ -37,10 +37,11 @@ def clip_logits(logits: torch.Tensor, c: float) -> torch.Tensor:
 def clip_rows(rows: torch.Tensor, c: float) -> torch.Tensor:
     """``clip_logits``' arithmetic on a float32 ``(rows, vocab)`` batch, without its checks.
 
-    For callers that check the inputs themselves without a host read per call (the packed
-    engine folds ``torch.isfinite(rows).all()`` into a device flag it reads once per step);
-    ``c`` must be finite and positive and the rows finite, or the result is meaningless.
+    For callers that check ``c`` themselves (the packed engine's step); ``c`` must be finite
+    and positive, or the result is meaningless. A row with a NaN or infinite logit votes zero.
     """
+    rows = torch.where(torch.isfinite(rows).all(dim=-1, keepdim=True), rows,
+                       torch.zeros_like(rows))
     # exp(l - max) - 1 via expm1: the constant -1 cancels in the centring below, and expm1
     # keeps full relative precision for rows whose logits are close together (exp would
     # round to ~1 and the centring would cancel catastrophically in float32).

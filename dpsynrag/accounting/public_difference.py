@@ -85,8 +85,8 @@ def difference_clip(private_logits: torch.Tensor, public_logits: torch.Tensor,
         raise ValueError("every row needs a non-empty support")
     private = private_logits.to(torch.float32)
     public = public_logits.to(torch.float32)
-    if not (torch.isfinite(private[support]).all() and torch.isfinite(public[support]).all()):
-        raise ValueError("logits contain NaN or infinity on the support")
+    if not torch.isfinite(public[support]).all():  # public values: refusing reveals nothing
+        raise ValueError("public logits contain NaN or infinity on the support")
     return difference_rows(private, public, support, c)
 
 
@@ -96,10 +96,13 @@ def difference_rows(private: torch.Tensor, public: torch.Tensor, support: torch.
 
     For callers that check the inputs themselves without a host read per call (the packed
     engine folds the support and finiteness checks into a device flag it reads once per
-    step); ``c`` must be finite and positive, every support row non-empty and the logits
-    finite on the support, or the result is meaningless.
+    step); ``c`` must be finite and positive, every support row non-empty and the public
+    logits finite on the support, or the result is meaningless. A document row with a NaN or
+    infinite logit on the support votes zero (its logits are taken as the public ones).
     """
     off = ~support  # -inf off the support: masked_fill takes the scalar, no host tensor
+    bad = ~torch.isfinite(private.masked_fill(off, 0.0)).all(dim=1, keepdim=True)
+    private = torch.where(bad, public, private)
     diff = torch.log_softmax(private.masked_fill(off, float("-inf")), dim=1) \
         - torch.log_softmax(public.masked_fill(off, float("-inf")), dim=1)
     bound = float32_at_most(c)

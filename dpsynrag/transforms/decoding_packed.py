@@ -549,9 +549,8 @@ class PackedEngine:
         finite, supported = flags.tolist()
         if not supported:
             raise ValueError("every row needs a non-empty support")
-        if not finite:
-            raise ValueError("logits contain NaN or infinity"
-                             + (" on the support" if prior is not None else ""))
+        if not finite:  # only public logits can raise: a document's bad row votes zero
+            raise ValueError("public logits contain NaN or infinity on the support")
         for width, parts in key.lanes:
             lane = self.lanes[width]
             self.decode_shapes.add((lane.chunk, width))
