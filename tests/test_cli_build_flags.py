@@ -76,5 +76,5 @@ def test_budget_mode_options_are_the_builds() -> None:
                      "delta_phrases": "--delta-phrases", "share_phrases": "--share-phrases",
                      "writer": "--writer", "share_tokens": "--share-tokens"}
     shared = {"help", "generate", "epsilon", "delta", "L", "rho_hist", "conversion", "units",
-              "json"}
+              "json", "allow_large_epsilon"}
     assert set(flags) | {"help"} == shared | set(tokens) | set(facts)
