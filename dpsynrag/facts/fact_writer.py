@@ -245,10 +245,16 @@ def write_note(facts: ClusterFacts) -> str:
     more often the answer a reader looks for than a one-word one (a drug, a code), and the
     model answering from the note tends to take the first name. A rule of the kept facts
     only."""
-    names = role_sentences(facts) if facts.roles else " / ".join(display_names(facts)) + "."
+    names = note_names(facts)
     if not facts.keywords:
         return names
     return f"{facts.label}: " + " ".join(facts.keywords) + ". " + names
+
+
+def note_names(facts: ClusterFacts) -> str:
+    """The names part of a cluster's texts: by released role (``role_sentences``) or, without
+    roles, ``"Name / Name."`` (``display_names``). Released values only."""
+    return role_sentences(facts) if facts.roles else " / ".join(display_names(facts)) + "."
 
 
 #: How a note names each released role (public; ``facts.terms.ROLES``).
@@ -313,7 +319,7 @@ def note_views(facts: ClusterFacts, n: int = TEXTS_PER_CLUSTER) -> list[str]:
     note = write_note(facts)
     views = [note]
     if facts.keywords:
-        names = role_sentences(facts) if facts.roles else " / ".join(display_names(facts)) + "."
+        names = note_names(facts)
         keywords = list(facts.keywords)
         views.append(f"{names} {facts.label}: {' '.join(keywords)}.")
         views.append(f"{names} {facts.label}: {' '.join(keywords[::2])}.")
