@@ -64,8 +64,7 @@ def print_facts_plan(p: FactsBudgetPlan, console: Console | None = None) -> None
     if p.writer == "tokens":
         console.print(
             f"token writer: {p.T} draws per kept cluster, c/tau = {p.c_over_tau:.4f} (epsilon "
-            f"{2 * p.c_over_tau:.4f} per token), public-difference votes on a public support "
-            "(issue 15)")
+            f"{2 * p.c_over_tau:.4f} per token), public-difference votes on a public support")
     console.print(
         f"epsilon of rho={p.rho_total:.4f} at delta - delta_phrases = {p.delta_conversion:g}: "
         f"Bun-Steinke {p.epsilon_bun_steinke:.4f}, CKS {p.epsilon_cks:.4f} "

@@ -28,11 +28,19 @@ from dpsynrag.cli.runner import run_command
 
 __all__ = ["build_parser", "main", "run_build_command"]
 
-DESCRIPTION = ("Build a differentially private synthetic RAG corpus (DP-SynRAG) from private "
-               "documents: keywords -> noisy histogram -> soft clusters -> noisy retrieval -> "
-               "private prediction -> self-filter -> corpus.parquet, index.faiss, "
-               "manifest.json and a signed certificate.json. Resumable: after a crash, run the "
-               "same command again.")
+DESCRIPTION = """\
+Build a differentially private synthetic RAG corpus from private documents: corpus.parquet,
+index.faiss, manifest.json and a signed certificate.json in OUT.
+
+The default mode, --generate facts, uses no language model: statistical keywords -> a noisy
+keyword histogram; terms of each document released by DP partition selection -> clusters
+anchored on the released terms -> one noisy fact histogram per cluster -> a template note per
+cluster (--writer tokens: the LLM rewrites each note instead).
+
+The alternative, --generate tokens, is the paper's DP-SynRAG: LLM keywords -> noisy histogram
+-> soft clusters -> noisy retrieval -> private prediction, token by token -> self-filter.
+
+Resumable: after a crash, run the same command again."""
 
 
 def build_parser(prog: str = "build-corpus") -> argparse.ArgumentParser:

@@ -17,6 +17,7 @@ from dpsynrag.cli.options import (
     prompt_text,
     unit_float,
 )
+from dpsynrag.pipeline.defaults import DEFAULT_DELTA, DEFAULT_EPSILON
 
 __all__ = ["EPILOG", "NOT_FLAGS", "add_build_arguments", "config_flags"]
 
@@ -33,7 +34,8 @@ useless: no synthetic text was kept (--allow-empty: exit 0).
 
 Generation mode: --generate facts is the default (it measured better: README, "Generation
 modes"); an option only the token mode reads (--K, --R, --k, --T, ...) without --generate
-selects --generate tokens, the paper's algorithm.
+selects --generate tokens, the paper's algorithm. Each option's help says which mode reads
+it: "facts:" or "tokens:" (none: both modes).
 
 Examples:
   build-corpus notes.jsonl -o synth/ --unit-column patient_id           (facts)
@@ -88,11 +90,13 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                    "e.g. \"--flink_master=host:8081 --parallelism=8\"")
     g.add_argument("--on-bad-row", choices=["fail", "skip"], help="--ingest beam: refuse an "
                    "input with a bad row (default) or drop bad rows and count them")
-    g = parser.add_argument_group("privacy target and DP-SynRAG hyperparameters "
-                                  "(defaults: the paper's Table 6)")
+    g = parser.add_argument_group("privacy target and hyperparameters (the token mode's "
+                                  "defaults are the paper's Table 6)")
     g.add_argument("--epsilon", type=positive_float,
-                   help="target epsilon of the build (default 10)")
-    g.add_argument("--delta", type=open_unit_float, help="target delta (default 1e-3)")
+                   help=f"target epsilon of the build (default {DEFAULT_EPSILON:g}, as "
+                        "'dpsynrag budget')")
+    g.add_argument("--delta", type=open_unit_float,
+                   help=f"target delta (default {DEFAULT_DELTA:g}, as 'dpsynrag budget')")
     g.add_argument("--allow-large-epsilon", action="store_true", default=None,
                    help="build at an epsilon above 30 (measurement only: no useful privacy; "
                         "verify reports the corpus as not for release)")
@@ -100,24 +104,26 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                    help="zCDP to (epsilon, delta) conversion (default cks, the tighter; "
                         "bun-steinke is the paper's)")
     g.add_argument("--K", type=positive_int, metavar="N_KEYWORDS",
-                   help="keywords per document (default 10)")
+                   help="tokens: keywords per document (default 10; facts reads --K-s)")
     g.add_argument("--R", type=positive_int, metavar="N_CLUSTERS",
-                   help="clusters = top-R noisy keywords (default 500)")
+                   help="tokens: clusters = top-R noisy keywords (default 500)")
     g.add_argument("--L", type=positive_int,
-                   help="maximum clusters per document (default 5; 1 with --generate facts)")
+                   help="maximum clusters per document (default: facts 1, tokens 5)")
     g.add_argument("--k", type=positive_int, metavar="N_DOCS",
-                   help="retrieval target: documents per cluster (default 80)")
+                   help="tokens: retrieval target: documents per cluster (default 80)")
     g.add_argument("--T", type=positive_int, metavar="N_TOKENS",
-                   help="tokens generated per cluster (default 70)")
-    g.add_argument("--eps-theta", type=positive_float, help="epsilon of the similarity threshold "
-                   "(default 0.4)")
+                   help="tokens (and facts with --writer tokens): tokens generated per "
+                        "cluster (default 70)")
+    g.add_argument("--eps-theta", type=positive_float, help="tokens: epsilon of the similarity "
+                   "threshold (default 0.4)")
     g.add_argument("--rho-hist", type=positive_float, help="rho of the keyword histogram "
-                   "(default: tokens 0.1; facts --share-hist of the total rho)")
-    g.add_argument("--rho-mean", type=positive_float, help="rho of each cluster's noisy embedding "
-                   "sum (default 0.009)")
-    g.add_argument("--clip", type=positive_float, help="logit clip c, at most 0.5 (the transform's "
-                   "rows never span more); the temperature is c/(c/tau) (default 0.5)")
-    g = parser.add_argument_group("generation mode (issue 14)")
+                   "(default: facts --share-hist of the total rho; tokens 0.1)")
+    g.add_argument("--rho-mean", type=positive_float, help="tokens: rho of each cluster's noisy "
+                   "embedding sum (default 0.009)")
+    g.add_argument("--clip", type=positive_float, help="tokens (and facts with --writer "
+                   "tokens): logit clip c, at most 0.5 (the transform's rows never span more); "
+                   "the temperature is c/(c/tau) (default 0.5)")
+    g = parser.add_argument_group("generation mode")
     g.add_argument("--generate", choices=["tokens", "facts"],
                    help="facts (default): release terms of any vocabulary with their roles "
                         "by DP partition selection, cluster on them and write each "
@@ -155,11 +161,12 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                         "holds; part of --delta (default delta/10)")
     g.add_argument("--writer", choices=["template", "tokens"],
                    help="facts: who writes each kept cluster's note: 'template' (default; "
-                        "free, no LLM) or 'tokens' (issue 15: the LLM rewrites the released "
-                        "note, steered by the cluster's documents through the public-"
-                        "difference sampler; T draws per cluster at c/tau, reads --T, --clip, "
-                        "--rephrase-prompt, --response-prefix ({keyword} = the note's first name), "
-                        "--public-top-k, --public-temperature; implies --generate facts)")
+                        "free, no LLM) or 'tokens' (the LLM rewrites the released note, "
+                        "steered by the cluster's documents through the public-difference "
+                        "sampler; T draws per cluster at c/tau, reads --T, --clip, "
+                        "--rephrase-prompt, --response-prefix ({keyword} = the note's first "
+                        "name), --public-top-k, --public-temperature; implies --generate "
+                        "facts)")
     g.add_argument("--share-tokens", type=open_unit_float,
                    help="facts with --writer tokens: share of the rho left after the keyword "
                         "histogram for the token writer (default 0.3; the cluster facts get "
@@ -180,46 +187,55 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                         "post-processing; default 3, 1 for one note per cluster)")
     g.add_argument("--facts-label", help="facts: public lead word of every note, e.g. "
                    "'Symptoms' (default 'Reported')")
-    g = parser.add_argument_group("stages")
+    g = parser.add_argument_group("token-mode stages (facts with --writer tokens reads "
+                                  "--rephrase-prompt and --response-prefix)")
     g.add_argument("--keywords", choices=["llm", "statistical"],
-                   help="keyword extraction: the LLM (paper; default) or the document's rarest "
-                        "words by a public prior (much faster)")
-    g.add_argument("--rephrase-prompt", type=prompt_text, help="stage (d) prompt with "
-                   "{document} (or @FILE)")
-    g.add_argument("--response-prefix", help="public text every synthetic reply starts with, "
-                   "e.g. 'The diagnosis is' (free: it does not depend on the data; spares the "
-                   "first tokens a consensus of their own); {keyword} becomes the cluster's "
-                   "released keyword")
-    g.add_argument("--keyword-prompt", type=prompt_text, help="stage (a) prompt with {K} and "
-                   "{document} (or @FILE)")
-    g.add_argument("--filter-prompt", type=prompt_text, help="stage (e) YES/NO task prompt "
-                   "with {document} (or @FILE; default: the paper's Medical Synth prompt)")
+                   help="tokens: keyword extraction by the LLM (the paper's; default) or the "
+                        "document's rarest words by a public prior (much faster); facts "
+                        "always uses statistical keywords (--K-s)")
+    g.add_argument("--rephrase-prompt", type=prompt_text, help="tokens (and facts with "
+                   "--writer tokens): stage (d) prompt with {document} (or @FILE; default: "
+                   "the packaged rephrase prompt)")
+    g.add_argument("--response-prefix", help="tokens (and facts with --writer tokens): public "
+                   "text every synthetic reply starts with, e.g. 'The diagnosis is' (free: it "
+                   "does not depend on the data; spares the first tokens a consensus of their "
+                   "own); {keyword} becomes the cluster's released keyword (default: none)")
+    g.add_argument("--keyword-prompt", type=prompt_text, help="tokens with --keywords llm: "
+                   "stage (a) prompt with {K} and {document} (or @FILE; default: the packaged "
+                   "keyword prompt)")
+    g.add_argument("--filter-prompt", type=prompt_text, help="tokens: stage (e) YES/NO task "
+                   "prompt with {document} (or @FILE; default: the paper's Medical Synth "
+                   "prompt)")
     g.add_argument("--no-filter", action="store_true", default=None,
-                   help="skip the self-filter (every text kept)")
+                   help="tokens: skip the self-filter (every text kept; default: filter)")
     g.add_argument("--no-retrieval", action="store_true", default=None,
-                   help="ablation: predict from the whole cluster C_r (no stage (c); its budget "
-                        "goes to prediction)")
-    g = parser.add_argument_group("public-difference token sampler (tokens; issue 15)")
+                   help="tokens: ablation: predict from the whole cluster C_r (no stage (c); "
+                        "its budget goes to prediction; default: retrieval)")
+    g = parser.add_argument_group("public-difference token sampler (tokens; --public-top-k "
+                                  "and --public-temperature also facts with --writer tokens)")
     g.add_argument("--public-prior", action="store_true", default=None,
-                   help="tokens: each document votes clamp(its logits - the public logits) in "
-                        "[-c, c] on a public support, and the public logits (the model on "
-                        "--public-document instead of a document) join the votes at "
-                        "--public-temperature; same rho per token as the paper's sampler")
-    g.add_argument("--public-top-k", type=int, help="tokens with --public-prior: sample among "
-                   "the public top-k tokens, EOS and the released keyword's next tokens "
-                   "(default 50; public, so free)")
-    g.add_argument("--public-temperature", type=float, help="tokens with --public-prior: the "
-                   "public prior's temperature tau_pub (default 1; its weight in the votes is "
-                   "tau / tau_pub)")
+                   help="tokens (default off): each document votes clamp(its logits - the "
+                        "public logits) in [-c, c] on a public support, and the public "
+                        "logits (the model on --public-document instead of a document) join "
+                        "the votes at --public-temperature; same rho per token as the paper's "
+                        "sampler")
+    g.add_argument("--public-top-k", type=int, help="tokens with --public-prior, facts with "
+                   "--writer tokens: sample among the public top-k tokens, EOS and the "
+                   "released keyword's next tokens (default 50; public, so free)")
+    g.add_argument("--public-temperature", type=float, help="tokens with --public-prior, facts "
+                   "with --writer tokens: the public prior's temperature tau_pub (default 1; "
+                   "its weight in the votes is tau / tau_pub)")
     g.add_argument("--public-document", type=prompt_text, help="tokens with --public-prior: "
                    "public text put in place of {document} for the public logits (or @FILE); "
                    "{keyword} becomes the cluster's released keyword (default: "
                    "'{keyword}')")
     g = parser.add_argument_group("models and execution")
-    g.add_argument("--model", help="local Hugging Face directory or .gguf file (default: the "
-                   "packaged SmolLM2-135M-Instruct)")
-    g.add_argument("--embedder", help="local sentence-transformers directory (default: the "
-                   "packaged all-MiniLM-L6-v2)")
+    g.add_argument("--model", help="tokens (and facts with --writer tokens; the default facts "
+                   "build loads no LLM): local Hugging Face directory or .gguf file (default: "
+                   "the packaged SmolLM2-135M-Instruct)")
+    g.add_argument("--embedder", help="local sentence-transformers directory: tokens clusters "
+                   "with it, both modes index the corpus with it (default: the packaged "
+                   "all-MiniLM-L6-v2)")
     g.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when present")
     g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                    help="default: bfloat16 on cuda, float32 on cpu")
@@ -228,13 +244,15 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ray-address", help="attach to a Ray cluster (default: start a local one)")
     g.add_argument("--workers", type=positive_int, help="model actors (default: one per free GPU, "
                    "else 1); CPU actors share one node's free CPUs (runbooks/ray-cluster.md)")
-    g.add_argument("--batch-rows", type=positive_int, help="rows decoded together per worker "
-                   "(default 128 on CPU; on GPU sized from free memory)")
+    g.add_argument("--batch-rows", type=positive_int, help="tokens (and facts with --writer "
+                   "tokens): rows decoded together per worker (default 128 on CPU; on GPU "
+                   "sized from free memory)")
     g.add_argument("--token-sampling", choices=["auto", "host", "device"],
-                   help="where each token is computed from the ledger's uniform: host (the "
-                   "driver, from the votes relayed every step), device (the model worker, exact "
-                   "float64 inverse CDF; only uniforms and tokens cross), auto (default: device "
-                   "on CUDA workers, else host); the same tokens either way")
+                   help="tokens (and facts with --writer tokens): where each token is computed "
+                        "from the ledger's uniform: host (the driver, from the votes relayed "
+                        "every step), device (the model worker, exact float64 inverse CDF; "
+                        "only uniforms and tokens cross), auto (default: device on CUDA "
+                        "workers, else host); the same tokens either way")
     g.add_argument("--seed", type=int, help="TESTS ONLY: seeded noise; the certificate then says "
                    "'not for release'")
     g = parser.add_argument_group("state, signing and reporting")
