@@ -21,6 +21,7 @@ from dpsynrag.cli.options import (
     positive_int,
     unit_float,
 )
+from dpsynrag.pipeline.defaults import DEFAULT_DELTA, DEFAULT_EPSILON
 
 if TYPE_CHECKING:
     import argparse
@@ -48,7 +49,9 @@ def add_parser(subparsers: Any) -> None:
             "sigma_A and threshold tau_A, and the cluster fact histograms' sigma_C."),
         epilog=("Example (the paper's Table 6): dpsynrag budget --epsilon 10 --delta 1e-3 --K 10 "
                 "--L 5 --T 70 --eps-theta 0.4 --rho-hist 0.1 --rho-mean 0.009. Facts: dpsynrag "
-                "budget --epsilon 10 --delta 1e-3 (--L 1 and --rho-hist 0.1 by default)"),
+                "budget --epsilon 10 --delta 1e-3 (--L 1 and --rho-hist 0.04 x the total rho by "
+                "default). Without --epsilon and --delta: build-corpus's defaults, "
+                f"epsilon {DEFAULT_EPSILON:g} and delta {DEFAULT_DELTA:g}"),
     )
     parser.add_argument("--generate", choices=["tokens", "facts"], default=None,
                         help="what the build generates, as in build-corpus: facts (released "
@@ -56,10 +59,12 @@ def add_parser(subparsers: Any) -> None:
                              "(the paper's private prediction). Without it, a token-only "
                              "option (--K, --T, --eps-theta, --rho-mean, --vocab-size) means "
                              "tokens")
-    parser.add_argument("--epsilon", type=positive_float, required=True,
-                        help="target epsilon of the whole build")
-    parser.add_argument("--delta", type=open_unit_float, required=True,
-                        help="target delta, in (0, 1)")
+    parser.add_argument("--epsilon", type=positive_float, default=DEFAULT_EPSILON,
+                        help=f"target epsilon of the whole build (default {DEFAULT_EPSILON:g}, "
+                             "as build-corpus)")
+    parser.add_argument("--delta", type=open_unit_float, default=DEFAULT_DELTA,
+                        help=f"target delta, in (0, 1) (default {DEFAULT_DELTA:g}, as "
+                             "build-corpus)")
     parser.add_argument("--allow-large-epsilon", action="store_true",
                         help="plan an epsilon above 30 (measurement only: no useful privacy)")
     parser.add_argument("--K", type=positive_int, default=None,

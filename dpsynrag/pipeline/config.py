@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsynrag.accounting.conversions import Conversion
+from dpsynrag.pipeline.defaults import DEFAULT_DELTA, DEFAULT_EPSILON
 
 # where each private-prediction token is computed (pipeline/worker.py): --token-sampling
 TOKEN_SAMPLING_MODES = ("auto", "host", "device")
@@ -56,8 +57,8 @@ class BuildConfig:
     beam_options: str | None = None
     on_bad_row: str = "fail"  # "skip" drops (and counts) bad rows; beam ingest only
     # privacy target and hyperparameters
-    epsilon: float = 10.0
-    delta: float = 1e-3
+    epsilon: float = DEFAULT_EPSILON
+    delta: float = DEFAULT_DELTA
     conversion: str = Conversion.CKS.value
     K: int = 10
     R: int = 500
