@@ -211,6 +211,8 @@ def test_load_qa_jsonl_optional_fields(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("content", "where", "problem"), [
     (b'{"question": "q", "answer": "a"}\n{"question": "q"\n', "line 2", "malformed JSON"),
+    (b'{"question": "q', "line 1", "Unterminated string starting at column 14"),  # one "at"
+    (b'{"question": "q\n', "line 1", "Invalid control character at column 16"),
     (b'{"question": "q"}\n', "line 1", "'answer'"),
     (b'{"question": 3, "answer": "a"}\n', "line 1", "'question'"),
     (b'{"question": "q", "answer": "  "}\n', "line 1", "'answer'"),

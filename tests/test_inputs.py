@@ -226,6 +226,17 @@ def test_error_malformed_json_line(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "bad.jsonl", ROWS[:2], raw_lines=['{"id": "z", "text": "'
                                                                     + SECRET + '"'])
     assert_one_line_without_secret(error_of(path), "bad.jsonl", "line 3", "malformed JSON")
+    # json says "Unterminated string starting at": the column follows it once ("at at" before)
+    open_string = tmp_path / "open.jsonl"
+    for line, problem in (('{"id": "z", "text": "' + SECRET,
+                           "Unterminated string starting at column 21"),
+                          ('{"id": "z", "text": "' + SECRET + '\n',
+                           "Invalid control character at column")):
+        open_string.write_text(line)
+        error = error_of(open_string)
+        assert_one_line_without_secret(error, "open.jsonl", "line 1",
+                                       f"malformed JSON: {problem}")
+        assert "at at" not in str(error)
     array = tmp_path / "array.json"
     array.write_text(json.dumps([{"id": "1", "text": SECRET}]))
     assert_one_line_without_secret(error_of(array), "array.json", "line 1", "JSON object")

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from dpsynrag.io.errors import InputError
+from dpsynrag.io.jsonl import json_error_text
 
 __all__ = [
     "SUPPORT_SYMPTOMS",
@@ -1160,8 +1161,8 @@ def load_qa_jsonl(path: Path | str) -> list[QAItem]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as error:
-                raise DatasetError(file, where, f"malformed JSON: {error.msg} at column "
-                                                f"{error.colno}") from None
+                raise DatasetError(file, where,
+                                   f"malformed JSON: {json_error_text(error)}") from None
             if not isinstance(obj, dict):
                 raise DatasetError(file, where, "expected a JSON object")
             fields: dict[str, str] = {}

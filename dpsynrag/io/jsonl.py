@@ -22,9 +22,16 @@ from dpsynrag.io.records import (
     json_type,
 )
 
-__all__ = ["SUFFIXES", "jsonl_record", "read_jsonl"]
+__all__ = ["SUFFIXES", "json_error_text", "jsonl_record", "read_jsonl"]
 
 SUFFIXES = (".jsonl", ".ndjson", ".json")
+
+
+def json_error_text(error: json.JSONDecodeError) -> str:
+    """``error`` in words, with its column: ``Expecting value at column 2``. Some of json's
+    messages end in "at" (``Unterminated string starting at``): the column follows them
+    without a second one."""
+    return f"{error.msg.removesuffix(' at')} at column {error.colno}"
 
 
 def jsonl_record(line: str, file: str, where: str, cols: Columns,
@@ -36,8 +43,8 @@ def jsonl_record(line: str, file: str, where: str, cols: Columns,
         hint = ""
         if line.strip() in ("[", "[]") or line.lstrip().startswith("[{"):
             hint = " (this looks like a JSON array; expected one JSON object per line)"
-        raise InputError(file, where, f"malformed JSON: {error.msg} at column "
-                                      f"{error.colno}{hint}") from None
+        raise InputError(file, where,
+                         f"malformed JSON: {json_error_text(error)}{hint}") from None
     if not isinstance(obj, dict):
         hint = " (expected one JSON object per line)" if isinstance(obj, list) else ""
         raise InputError(file, where, f"expected a JSON object, found {json_type(obj)}{hint}")
