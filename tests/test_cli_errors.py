@@ -72,6 +72,17 @@ def test_run_command_says_one_line_and_returns_the_code(
              (PlanError("nothing is left"), 3, "prog: error: nothing is left"),
              (RuntimeError("boom"), 1, "prog: error: RuntimeError: boom (rerun with --debug for "
                                        "the traceback)"),
+             # a path the user chose and cannot use: bad input, named, one line
+             (PermissionError(13, "Permission denied", "/srv/state/lock"), 2,
+              "prog: error: /srv/state/lock: permission denied"),
+             (OSError(30, "Read-only file system", "/mnt/ro/out"), 2,
+              "prog: error: /mnt/ro/out: read-only file system"),
+             (OSError(18, "Invalid cross-device link", "/a/.out.partial", None, "/mnt/out"), 2,
+              "prog: error: /a/.out.partial (-> /mnt/out): on another file system (a mount "
+              "point cannot be renamed onto)"),
+             (OSError(5, "Input/output error"), 1, "prog: error: OSError: [Errno 5] Input/output "
+                                                   "error (rerun with --debug for the "
+                                                   "traceback)"),
              (KeyboardInterrupt(), 130, "prog: interrupted")]
     for error, code, line in cases:
         assert run_command(lambda error=error: _raise(error), "prog", debug=False) == code
@@ -91,3 +102,42 @@ def test_python_dash_m_runs_the_dpsynrag_command() -> None:
     shown = subprocess.run([sys.executable, "-m", "dpsynrag.cli", "--version"],
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0 and shown.stdout.startswith("dpsynrag "), shown.stderr
+
+
+def _run_with_closed_stdout(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -c code`` with a standard output whose reader is already gone."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, "-c", code], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("output", ["print('x')", "[print('x' * 80) for _ in range(5000)]"])
+def test_a_reader_that_goes_away_ends_the_command_quietly(output: str) -> None:
+    # 'dpsynrag verify --explain | head': small output fails at the last flush, large output
+    # in the middle of the command; neither is a traceback
+    code = ("import sys\nfrom dpsynrag.cli.runner import run_command\n"
+            f"def handler():\n    {output}\n    return 0\n"
+            "sys.exit(run_command(handler, 'prog', debug=False))")
+    shown = _run_with_closed_stdout(code)
+    assert shown.stderr == ""
+    assert shown.returncode == ExitCode.FAILURE
+
+
+@pytest.mark.parametrize("args", [["budget", "--json"], ["budget"]])  # print, then rich
+def test_a_command_whose_reader_goes_away_says_nothing(args: list[str]) -> None:
+    shown = _run_with_closed_stdout("import sys\nfrom dpsynrag.cli import main\n"
+                                    f"sys.exit(main({args!r}))")
+    assert shown.stderr == "" and shown.returncode == ExitCode.FAILURE
+
+
+def test_a_broken_pipe_that_is_not_the_output_is_an_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_command(lambda: _raise(BrokenPipeError(32, "Broken pipe")), "prog",
+                       debug=False) == ExitCode.FAILURE
+    assert "BrokenPipeError" in capsys.readouterr().err

@@ -12,10 +12,12 @@ cannot be made is the command's failure, exit 1, not a refusal).
 
 from __future__ import annotations
 
+import errno
 import sys
 from enum import IntEnum
 
-__all__ = ["DOMAIN_EXIT_CODES", "CliError", "ExitCode", "exit_code_for"]
+__all__ = ["DOMAIN_EXIT_CODES", "LOCATION_ERRNOS", "CliError", "ExitCode", "exit_code_for",
+           "location_problem"]
 
 
 class ExitCode(IntEnum):
@@ -68,3 +70,34 @@ def exit_code_for(error: BaseException) -> ExitCode | None:
         if isinstance(cls, type) and isinstance(error, cls):
             return code
     return None
+
+
+#: What an ``OSError`` on a path the user chose says about that path, by errno: the problem is
+#: the location (its permissions, its file system, a missing or wrong parent), not the
+#: command, so it is bad input (exit 2) with one line naming the path.
+LOCATION_ERRNOS: dict[int, str] = {
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "read-only file system",
+    errno.ENOENT: "no such file or directory",
+    errno.ENOTDIR: "a part of the path is not a directory",
+    errno.EISDIR: "is a directory",
+    errno.EEXIST: "exists",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EXDEV: "on another file system (a mount point cannot be renamed onto)",
+    errno.EBUSY: "busy (a mount point?)",
+    errno.ENAMETOOLONG: "file name too long",
+}
+
+
+def location_problem(error: BaseException) -> str | None:
+    """``PATH: problem`` for an ``OSError`` about a path that the user can fix (permissions,
+    a read-only or full file system, a mount point, a missing parent), else None."""
+    if not isinstance(error, OSError) or error.filename is None:
+        return None
+    problem = LOCATION_ERRNOS.get(error.errno or 0)
+    if problem is None:
+        return None
+    other = f" (-> {error.filename2})" if error.filename2 is not None else ""
+    return f"{error.filename}{other}: {problem}"
