@@ -169,6 +169,11 @@ def test_dry_run_reports_every_failed_check_and_exits_2(
     assert "FAIL  signing key" in out and "readable by others" in out
     assert "FAIL  output directory" in out and "pass --force" in out
     assert "2 check(s) failed; nothing was spent" in out
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    assert _build(notes, tmp_path, "--dry-run", "--force", "--state-dir", str(blocker)) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"FAIL state directory: {blocker}: exists and is not a directory" in out
 
 
 def test_dry_run_says_when_the_corpus_ledger_cap_would_refuse_the_build(
@@ -184,3 +189,106 @@ def test_dry_run_says_when_the_corpus_ledger_cap_would_refuse_the_build(
     assert "FAIL corpus ledger" in out and "would be refused (exit 3)" in out
     assert _build(notes, tmp_path, "--dry-run", "--epsilon", "0.5", "--rho-hist", "0.001") == 0
     assert "ok corpus ledger" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_state_directory_that_cannot_be_used_fails_before_spending(
+        notes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    for state, problem in ((blocker, "exists and is not a directory; choose another "
+                                     "--state-dir"),
+                           (blocker / "state", "cannot write the state directory here")):
+        code = build_corpus_main([str(notes), "-o", str(tmp_path / "out"), "--runner", "local",
+                                  "--state-dir", str(state), "--corpus-ledger",
+                                  str(tmp_path / "corpus.sqlite"), "--quiet"])
+        assert code == 2
+        line = _one_line(capsys.readouterr().err)
+        assert line.startswith("build-corpus: error: ") and str(state) in line, line
+        assert problem in line and "nothing was spent" in line, line
+        assert _nothing_spent(tmp_path)
+
+
+def test_a_read_only_state_directory_fails_before_spending(
+        notes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+    import tempfile
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    make_temp = tempfile.mkstemp
+
+    def read_only(*args: object, dir: str | Path | None = None, **kwargs: object) -> object:
+        if dir is not None and Path(dir) == state:  # root writes anywhere: say it is read-only
+            raise OSError(errno.EROFS, "Read-only file system", str(state))
+        return make_temp(*args, dir=dir, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(preflight.tempfile, "mkstemp", read_only)
+    assert _build(notes, tmp_path) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{state}: cannot write the state directory here (Read-only file system); choose " \
+           "a writable --state-dir (nothing was spent)" in line
+    assert _nothing_spent(tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
+def test_a_state_directory_without_write_permission_fails_before_spending(
+        notes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o500)
+    try:
+        assert _build(notes, tmp_path) == 2
+    finally:
+        state.chmod(0o700)
+    line = _one_line(capsys.readouterr().err)
+    assert f"{state}: cannot write the state directory here" in line
+    assert _nothing_spent(tmp_path)
+
+
+def test_an_os_error_on_a_path_is_one_line_naming_it_with_exit_2(
+        notes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a location problem no check foresaw (here the state directory's lock is a directory)
+    (tmp_path / "state" / "lock").mkdir(parents=True)
+    assert _build(notes, tmp_path) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line == f"build-corpus: error: {tmp_path / 'state' / 'lock'}: is a directory"
+    assert _nothing_spent(tmp_path)
+
+
+def test_an_output_on_a_mount_point_is_refused_before_spending_without_force_advice(
+        notes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    mount = tmp_path / "volume"
+    mount.mkdir()
+    ismount = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == mount or ismount(path))
+    for extra in ((), ("--force",)):
+        code = build_corpus_main([str(notes), "-o", str(mount), "--runner", "local",
+                                  "--state-dir", str(tmp_path / "state"), "--corpus-ledger",
+                                  str(tmp_path / "corpus.sqlite"), "--quiet", *extra])
+        assert code == 2
+        line = _one_line(capsys.readouterr().err)
+        assert f"{mount}: is a mount point" in line and "--force" not in line, line
+        assert mount.is_dir() and not (tmp_path / "state" / "ledger.sqlite").exists()
+
+
+def test_an_unwritable_summary_json_fails_before_spending(
+        notes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "no-such-dir" / "summary.json"
+    assert _build(notes, tmp_path, "--summary-json", str(target)) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{target.parent}: no such directory for --summary-json" in line
+    assert _nothing_spent(tmp_path)
+
+
+def test_a_config_directory_that_cannot_hold_the_default_key_fails_before_spending(
+        notes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("DPSYNRAG_CONFIG_DIR", str(blocker / "config"))
+    assert _build(notes, tmp_path) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "cannot create the default signing key here" in line
+    assert "--signing-key" in line and "DPSYNRAG_CONFIG_DIR" in line
+    assert _nothing_spent(tmp_path)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dpsynrag import __version__
 from dpsynrag.cli.build_args import EPILOG, add_build_arguments, config_flags
 from dpsynrag.cli.build_report import (
+    check_private_text_location,
     plan_warning,
     print_summary,
     progress_factory,
@@ -70,6 +71,10 @@ def run_build_command(args: argparse.Namespace) -> int:
         return dry_run(args.input, args.out, config, state_dir=args.state_dir,
                        signing_key=args.signing_key, corpus_ledger=args.corpus_ledger,
                        force=args.force)
+    if args.summary_json is not None:  # before anything is spent, not after the build
+        problem = check_private_text_location(args.summary_json, "--summary-json")
+        if problem:
+            raise CliError(f"{problem} (nothing was spent)")
     if warning:  # public: the plan and the options only; said before anything is spent
         print(f"build-corpus: WARNING: {warning}", file=sys.stderr)
     summary = run_build(args.input, args.out, config, state_dir=args.state_dir,

@@ -10,7 +10,8 @@ from typing import Any
 
 from dpsynrag.display import format_epsilon
 
-__all__ = ["plan_warning", "print_summary", "progress_factory", "write_private_text"]
+__all__ = ["check_private_text_location", "plan_warning", "print_summary", "progress_factory",
+           "write_private_text"]
 
 
 def progress_factory(quiet: bool) -> Callable[[str, int], Any]:
@@ -44,6 +45,27 @@ def plan_warning(config: Any) -> str | None:
     return (f"clusters hold at most --k {config.k} rows but a token needs about "
             f"{plan.consensus_rows} agreeing rows at this plan ('dpsynrag budget'): expect "
             "texts of random tokens; raise --k or --epsilon, or lower --T or --L")
+
+
+def check_private_text_location(path: Path, option: str) -> str | None:
+    """Why ``path`` cannot be written by :func:`write_private_text` (one line naming it and
+    the ``option`` that set it), or None: checked before a build spends anything, so that its
+    summary is not lost after the build."""
+    import os
+    import tempfile
+
+    parent = path.expanduser().absolute().parent
+    if path.is_dir():
+        return f"{path}: is a directory; give {option} a file name"
+    if not parent.is_dir():
+        return f"{parent}: no such directory for {option}; create it or choose another path"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".dpsynrag-probe-", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        return f"{parent}: cannot write {option} here ({error.strerror or error})"
+    return None
 
 
 def write_private_text(path: Path, text: str) -> None:

@@ -45,6 +45,7 @@ from dpsynrag.pipeline.config import BuildConfig
 from dpsynrag.pipeline.context import BuildContext, ProgressFactory, StageResult, no_progress
 from dpsynrag.pipeline.facts_stages import facts_stages
 from dpsynrag.pipeline.preflight import (
+    PreflightError,
     check_writable_directory,
     load_signer,
     preload_models,
@@ -152,21 +153,22 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     """
     started = time.monotonic()
     out_dir = Path(out_dir)
+    check_output_location(out_dir)  # a mount point or a file: --force would not help
     if out_dir.exists() and not force:
         raise BuildError(f"{out_dir}: output directory exists; remove it or pass --force")
     plan = make_plan(config)
     docs = read_input(input_path, config, log)
     n_docs = len(docs.texts)
-    # fail before spending (pipeline.preflight): key, output location, disk, then the models
+    # fail before spending (pipeline.preflight): key, output and state locations, disk, then
+    # the models
     signer = load_signer(signing_key)
     needed = required_free_bytes(input_path)
     check_writable_directory(out_dir.expanduser().absolute().parent, needed, "output directory")
-    check_output_location(out_dir)
     state_path = state_dir or default_state_dir(out_dir)
+    check_state_location(state_path, needed)
     # the state directory's lock first (its message names the usual case: the same build
     # started twice), then OUT's (another state directory writing the same OUT)
     with BuildState(state_path, config.fingerprint(), out_dir) as state, OutputLock(out_dir):
-        check_writable_directory(state.directory, needed, "state directory")
         resumed = state.resumed
         fingerprint = input_fingerprint(docs, state.fingerprint_key())
         recorded = state.load("input")
@@ -332,6 +334,22 @@ def charge_corpus_ledger(input_path: str | Path, config: BuildConfig, plan: Budg
                       description=f"config {config.fingerprint()[:16]}; input {input_path}"
                                   + (f"; out {out_dir}" if out_dir is not None else ""))
     return Path(path)
+
+
+def check_state_location(state_dir: Path, needed_bytes: int = 0) -> None:
+    """Refuse, before anything is spent, a state directory the build cannot use: an existing
+    file, a directory (or a parent) that cannot be created or written (read-only, not the
+    owner's, a file in the way), or one with less than ``needed_bytes`` free. One line naming
+    the directory, what is wrong and the option that moves it."""
+    path = state_dir.expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        raise BuildError(f"{state_dir}: exists and is not a directory; choose another "
+                         "--state-dir (nothing was spent)")
+    try:
+        check_writable_directory(path, needed_bytes, "state directory")
+    except PreflightError as error:
+        raise PreflightError(f"{error}; choose a writable --state-dir (nothing was "
+                             "spent)") from None
 
 
 def check_output_location(out_dir: Path) -> None:

@@ -80,7 +80,12 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     from rich.console import Console
 
     # loads torch: imported when this runs, not with this module
-    from dpsynrag.pipeline.build import make_plan, read_input
+    from dpsynrag.pipeline.build import (
+        check_output_location,
+        check_state_location,
+        make_plan,
+        read_input,
+    )
 
     plan = make_plan(config)  # PlanError: exit 3, as for a build
     print_plan(plan, Console())
@@ -115,6 +120,7 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     needed = required_free_bytes(input_path)
     out_parent = out_dir.expanduser().absolute().parent
     def output() -> str:
+        check_output_location(out_dir)
         if out_dir.exists() and not force:
             raise RuntimeError(f"{out_dir} exists; remove it or pass --force")
         check_writable_directory(out_parent, needed, "output directory")
@@ -123,7 +129,13 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     checks.run("output directory", output)
     state_path = (state_dir or default_state_dir(out_dir)).expanduser().absolute()
     def state_directory() -> str:
-        check_writable_directory(state_path.parent, needed, "state directory")
+        if state_path.exists():
+            check_state_location(state_path, needed)
+        else:  # a dry run creates nothing: the nearest existing parent must take it
+            parent = next(p for p in state_path.parents if p.exists())
+            if not parent.is_dir():
+                raise RuntimeError(f"{parent}: is not a directory; choose another --state-dir")
+            check_writable_directory(parent, needed, "state directory")
         return f"{state_path} (0700), free space ok"
 
     checks.run("state directory", state_directory)

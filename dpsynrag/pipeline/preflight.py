@@ -16,7 +16,13 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dpsynrag.accounting.signing import ensure_default_key, fingerprint, load_private_key
+from dpsynrag.accounting.signing import (
+    CONFIG_ENV,
+    default_key_path,
+    ensure_default_key,
+    fingerprint,
+    load_private_key,
+)
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -36,7 +42,14 @@ def load_signer(signing_key: Path | None) -> tuple[Ed25519PrivateKey, str, bool]
     """``(private key, fingerprint, created)``: the given key (must be 0600, Ed25519, PEM) or
     the default one, created on first use. Raises ``SigningKeyError`` (one line)."""
     if signing_key is None:
-        return ensure_default_key()
+        try:
+            return ensure_default_key()
+        except OSError as error:  # the config directory cannot hold the key
+            where = error.filename or default_key_path().parent
+            raise PreflightError(
+                f"{where}: cannot create the default signing key here "
+                f"({error.strerror or error}); pass --signing-key KEY from 'dpsynrag keygen' "
+                f"or set {CONFIG_ENV} to a writable directory (nothing was spent)") from None
     key = load_private_key(signing_key)
     return key, fingerprint(key.public_key()), False
 
