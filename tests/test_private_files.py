@@ -36,9 +36,10 @@ def test_ray_temp_dir_for_a_long_state_dir_is_a_private_temporary_dir(tmp_path: 
     try:
         assert temporary
         assert _mode(path) == 0o700
+        assert _mode(path.parent) == 0o700  # what Ray makes 0777 below it stays private
         assert len(str(path)) <= runners._RAY_TEMP_DIR_MAX_CHARS
     finally:
-        path.rmdir()
+        shutil.rmtree(path.parent)
 
 
 class _FakeRay(types.ModuleType):
@@ -55,6 +56,8 @@ class _FakeRay(types.ModuleType):
     def init(self, **kwargs: Any) -> None:
         self.init_kwargs = kwargs
         self.initialized = True
+        if "_temp_dir" in kwargs:  # as Ray 2.x does (ray._common.utils.try_to_create_directory)
+            os.chmod(kwargs["_temp_dir"], 0o777)
 
     def shutdown(self) -> None:
         self.initialized = False
@@ -66,11 +69,15 @@ class _FakeRay(types.ModuleType):
         return [{"Alive": True, "Resources": {"CPU": 2.0}}]
 
     def remote(self, cls: Any) -> Any:
+        temp_dir = self.init_kwargs.get("_temp_dir")
+
         class _Handle:
             def options(self, **_: Any) -> Any:
                 return self
 
             def remote(self, *_: Any) -> Any:
+                if temp_dir is not None:  # so does each worker process Ray starts
+                    os.chmod(temp_dir, 0o777)
                 return types.SimpleNamespace(ping=types.SimpleNamespace(remote=lambda: None))
 
         return _Handle()
@@ -94,8 +101,8 @@ def test_a_local_ray_cluster_is_started_in_a_private_temp_dir(tmp_path: Path, mo
     temp_dir = Path(fake.init_kwargs["_temp_dir"])
     assert _mode(temp_dir) == 0o700
     runner.close()
-    if long_path:
-        assert not temp_dir.exists()  # the mkdtemp directory is removed when the runner closes
+    if long_path:  # the mkdtemp directory is removed when the runner closes
+        assert not temp_dir.exists() and not temp_dir.parent.exists()
 
 
 def test_connecting_to_a_cluster_does_not_set_a_temp_dir(monkeypatch: Any) -> None:

@@ -89,11 +89,12 @@ def ray_cluster() -> Iterator[Any]:
     with runners._keep_signal_handlers():
         ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=str(temp_dir),
                  logging_level="warning", runtime_env={"env_vars": env})
+    runners.make_private_again(temp_dir)
     try:
         yield ray
     finally:
         ray.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        shutil.rmtree(temp_dir.parent, ignore_errors=True)  # r in its own mkdtemp directory
 
 
 @pytest.fixture(scope="module")

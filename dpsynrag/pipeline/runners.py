@@ -289,8 +289,14 @@ def private_ray_temp_dir(state_dir: Path | None) -> tuple[Path, bool]:
     Objects that Ray spills or logs may hold private intermediates, and Ray's default
     ``/tmp/ray`` is shared by every user of the machine (measured: 0777 directories). The
     directory is ``<state dir>/ray`` when that path is short enough for Ray's socket names,
-    else a fresh ``mkdtemp`` directory (0700 by construction). Returns (path, temporary):
-    a temporary one is removed when the runner closes.
+    else ``r`` in a fresh ``mkdtemp`` directory. Returns (path, temporary): a temporary one is
+    removed, with its ``mkdtemp`` parent, when the runner closes.
+
+    Ray makes the directory it is given 0777 (``ray.init`` and every worker process it starts
+    do, "so others can use it"), so the privacy rests on its parent: the state directory and
+    the ``mkdtemp`` directory are 0700, and nobody else can reach anything below them.
+    :func:`make_private_again` sets the directory itself back to 0700 once the model actors
+    are up, as the state directory's layout says.
     """
     if state_dir is not None:
         candidate = Path(state_dir).resolve() / "ray"
@@ -298,7 +304,15 @@ def private_ray_temp_dir(state_dir: Path | None) -> tuple[Path, bool]:
             candidate.mkdir(mode=0o700, parents=True, exist_ok=True)
             candidate.chmod(0o700)
             return candidate, False
-    return Path(tempfile.mkdtemp(prefix="dpsr-ray-")), True
+    path = Path(tempfile.mkdtemp(prefix="dpsr-ray-")) / "r"  # the mkdtemp parent is 0700
+    path.mkdir(mode=0o700)
+    return path, True
+
+
+def make_private_again(temp_dir: Path) -> None:
+    """Put a local Ray cluster's temp dir back to 0700 after Ray made it 0777 (Ray's own
+    processes run as the owner and need no more)."""
+    temp_dir.chmod(0o700)
 
 
 def _starts_local_ray(address: str | None) -> bool:
@@ -335,6 +349,7 @@ class RayRunner:
         self.ordered = ordered
         self._owns_ray = not ray.is_initialized()
         self._temp_dir: Path | None = None
+        private_dir: Path | None = None  # the local cluster's temp dir, when we start one
         if self._owns_ray:
             extra: dict[str, Any] = {}
             if _starts_local_ray(address):
@@ -349,6 +364,7 @@ class RayRunner:
                 temp_dir, temporary = private_ray_temp_dir(state_dir)
                 self._temp_dir = temp_dir if temporary else None
                 extra["_temp_dir"] = str(temp_dir)
+                private_dir = temp_dir
             with _keep_signal_handlers():
                 ray.init(address=address, include_dashboard=False, configure_logging=True,
                          logging_level="warning",  # type: ignore[arg-type]  # a name is fine
@@ -360,6 +376,8 @@ class RayRunner:
         self.workers: list[Any] = [actor.remote(llm, embedder, device, dtype)
                                    for _ in range(count)]
         ray.get([w.ping.remote() for w in self.workers])
+        if private_dir is not None:  # after ray.init and the actors' processes made it 0777
+            make_private_again(private_dir)
 
     def _map(self, method: str, texts: Sequence[str], progress: Progress,
              *args: Any) -> list[Any]:
@@ -443,6 +461,6 @@ class RayRunner:
             self._ray.kill(worker)
         if self._owns_ray:
             self._ray.shutdown()
-        if self._temp_dir is not None:
-            shutil.rmtree(self._temp_dir, ignore_errors=True)
+        if self._temp_dir is not None:  # a temporary one: r in its own mkdtemp directory
+            shutil.rmtree(self._temp_dir.parent, ignore_errors=True)
             self._temp_dir = None
