@@ -28,11 +28,13 @@ from dpsynrag.accounting.signing import (
     canonical_json,
     default_key_path,
     ensure_default_key,
+    find_public_key,
     fingerprint,
     format_fingerprint,
     generate_keypair,
     load_private_key,
     load_public_key,
+    public_key_path_for,
     sign_document,
     verify_signature,
 )
@@ -167,7 +169,7 @@ def test_certificate_content(tmp_path: Path, key: Path) -> None:
     for part in parts.values():
         assert part["rho"] == pytest.approx(per_cluster_full, rel=1e-12)
     # the signed text is the canonical JSON of what is on disk
-    verify_signature(cert, load_public_key(key.with_suffix(".pub")))
+    verify_signature(cert, load_public_key(public_key_path_for(key)))
 
 
 def test_unseeded_build_is_for_release(tmp_path: Path) -> None:
@@ -194,7 +196,7 @@ def test_seeded_output_fails_verification_unless_allowed(tmp_path: Path, key: Pa
     out = make_output(tmp_path, key, build_ledger(seed=3))
     assert load_certificate(out / "certificate.json")["seeded"] is True
     assert verify_output(out) == [SEEDED_PROBLEM]
-    assert verify_output(out, key.with_suffix(".pub")) == [SEEDED_PROBLEM]
+    assert verify_output(out, public_key_path_for(key)) == [SEEDED_PROBLEM]
     assert verify_output(out, allow_seeded=True) == []
 
 
@@ -220,14 +222,14 @@ def test_dp_accounting_cross_check_agrees() -> None:
 def test_verify_ok(tmp_path: Path, key: Path) -> None:
     out = make_output(tmp_path, key)
     assert verify_output(out) == []
-    assert verify_output(out, key.with_suffix(".pub")) == []
+    assert verify_output(out, public_key_path_for(key)) == []
 
 
 def test_wrong_trusted_key(tmp_path: Path, key: Path) -> None:
     out = make_output(tmp_path, key)
     other = tmp_path / "other" / "k.pem"
     generate_keypair(other)
-    problems = verify_output(out, other.with_suffix(".pub"))
+    problems = verify_output(out, public_key_path_for(other))
     assert len(problems) == 1 and "trusted key" in problems[0]
 
 
@@ -273,7 +275,7 @@ def test_resigned_tampering_is_still_caught_by_the_arithmetic(tmp_path: Path, ke
             cert["guarantee"]["delta"] = 0.5
 
     edit(out, change, key=key)
-    problems = verify_output(out, key.with_suffix(".pub"))
+    problems = verify_output(out, public_key_path_for(key))
     assert problems, what
     assert not any(p.startswith("signature:") for p in problems)
 
@@ -325,7 +327,7 @@ def test_resigned_by_another_key_passes_only_without_a_trusted_key(tmp_path: Pat
     generate_keypair(forger)
     edit(out, lambda cert: None, key=forger)
     assert verify_output(out) == []  # integrity only
-    assert any("trusted key" in p for p in verify_output(out, key.with_suffix(".pub")))
+    assert any("trusted key" in p for p in verify_output(out, public_key_path_for(key)))
 
 
 @pytest.mark.parametrize("content", [None, "{not json", "[1, 2]", "{}"])
@@ -394,8 +396,9 @@ def test_key_files(tmp_path: Path) -> None:
     path = tmp_path / "k" / "signing_key.pem"
     fp = generate_keypair(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    public = path.with_suffix(".pub")
-    assert public.is_file()
+    public = path.with_name("signing_key.pem.pub")  # keygen's name: <key>.pub, next to it
+    assert public_key_path_for(path) == public and find_public_key(path) == public
+    assert public.is_file() and not path.with_suffix(".pub").exists()
     assert fingerprint(load_public_key(public)) == fp == fingerprint(
         load_private_key(path).public_key())
     assert len(fp) == 64 and format_fingerprint(fp) == ":".join(fp[i:i + 4]
@@ -453,6 +456,17 @@ def test_default_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert stat.S_IMODE((config / "signing_key.pem").stat().st_mode) == 0o600
     _, fp2, created2 = ensure_default_key()
     assert not created2 and fp2 == fp
+    # its public key has keygen's name; a config dir from before keeps its signing_key.pub
+    public = config / "signing_key.pem.pub"
+    assert fingerprint(load_public_key(public)) == fp
+    assert find_public_key(config / "signing_key.pem") == public
+    public.rename(config / "signing_key.pub")
+    assert ensure_default_key()[1] == fp
+    assert find_public_key(config / "signing_key.pem") == config / "signing_key.pub"
+    assert not public.exists()
+    (config / "signing_key.pub").unlink()  # a missing public key is written again
+    assert ensure_default_key()[1] == fp
+    assert fingerprint(load_public_key(public)) == fp
     monkeypatch.delenv("DPSYNRAG_CONFIG_DIR")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     assert default_key_path() == tmp_path / "xdg" / "dpsynrag" / "signing_key.pem"
@@ -552,7 +566,7 @@ def test_facts_certificate_converts_rho_at_delta_minus_delta_approx(tmp_path: Pa
     assert phrases["delta"] == approx and phrases["params"]["threshold"] == plan["tau_A"]
     hist = cert["mechanisms"]["sequential"][0]
     assert "delta" not in hist
-    assert verify_output(out, key.with_suffix(".pub")) == []
+    assert verify_output(out, public_key_path_for(key)) == []
 
 
 def test_a_role_histogram_under_the_planned_noise_is_reported(tmp_path: Path,
@@ -561,7 +575,7 @@ def test_a_role_histogram_under_the_planned_noise_is_reported(tmp_path: Path,
     under-charge nothing, but the certificate would not be the plan's) fails verify."""
     plan = facts_plan()
     out = make_output(tmp_path, key, facts_ledger(plan, sigma_r=plan["sigma_R"] / 2), plan)
-    problems = verify_output(out, key.with_suffix(".pub"))
+    problems = verify_output(out, public_key_path_for(key))
     assert any("role histogram's sigma" in p for p in problems), problems
 
 
@@ -594,7 +608,7 @@ def test_tampered_approximate_delta_is_reported(tmp_path: Path, key: Path, what:
             g["delta_approx"] = 0.0
 
     edit(out, change, key=key)
-    problems = verify_output(out, key.with_suffix(".pub"))
+    problems = verify_output(out, public_key_path_for(key))
     assert problems, what
     assert not any(p.startswith("signature:") for p in problems)
     if what in ("understated_delta", "threshold_down"):
@@ -651,7 +665,7 @@ def test_older_certificate_without_the_delta_fields_still_verifies(tmp_path: Pat
         del cert["guarantee"]["delta_conversion"]
 
     edit(out, strip, key=key)
-    assert verify_output(out, key.with_suffix(".pub")) == []
+    assert verify_output(out, public_key_path_for(key)) == []
 
 
 def test_no_certificate_when_the_approximate_delta_reaches_delta() -> None:

@@ -279,3 +279,25 @@ def test_ingest_cli_bad_input_is_one_line_exit_2(tmp_path) -> None:
                         capture_output=True, text=True, env=env)
     assert ok.returncode == 0, ok.stderr
     assert json.loads((tmp_path / "r.json").read_text())["documents"] == 1
+
+
+def test_ingest_cli_says_merged_for_concat_and_warns_when_pick_leaves_out_most(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dpsynrag.cli import main
+
+    source = tmp_path / "notes.jsonl"
+    source.write_text("".join(json.dumps({"id": str(i), "text": f"visit {i} of a patient",
+                                          "unit": f"p{i % 2}"}) + "\n" for i in range(6)))
+    report = tmp_path / "report.json"
+    assert main(["ingest", str(source), "-o", str(tmp_path / "pick"), "--unit-column", "unit",
+                 "--report-json", str(report)]) == 0
+    err = capsys.readouterr().err
+    assert "skipped (unit_bound): 4" in err
+    warning = ("WARNING: --unit-bound pick kept one record per privacy unit and left out 4 of "
+               "the 6 records read (67%; 2 documents kept)")
+    assert warning in err and "--unit-bound concat" in err
+    assert json.loads(report.read_text())["warnings"][0] in err
+    assert main(["ingest", str(source), "-o", str(tmp_path / "concat"), "--unit-column", "unit",
+                 "--unit-bound", "concat"]) == 0
+    err = capsys.readouterr().err
+    assert "merged (unit_bound concat): 4" in err and "WARNING" not in err

@@ -37,6 +37,7 @@ __all__ = [
     "canonical_json",
     "default_key_path",
     "ensure_default_key",
+    "find_public_key",
     "fingerprint",
     "format_fingerprint",
     "generate_keypair",
@@ -79,10 +80,20 @@ def format_fingerprint(value: str, groups: int = 4) -> str:
 
 
 def public_key_path_for(private_path: Path) -> Path:
-    """Where the public key of ``private_path`` goes: same name with suffix ``.pub``."""
+    """Where the public key of ``private_path`` goes: next to it, its name plus ``.pub``
+    (``K.pem`` -> ``K.pem.pub``), for ``dpsynrag keygen`` and the default key alike."""
     private_path = Path(private_path)
-    public = private_path.with_suffix(".pub")
-    return public if public != private_path else private_path.with_name(private_path.name + ".pub")
+    return private_path.with_name(private_path.name + ".pub")
+
+
+def find_public_key(private_path: Path) -> Path | None:
+    """The public key file next to ``private_path``: ``K.pem.pub``, else the name the default
+    key's public half had before (``K.pub``, the suffix replaced), else None."""
+    private_path = Path(private_path).expanduser()
+    for public in (public_key_path_for(private_path), private_path.with_suffix(".pub")):
+        if public != private_path and public.is_file():
+            return public
+    return None
 
 
 def _write_new(path: Path, data: bytes, mode: int, force: bool) -> None:
@@ -189,7 +200,9 @@ def default_key_path() -> Path:
 def ensure_default_key() -> tuple[Ed25519PrivateKey, str, bool]:
     """The default signing key, created on first use: ``(key, fingerprint, created)``.
 
-    The config directory is created with mode 0700.
+    The config directory is created with mode 0700. The public key is ``signing_key.pem.pub``
+    next to it (a config directory from before keeps its ``signing_key.pub``); one that is
+    missing is written again from the private key.
     """
     path = default_key_path()
     created = False
@@ -201,6 +214,10 @@ def ensure_default_key() -> tuple[Ed25519PrivateKey, str, bool]:
         except FileExistsError:  # another process created it meanwhile
             pass
     key = load_private_key(path)
+    if find_public_key(path) is None:
+        public_pem = key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        _write_new(public_key_path_for(path), public_pem, 0o644, force=True)
     return key, fingerprint(key.public_key()), created
 
 

@@ -82,8 +82,8 @@ def run_build_command(args: argparse.Namespace) -> int:
                         purge_state=args.purge_state, progress=progress_factory(args.quiet),
                         log=lambda message: None, corpus_ledger=args.corpus_ledger)
     print_summary(summary.as_dict())
-    if warning:
-        print(f"build-corpus: WARNING: {warning}", file=sys.stderr)
+    for line in ([warning] if warning else []) + summary.warnings:
+        print(f"build-corpus: WARNING: {line}", file=sys.stderr)
     if args.summary_json is not None:
         write_private_text(args.summary_json,
                            json.dumps(summary.as_dict(), indent=2, sort_keys=True) + "\n")

@@ -259,7 +259,9 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--state-dir", type=Path, help="state directory (ledger and private "
                    "intermediates; 0700; default ./.dpsynrag-state/<OUT name>-<hash>)")
     g.add_argument("--signing-key", type=Path, help="Ed25519 private key (PEM) from 'dpsynrag "
-                   "keygen' (default: a key in ~/.config/dpsynrag, created on first use)")
+                   "keygen'; its public key is KEY.pub next to it, as keygen writes it "
+                   "(default: ~/.config/dpsynrag/signing_key.pem, created on first use with "
+                   "signing_key.pem.pub; the summary says where the public key is)")
     g.add_argument("--corpus-ledger", type=Path, help="the private corpus's ledger, charged "
                    "with this build's whole planned spend before any private computation and "
                    "checked against its cap (exit 3 when it does not fit; default: derived from "

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsynrag.display import format_epsilon
+from dpsynrag.io.documents import skip_label
 
 __all__ = ["check_private_text_location", "plan_warning", "print_summary", "progress_factory",
            "write_private_text"]
@@ -94,7 +95,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     table.add_row("records read", str(records))
     table.add_row("documents used (one per privacy unit)", str(summary["documents_in"]))
     for reason, count in sorted(summary["skipped"].items()):
-        table.add_row(f"skipped ({reason})", str(count))
+        table.add_row(skip_label(reason, summary.get("unit_bound")), str(count))
     table.add_row("clusters / synthetic texts", str(summary["synthetic_texts"]))
     table.add_row("kept by the self-filter", str(summary["kept_texts"]))
     table.add_row("rho spent (zCDP)", f"{summary['rho_spent']:.4f}")
@@ -114,5 +115,8 @@ def print_summary(summary: dict[str, Any]) -> None:
         table.add_row("seeded", "YES: not for release")
     key_note = " (new key)" if summary["signing_key_created"] else ""
     table.add_row("signing key", summary["signing_key_fingerprint"] + key_note)
+    public_key = summary.get("signing_public_key")
+    table.add_row("public key (verify --public-key)",
+                  public_key or "no KEY.pub next to the signing key")
     table.add_row("output", summary["out_dir"])
     console.print(table)

@@ -79,6 +79,7 @@ def run_ingest_command(args: argparse.Namespace) -> int:
 
     A bad input row (``InputError``) exits 2 through the table of ``cli.errors``."""
     # lazy: the ingest job loads Apache Beam and pyarrow, seconds of imports
+    from dpsynrag.io.documents import pick_warning, skip_label
     from dpsynrag.pipeline.beam_ingest import parse_beam_options, run_ingest
     from dpsynrag.transforms.ingest import IngestSettings
 
@@ -102,7 +103,12 @@ def run_ingest_command(args: argparse.Namespace) -> int:
     summary = report.as_dict()
     lines = [f"documents written: {report.documents} in {report.shards} shard(s) at "
              f"{report.output}", f"records read: {report.records_read}"]
-    lines += [f"skipped ({reason}): {count}" for reason, count in report.skipped.items()]
+    rule = args.unit_bound if args.unit_column else None
+    lines += [f"{skip_label(reason, rule)}: {count}" for reason, count in report.skipped.items()]
+    warning = pick_warning(rule, report.documents, report.skipped, report.records_read)
+    if warning:
+        lines.append(f"WARNING: {warning}")
+        summary["warnings"] = [warning]
     if report.bad_rows:
         lines.append(f"bad rows dropped: {report.bad_rows} ("
                      + ", ".join(f"{k} {v}" for k, v in report.bad_rows_by_kind.items()) + ")")

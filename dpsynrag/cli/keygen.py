@@ -29,9 +29,9 @@ def add_parser(subparsers: Any) -> None:
 def run_keygen(args: argparse.Namespace) -> int:
     """Write the key pair and print its fingerprint."""
     # cryptography loads in a fraction of a second, but only keygen needs it
-    from dpsynrag.accounting.signing import generate_keypair
+    from dpsynrag.accounting.signing import generate_keypair, public_key_path_for
 
-    public = args.public_key or args.private_key.with_name(args.private_key.name + ".pub")
+    public = args.public_key or public_key_path_for(args.private_key)
     try:
         fingerprint = generate_keypair(args.private_key, public, force=args.force)
     except FileExistsError as error:

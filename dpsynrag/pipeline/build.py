@@ -34,7 +34,8 @@ from dpsynrag.accounting.corpus_ledger import (
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.planner import BudgetPlan, PlanRequest, plan_budget
 from dpsynrag.accounting.rng import secure_rng
-from dpsynrag.accounting.signing import sign_document
+from dpsynrag.accounting.signing import default_key_path, find_public_key, sign_document
+from dpsynrag.io.documents import pick_warning
 from dpsynrag.io.fingerprint import input_fingerprint
 from dpsynrag.io.output_files import output_file_hashes
 from dpsynrag.io.reader import read_documents
@@ -85,6 +86,9 @@ class BuildSummary:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     signing_key_fingerprint: str = ""
     signing_key_created: bool = False
+    # the signing key's public half, for 'dpsynrag verify --public-key' ("" when there is
+    # no public key file next to the private key)
+    signing_public_key: str = ""
     # HMAC-SHA256 of the exact input under the state directory's key: operator-side only
     # (the summary and the state), never in a released file.
     input_hmac_sha256: str = ""
@@ -93,6 +97,11 @@ class BuildSummary:
     lifetime_epsilon: float | None = None
     lifetime_delta: float | None = None
     lifetime_cap_epsilon: float | None = None
+    # how a unit's records became one document (--unit-bound; None without --unit-column):
+    # "concat" merges the records that skipped["unit_bound"] counts, "pick" leaves them out
+    unit_bound: str | None = None
+    # what the operator should know about this build (e.g. pick left out most records)
+    warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -225,7 +234,9 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
                            if c != conversion},
             seeded=ledger.seeded, resumed=resumed, stage_seconds=state.stage_seconds,
             signing_key_fingerprint=signer[1], signing_key_created=signer[2],
-            input_hmac_sha256=fingerprint)
+            signing_public_key=str(find_public_key(signing_key or default_key_path()) or ""),
+            input_hmac_sha256=fingerprint, unit_bound=unit_bound_rule(config),
+            warnings=input_warnings(config, docs))
         if ledger_path is not None:
             _add_lifetime_spend(summary, ledger_path, config.delta, config.conversion)
         ledger.close()
@@ -270,6 +281,19 @@ def read_input(input_path: str | Path, config: BuildConfig,
     if report.bad_rows:
         docs.skipped["bad_row"] = report.bad_rows
     return docs
+
+
+def unit_bound_rule(config: BuildConfig) -> str | None:
+    """How a unit's records became one document: ``--unit-bound`` with a ``--unit-column``,
+    else None (every record is a unit: nothing merged or left out)."""
+    return config.unit_bound if config.unit_column else None
+
+
+def input_warnings(config: BuildConfig, docs: Any) -> list[str]:
+    """What the operator should know about how the input was read (``pick_warning``: only
+    counts the build's summary shows already)."""
+    warning = pick_warning(unit_bound_rule(config), len(docs.texts), docs.skipped)
+    return [warning] if warning else []
 
 
 def corpus_ledger_mechanisms(config: BuildConfig, plan: Any) -> list[dict[str, Any]]:

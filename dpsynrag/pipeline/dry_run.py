@@ -83,8 +83,10 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     from dpsynrag.pipeline.build import (
         check_output_location,
         check_state_location,
+        input_warnings,
         make_plan,
         read_input,
+        unit_bound_rule,
     )
 
     plan = make_plan(config)  # PlanError: exit 3, as for a build
@@ -101,10 +103,16 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
         timings["read"] = time.monotonic() - started
         docs_box.append(docs)
         skipped = sum(docs.skipped.values())
+        merged = ""
+        if unit_bound_rule(config) == "concat":  # merged into their unit's documents
+            skipped -= docs.skipped.get("unit_bound", 0)
+            merged = f", {docs.skipped.get('unit_bound', 0)} merged (unit_bound concat)"
         return (f"{len(docs.texts)} documents (one per privacy unit), {skipped} records "
-                f"skipped, read in {timings['read']:.1f} s")
+                f"skipped{merged}, read in {timings['read']:.1f} s")
 
     checks.run("input", read)
+    for warning in input_warnings(config, docs_box[0]) if docs_box else []:
+        say(f"  WARNING: {warning}")
 
     def key() -> str:
         if signing_key is not None:
