@@ -78,3 +78,58 @@ def test_budget_mode_options_are_the_builds() -> None:
     shared = {"help", "generate", "epsilon", "delta", "L", "rho_hist", "conversion", "units",
               "json", "allow_large_epsilon"}
     assert set(flags) | {"help"} == shared | set(tokens) | set(facts)
+
+
+def test_text_column_repeated_or_comma_separated() -> None:
+    """--text-column may be repeated or take a comma-separated list (names stripped), in
+    order; one name stays a plain string, so a one-column build's fingerprint is unchanged."""
+    import pytest
+
+    from dpsynrag.cli.errors import CliError
+    from dpsynrag.pipeline.config import make_config
+
+    def config_of(*flags: str) -> BuildConfig:
+        parsed = build_parser().parse_args(["notes.jsonl", "-o", "out", *flags])
+        return make_config(None, {name: getattr(parsed, name) for name in config_flags()})
+
+    several = ("subject", "body", "resolution")
+    assert config_of("--text-column", "subject", "--text-column", "body",
+                     "--text-column", "resolution").text_column == several
+    assert config_of("--text-column", "subject, body,resolution").text_column == several
+    assert config_of("--text-column", "subject,body", "--text-column",
+                     "resolution").text_column == several
+    assert config_of("--text-column", "body,subject").text_column == ("body", "subject")
+    assert config_of("--text-column", "body").text_column == "body"
+    assert config_of("--text-column", " body ").text_column == " body "  # one name: as given
+    assert config_of().text_column == "text"
+    assert config_of("--text-column", "text").fingerprint() == config_of().fingerprint()
+    assert config_of("--text-column", "text,body").fingerprint() != config_of().fingerprint()
+    for flags in (["--text-column", "body", "--text-column", "body"],
+                  ["--text-column", "subject,body,subject"], ["--text-column", "subject,"]):
+        with pytest.raises(CliError, match="--text-column"):
+            config_of(*flags)
+
+
+def test_text_column_in_a_config_file_is_a_string_or_a_list(tmp_path) -> None:
+    import pytest
+
+    from dpsynrag.pipeline.config import ConfigError, make_config
+
+    toml = tmp_path / "build.toml"
+    for line, expected in (('text_column = "body"', "body"),
+                           ('text_column = "subject, body"', ("subject", "body")),
+                           ('text-column = ["subject", "body"]', ("subject", "body")),
+                           ('text_column = ["body"]', "body"),
+                           ('text_column = ["a,b", "c"]', ("a,b", "c"))):  # a list: verbatim
+        toml.write_text(line + "\n")
+        assert make_config(toml, {}).text_column == expected, line
+    toml.write_text('text_column = ["subject"]\n')  # a flag replaces the file's list
+    assert make_config(toml, {"text_column": ["a", "b"]}).text_column == ("a", "b")
+    for line, message in (("text_column = 5", "expected a column name"),
+                          ("text_column = []", "no text column"),
+                          ('text_column = ["a", 1]', "must be a string"),
+                          ('text_column = ["a", "a"]', "'a' is given twice"),
+                          ('text_column = "a,,b"', "empty column name")):
+        toml.write_text(line + "\n")
+        with pytest.raises(ConfigError, match=f"--text-column: .*{message}"):
+            make_config(toml, {})

@@ -301,3 +301,66 @@ def test_ingest_cli_says_merged_for_concat_and_warns_when_pick_leaves_out_most(
                  "--unit-bound", "concat"]) == 0
     err = capsys.readouterr().err
     assert "merged (unit_bound concat): 4" in err and "WARNING" not in err
+
+
+def test_several_text_columns_agree_between_beam_and_in_process(tmp_path: Path) -> None:
+    """Two text columns, some null or empty, in JSONL, CSV and Parquet: the Beam ingest makes
+    the in-process reader's documents (joined in order by a blank line), with its skips."""
+    import csv
+
+    rng = random.Random(5)
+    rows = []
+    for i in range(60):
+        roll = rng.random()
+        subject = None if roll < 0.15 else "" if roll < 0.25 else _text(rng)[:40]
+        body = None if 0.2 < roll < 0.35 else _text(rng)
+        rows.append({"id": f"n{i}", "unit": f"p{rng.randrange(20)}", "subject": subject,
+                     "body": body})
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with (tmp_path / "t.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "t.parquet")
+    columns = ("body", "subject")
+    settings = IngestSettings(text_column=columns, unit_column="unit", max_chars=2000)
+    for name in ("t.jsonl", "t.csv", "t.parquet"):
+        out = tmp_path / f"out-{name}"
+        report = run_ingest(tmp_path / name, out, settings)
+        beam = read_documents(out, unit_column="unit", max_chars=None)
+        read = read_documents(tmp_path / name, text_column=columns, unit_column="unit",
+                              max_chars=2000)
+        inline = bound_units(read)
+        assert sorted(zip(beam.ids, beam.texts, beam.units, strict=True)) == sorted(
+            zip(inline.ids, inline.texts, inline.units, strict=True)), name
+        assert report.skipped["empty"] == read.skipped["empty"] > 0, name
+        assert any("\n\n" in text for text in beam.texts), name
+        assert report.as_dict()["settings"]["text_column"] == columns  # JSON: a list
+
+
+def test_ingest_and_query_take_text_column_lists(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from dpsynrag.cli import main
+    from dpsynrag.cli.app import build_parser
+
+    source = tmp_path / "tickets.jsonl"
+    source.write_text("".join(json.dumps({"id": str(i), "subject": f"ticket {i}",
+                                          "body": f"the body of ticket {i}"}) + "\n"
+                              for i in range(3)))
+    report = tmp_path / "report.json"
+    assert main(["ingest", str(source), "-o", str(tmp_path / "out"), "--text-column",
+                 "subject", "--text-column", "body", "--report-json", str(report)]) == 0
+    assert json.loads(report.read_text())["settings"]["text_column"] == ["subject", "body"]
+    docs = read_documents(tmp_path / "out", max_chars=None)
+    assert sorted(docs.texts)[0] == "ticket 0\n\nthe body of ticket 0"
+    assert main(["ingest", str(source), "-o", str(tmp_path / "one"), "--text-column", "body",
+                 "--report-json", str(report)]) == 0
+    assert json.loads(report.read_text())["settings"]["text_column"] == "body"
+    assert main(["ingest", str(source), "-o", str(tmp_path / "bad"), "--text-column",
+                 "subject,subject"]) == 2
+    assert "--text-column: column 'subject' is given twice" in capsys.readouterr().err
+    query = ["query", "--corpus", str(source), "--method", "dp-rag", "--epsilon", "1", "q?"]
+    parser = build_parser()
+    assert parser.parse_args(query).text_column is None  # read as "text"
+    assert parser.parse_args([*query, "--text-column", "subject, body"]).text_column == [
+        "subject", "body"]

@@ -417,3 +417,72 @@ def test_a_directory_with_records_files_beside_its_txt_files_is_refused(tmp_path
     for name in ("sub/more.csv", "sub/tickets.jsonl"):
         (tmp_path / name).unlink()
     assert len(read_documents(tmp_path)) == 2  # .txt files only: read as before
+
+
+# ------------------------------------------------------------------ several text columns
+TICKETS = [
+    {"id": "t1", "subject": "Printer jams", "body": "It  jams on page two.",
+     "resolution": "Replaced the roller."},
+    {"id": "t2", "subject": "", "body": "VPN drops hourly.", "resolution": None},
+    {"id": "t3", "subject": "Login fails", "body": None, "resolution": "  "},
+    {"id": "t4", "subject": None, "body": " ", "resolution": ""},
+]
+WRITERS = ((write_jsonl, "t.jsonl", "line 1"), (write_csv, "t.csv", "line 1"),
+           (write_parquet, "t.parquet", ""))
+
+
+def test_several_text_columns_are_joined_in_order_by_a_blank_line(tmp_path: Path) -> None:
+    """Each format: the non-empty values in the columns' order, "\\n\\n" between them (kept by
+    normalise_text); a null, empty or blank column is left out; all of them: skip "empty"."""
+    for writer, name, _ in WRITERS:
+        path = writer(tmp_path / name, TICKETS)
+        docs = read_documents(path, text_column=("subject", "body", "resolution"))
+        assert docs.ids == ["t1", "t2", "t3"], name
+        assert docs.texts == ["Printer jams\n\nIt jams on page two.\n\nReplaced the roller.",
+                              "VPN drops hourly.", "Login fails"], name
+        assert docs.skipped["empty"] == 1, name
+        reverse = read_documents(path, text_column=["resolution", "subject"])
+        assert reverse.texts == ["Replaced the roller.\n\nPrinter jams", "Login fails"], name
+        assert reverse.skipped["empty"] == 2, name
+
+
+def test_several_text_columns_missing_or_not_a_string_name_the_column(tmp_path: Path) -> None:
+    rows = [{"id": "1", "subject": SECRET, "text": SECRET}]
+    for writer, name, where in WRITERS:
+        error = error_of(writer(tmp_path / name, rows), text_column=("subject", "body"))
+        assert_one_line_without_secret(error, name, where, "missing text column 'body'",
+                                       "'subject'")
+    path = write_jsonl(tmp_path / "num.jsonl", [{"subject": "ok", "body": "fine"},
+                                                {"subject": SECRET, "body": 42}])
+    assert_one_line_without_secret(error_of(path, text_column=("subject", "body")),
+                                   "num.jsonl", "line 2", "text is a number in column 'body'",
+                                   "expected a string")
+    # a record without the second column is an error, not an empty value (null is one)
+    sparse = write_jsonl(tmp_path / "sparse.jsonl", [{"subject": "ok", "body": None},
+                                                     {"subject": SECRET}])
+    assert_one_line_without_secret(error_of(sparse, text_column=("subject", "body")),
+                                   "sparse.jsonl", "line 2", "missing text column 'body'")
+    pq.write_table(pa.table({"subject": ["a"], "body": [7]}), tmp_path / "num.parquet")
+    assert_one_line_without_secret(error_of(tmp_path / "num.parquet",
+                                            text_column=("subject", "body")),
+                                   "num.parquet", "text column 'body' has type int64")
+    with pytest.raises(ValueError, match="'body' is given twice"):
+        read_documents(path, text_column=("body", "subject", "body"))
+
+
+def test_one_text_column_keeps_its_documents_and_content_ids(tmp_path: Path) -> None:
+    """One column reads exactly as before: its content-derived id is ``doc-`` + 32 hex of
+    sha256(unit ‖ 0 ‖ sha256(normalised text)), whether given as a name or a list of one; and
+    a record whose other text columns are empty gets the id its one text would get."""
+    import hashlib
+
+    text = "  Fever and   a rash.  "
+    path = write_jsonl(tmp_path / "one.jsonl", [{"text": text, "more": ""}])
+    inner = hashlib.sha256(b"Fever and a rash.").digest()
+    expected = "doc-" + hashlib.sha256(b"\x00" + inner).hexdigest()[:32]
+    for column in ("text", ["text"], ("text", "more"), ("more", "text")):
+        docs = read_documents(path, text_column=column)
+        assert (docs.ids, docs.texts) == ([expected], ["Fever and a rash."]), column
+    # a name with a comma is one column name here (only the CLI and TOML strings split)
+    commas = write_csv(tmp_path / "commas.csv", [{"a,b": "value", "a": "x", "b": "y"}])
+    assert read_documents(commas, text_column="a,b").texts == ["value"]

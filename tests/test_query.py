@@ -404,3 +404,16 @@ def test_the_query_vector_cache_is_keyed_private_and_purged(tmp_path, monkeypatc
     late = 1_000_000.0 + pc.CACHE_MAX_AGE_S + 3600.0
     pc.cached_vectors(None, ["new"], ["a new note"], HashEmbedder(), now=late)
     assert len(list(cache.glob("query-vectors-*.npy"))) == 1  # a week unused: deleted
+
+
+def test_the_private_corpus_reads_several_text_columns_as_the_build(tmp_path) -> None:
+    from dpsynrag.io.reader import read_documents
+    from dpsynrag.query.private_corpus import PrivateCorpus
+
+    notes = tmp_path / "tickets.jsonl"
+    notes.write_text("".join(json.dumps(row) + "\n" for row in (
+        {"id": "a", "subject": "Printer", "body": "It jams."},
+        {"id": "b", "subject": None, "body": "VPN drops."})))
+    corpus = PrivateCorpus.from_path(notes, HashEmbedder(), text_column=("subject", "body"))
+    assert corpus.texts == ["Printer\n\nIt jams.", "VPN drops."]
+    assert corpus.texts == read_documents(notes, text_column=("subject", "body")).texts

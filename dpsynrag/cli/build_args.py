@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from dpsynrag.cli.options import (
+    ColumnList,
     open_unit_float,
     positive_float,
     positive_int,
@@ -70,7 +71,10 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                              "when complete)")
     parser.add_argument("--config", type=Path, help="TOML file with any of these options")
     g = parser.add_argument_group("input")
-    g.add_argument("--text-column", help="column/field holding the text (default: text)")
+    g.add_argument("--text-column", action=ColumnList, metavar="NAME[,NAME...]",
+                   help="column/field holding the text (default: text); repeat it or give a "
+                        "comma-separated list for several, whose non-empty values are joined "
+                        "in that order by a blank line")
     g.add_argument("--id-column", help="column/field holding each record's id (default: id; "
                    "without it ids are derived from each record's content, never its position)")
     g.add_argument("--unit-column", help="column grouping records of one privacy unit (e.g. a "

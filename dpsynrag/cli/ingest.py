@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsynrag.cli.errors import CliError, ExitCode
-from dpsynrag.cli.options import positive_int
+from dpsynrag.cli.options import ColumnList, positive_int
 
 __all__ = ["add_parser", "run_ingest_command"]
 
@@ -44,7 +44,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("input", metavar="INPUT", help="a file, a directory, or a file pattern")
     parser.add_argument("-o", "--out", required=True, metavar="OUT",
                         help="output directory for the shards")
-    parser.add_argument("--text-column", default="text", help="default: text")
+    parser.add_argument("--text-column", action=ColumnList, metavar="NAME[,NAME...]",
+                        help="default: text; repeat it or give a comma-separated list for "
+                             "several columns, joined in that order by a blank line")
     parser.add_argument("--id-column", default="id",
                         help="default: id (when absent, ids are derived from each record's "
                              "unit and text, never its position; a shared id is made unique "
@@ -83,7 +85,9 @@ def run_ingest_command(args: argparse.Namespace) -> int:
     from dpsynrag.pipeline.beam_ingest import parse_beam_options, run_ingest
     from dpsynrag.transforms.ingest import IngestSettings
 
-    settings = IngestSettings(text_column=args.text_column, id_column=args.id_column,
+    texts = args.text_column or ["text"]  # one column: a string, as before (the report)
+    settings = IngestSettings(text_column=texts[0] if len(texts) == 1 else tuple(texts),
+                              id_column=args.id_column,
                               unit_column=args.unit_column, min_chars=args.min_chars,
                               max_chars=args.max_chars, unit_bound=args.unit_bound,
                               fallback_encoding=args.fallback_encoding)

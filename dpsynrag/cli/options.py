@@ -9,8 +9,8 @@ from typing import Any
 
 from dpsynrag.cli.errors import CliError
 
-__all__ = ["Parser", "open_unit_float", "option_flags", "positive_float", "positive_int",
-           "prompt_text"]
+__all__ = ["ColumnList", "Parser", "open_unit_float", "option_flags", "positive_float",
+           "positive_int", "prompt_text"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -24,6 +24,28 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # one line, exit 2, as argparse does, but no usage
         raise CliError(f"{message} (see '{self.prog} --help')")
+
+
+class ColumnList(argparse.Action):
+    """A column option that may be repeated and takes a comma-separated list:
+    ``--text-column subject --text-column body`` is ``--text-column subject,body``. Its value
+    is the list of names in order (names in a list are stripped of spaces; a value without a
+    comma is one name, kept as it is), None when not given; a name given twice is an error."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from dpsynrag.io.records import split_column_list  # light: no numpy, no pyarrow
+
+        names = list(getattr(namespace, self.dest, None) or [])
+        try:
+            given = split_column_list(str(values))
+        except ValueError as error:
+            raise argparse.ArgumentError(self, str(error)) from None
+        for name in given:
+            if name in names:
+                raise argparse.ArgumentError(self, f"column {name!r} is given twice")
+            names.append(name)
+        setattr(namespace, self.dest, names)
 
 
 def positive_float(text: str) -> float:

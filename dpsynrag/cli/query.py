@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsynrag.cli.errors import CliError, ExitCode
-from dpsynrag.cli.options import positive_float, positive_int
+from dpsynrag.cli.options import ColumnList, positive_float, positive_int
 from dpsynrag.display import format_epsilon
 
 __all__ = ["add_parser", "run_query"]
@@ -66,7 +66,9 @@ def add_parser(subparsers: Any) -> None:
                         help="answer length cap (dp-rag: tokens charged; vote: public cap)")
     parser.add_argument("--instruction", default=None,
                         help="instruction after the question (default 'Answer briefly.')")
-    parser.add_argument("--text-column", default="text")
+    parser.add_argument("--text-column", action=ColumnList, metavar="NAME[,NAME...]",
+                        help="default: text; several columns (repeated or comma-separated) "
+                             "are joined as the build joins them")
     parser.add_argument("--id-column", default="id", help="document labels (content-derived "
                         "doc-... without one); tie-breaks and voters read each document's text, "
                         "never its id")
@@ -142,7 +144,7 @@ def run_query(args: argparse.Namespace) -> int:
     try:
         service = QueryService.open(
             args.corpus, ledger=args.ledger, model=args.model, embedder=args.embedder,
-            text_column=args.text_column, id_column=args.id_column or None,
+            text_column=args.text_column or "text", id_column=args.id_column or None,
             unit_column=args.unit_column or None, unit_bound=args.unit_bound,
             max_chars=args.max_chars, allow_no_cap=args.no_cap)
     except LedgerError as error:  # a ledger that cannot be opened or read

@@ -27,19 +27,20 @@ class _Undecodable(Exception):
 
 
 class CsvLayout:
-    """Where the text, id and unit columns are in a CSV file, from its header row."""
+    """Where the text (one or several), id and unit columns are in a CSV file, from its
+    header row."""
 
     def __init__(self, header: list[str], file: str, cols: Columns) -> None:
         index = {name: i for i, name in enumerate(header)}
-        if cols.text not in index:
-            raise InputError(file, "line 1", f"missing text column {cols.text!r} "
-                                             f"(columns found: {describe_names(header)})")
-        for name, kind in ((cols.unit, "unit"), (cols.id if cols.id_explicit else None, "id")):
+        wanted = [*((name, "text") for name in cols.texts), (cols.unit, "unit"),
+                  (cols.id if cols.id_explicit else None, "id")]
+        for name, kind in wanted:
             if name is not None and name not in index:
                 raise InputError(file, "line 1", f"missing {kind} column {name!r} "
                                                  f"(columns found: {describe_names(header)})")
+        self.cols = cols
         self.width = len(header)
-        self.text = index[cols.text]
+        self.texts = [index[name] for name in cols.texts]
         self.id = index.get(cols.id) if cols.id is not None else None
         self.unit = index[cols.unit] if cols.unit is not None else None
 
@@ -47,7 +48,7 @@ class CsvLayout:
         if len(row) != self.width:
             raise InputError(file, where, f"row has {len(row)} fields, the header has "
                                           f"{self.width}")
-        return RawRecord(file, where, row[self.text],
+        return RawRecord(file, where, self.cols.text_value([row[i] for i in self.texts]),
                          row[self.id] if self.id is not None else NO_ID,
                          row[self.unit] if self.unit is not None else None)
 

@@ -48,14 +48,13 @@ def jsonl_record(line: str, file: str, where: str, cols: Columns,
     if not isinstance(obj, dict):
         hint = " (expected one JSON object per line)" if isinstance(obj, list) else ""
         raise InputError(file, where, f"expected a JSON object, found {json_type(obj)}{hint}")
-    if cols.text not in obj:
-        raise InputError(file, where, f"missing text column {cols.text!r} "
-                                      f"(columns found: {describe_names(obj)})")
-    if cols.unit is not None and cols.unit not in obj:
-        raise InputError(file, where, f"missing unit column {cols.unit!r} "
-                                      f"(columns found: {describe_names(obj)})")
+    for name, kind in (*((name, "text") for name in cols.texts), (cols.unit, "unit")):
+        if name is not None and name not in obj:
+            raise InputError(file, where, f"missing {kind} column {name!r} "
+                                          f"(columns found: {describe_names(obj)})")
     use_id = ids.check(cols.id is not None and cols.id in obj, file, where, cols, obj)
-    return RawRecord(file, where, obj[cols.text], obj[cols.id] if use_id else NO_ID,
+    return RawRecord(file, where, cols.text_value([obj[name] for name in cols.texts]),
+                     obj[cols.id] if use_id else NO_ID,
                      obj[cols.unit] if cols.unit is not None else None)
 
 

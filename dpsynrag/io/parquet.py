@@ -47,7 +47,7 @@ def read_parquet(source: Any, file: str, cols: Columns, *,
         wanted = _columns(parquet.schema_arrow, file, cols)
         if across is not None:
             across.check(file, "id" in wanted)
-        for raw in _records(parquet, file, wanted):
+        for raw in _records(parquet, file, cols, wanted):
             read_any = True
             yield raw
     except InputError as error:
@@ -67,14 +67,16 @@ def _open(source: Any, file: str) -> Any:
 
 
 def _columns(schema: Any, file: str, cols: Columns) -> dict[str, str]:
-    """Role (``text``/``id``/``unit``) -> column name of one Parquet file, types checked."""
+    """Role (``id``/``unit``, those read) -> column name of one Parquet file; the types of
+    those and of the text columns (:attr:`Columns.texts`) checked."""
     import pyarrow as pa
 
     names = schema.names
-    wanted: dict[str, str] = {"text": cols.text}
-    if cols.text not in names:
-        raise InputError(file, None, f"missing text column {cols.text!r} "
-                                     f"(columns found: {describe_names(names)})")
+    for text in cols.texts:
+        if text not in names:
+            raise InputError(file, None, f"missing text column {text!r} "
+                                         f"(columns found: {describe_names(names)})")
+    wanted: dict[str, str] = {}
     if cols.unit is not None:
         if cols.unit not in names:
             raise InputError(file, None, f"missing unit column {cols.unit!r} "
@@ -85,7 +87,7 @@ def _columns(schema: Any, file: str, cols: Columns) -> dict[str, str]:
     elif cols.id_explicit:
         raise InputError(file, None, f"missing id column {cols.id!r} "
                                      f"(columns found: {describe_names(names)})")
-    for role, name in wanted.items():
+    for role, name in [*(("text", text) for text in cols.texts), *wanted.items()]:
         kind = schema.field(name).type
         if pa.types.is_dictionary(kind):
             kind = kind.value_type
@@ -98,20 +100,25 @@ def _columns(schema: Any, file: str, cols: Columns) -> dict[str, str]:
     return wanted
 
 
-def _records(parquet: Any, file: str, wanted: dict[str, str]) -> Iterator[RawRecord]:
+def _records(parquet: Any, file: str, cols: Columns, wanted: dict[str, str]
+             ) -> Iterator[RawRecord]:
     """The raw records of one open ``ParquetFile``; an unreadable batch raises InputError."""
     import pyarrow as pa
 
-    columns = list(dict.fromkeys(wanted.values()))
+    columns = list(dict.fromkeys([*cols.texts, *wanted.values()]))
     row = 0
     try:
         for batch in parquet.iter_batches(columns=columns, batch_size=_BATCH_ROWS):
-            values = {role: _values(batch.column(batch.schema.get_field_index(name)))
-                      for role, name in wanted.items()}
+            values = {name: _values(batch.column(batch.schema.get_field_index(name)))
+                      for name in columns}
+            texts = [values[name] for name in cols.texts]
+            ids = values[wanted["id"]] if "id" in wanted else None
+            units = values[wanted["unit"]] if "unit" in wanted else None
             for i in range(batch.num_rows):
-                yield RawRecord(file, f"row index {row + i}", values["text"][i],
-                                values["id"][i] if "id" in values else NO_ID,
-                                values["unit"][i] if "unit" in values else None)
+                yield RawRecord(file, f"row index {row + i}",
+                                cols.text_value([text[i] for text in texts]),
+                                ids[i] if ids is not None else NO_ID,
+                                units[i] if units is not None else None)
             row += batch.num_rows
     except (pa.ArrowInvalid, OSError) as error:
         raise InputError(file, f"row index {row}",

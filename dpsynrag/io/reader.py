@@ -10,11 +10,13 @@ Formats (chosen by the path; one reader per format, shared with the Beam ingest)
   one document per file (:mod:`dpsynrag.io.txt`); ``unit_column`` is refused.
 
 Text files are strict UTF-8 here (a byte-order mark is dropped). Every text is normalised
-(:func:`dpsynrag.io.text.normalise_text`).
+(:func:`dpsynrag.io.text.normalise_text`). With several text columns a record's text is their
+non-empty values joined by a blank line (:mod:`dpsynrag.io.records`), then normalised.
 
 Skips (documented, counted in :attr:`InputDocuments.skipped`, never errors):
 
 * ``"empty"``: the text is empty after normalisation, or null (JSON ``null``, Parquet null);
+  with several text columns, every one of them is;
 * ``"too_short"``: non-empty but shorter than ``min_chars`` characters;
 * ``"too_long"``: longer than ``max_chars`` characters after normalisation. Such a record is
   skipped whole rather than truncated: truncation would silently put a different document
@@ -69,13 +71,18 @@ class _Accepted:
 def read_documents(
     path: Path | str,
     *,
-    text_column: str = "text",
+    text_column: str | Sequence[str] = "text",
     id_column: str | None = DEFAULT_ID_COLUMN,
     unit_column: str | None = None,
     max_chars: int | None = 20000,
     min_chars: int = 1,
 ) -> InputDocuments:
     """Read, validate and normalise the private documents at ``path``.
+
+    ``text_column`` is one column name or several: a record's text is then the non-empty
+    values of those columns, in that order, joined by a blank line
+    (:data:`~dpsynrag.io.records.TEXT_SEPARATOR`); all of them empty or null is the skip
+    ``"empty"``. A name given twice is a ``ValueError``.
 
     ``id_column=None``, or ``"id"`` (the default) when no such column exists, gives
     content-derived ids (:func:`~dpsynrag.io.ids.content_id`), never positional ones. Any

@@ -4,11 +4,17 @@ A reader yields a :class:`RawRecord` (the raw text / id / unit values and where 
 a :class:`BadRow` (where, and the problem, never the content). :func:`accept_record` turns a
 raw record into ``(id, unit, text, skip)``, or raises :class:`InputError`. The in-process
 reader stops at the first problem; the Beam ingest counts bad rows and goes on.
+
+Several text columns (``--text-column subject --text-column body``): a reader yields their
+values as :class:`TextParts`; :func:`accept_record` checks each one and joins the non-empty
+ones, in the columns' order, with :data:`TEXT_SEPARATOR` (a blank line, which
+:func:`~dpsynrag.io.text.normalise_text` keeps) before normalising. One text column is read
+exactly as before: its raw value, so its documents and content-derived ids do not change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -20,15 +26,19 @@ from dpsynrag.io.text import normalise_text
 __all__ = [
     "DEFAULT_ID_COLUMN",
     "NO_ID",
+    "TEXT_SEPARATOR",
     "BadRow",
     "BadUtf8",
     "Columns",
     "IdPresence",
     "RawRecord",
+    "TextParts",
     "TextReader",
     "accept_record",
     "describe_names",
     "json_type",
+    "split_column_list",
+    "text_columns",
 ]
 
 DEFAULT_ID_COLUMN = "id"
@@ -37,6 +47,9 @@ DEFAULT_ID_COLUMN = "id"
 NO_ID: Any = object()
 """The id of a raw record read without an id column."""
 _MAX_NAMES_SHOWN = 20
+TEXT_SEPARATOR = "\n\n"
+"""Joins the non-empty values of several text columns: a blank line, a paragraph break that
+:func:`~dpsynrag.io.text.normalise_text` keeps (it collapses several blank lines to one)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,14 @@ class RawRecord:
     id: Any  # NO_ID when no id column is in use
     unit: Any
     fallback: bool = False
+
+
+@dataclass(frozen=True)
+class TextParts:
+    """The raw values of a record's text columns when there are several, in their order."""
+
+    columns: tuple[str, ...]
+    values: tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -100,14 +121,52 @@ def json_type(value: Any) -> str:
             list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
 
 
-class Columns:
-    """Which columns to read, and whether their absence is an error."""
+def text_columns(value: str | Iterable[str]) -> tuple[str, ...]:
+    """The text column names ``value`` gives: one name (a string, taken as it is, commas
+    included) or several, in order. ``ValueError`` for none, a name that is not a string, or
+    a name given twice."""
+    names = (value,) if isinstance(value, str) else tuple(value)
+    if not names:
+        raise ValueError("no text column given")
+    for name in names:
+        if not isinstance(name, str):
+            raise ValueError(f"a text column name must be a string, got {json_type(name)}")
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        raise ValueError(f"text column {twice!r} is given twice")
+    return names
 
-    def __init__(self, text_column: str, id_column: str | None, unit_column: str | None):
-        self.text = text_column
+
+def split_column_list(text: str) -> tuple[str, ...]:
+    """The column names of one ``--text-column`` value: ``"subject, body"`` is ``("subject",
+    "body")`` (each name stripped of spaces); a value without a comma is one name, kept as
+    it is. ``ValueError`` for an empty name in a list (``"subject,"``)."""
+    if "," not in text:
+        return (text,)
+    names = tuple(part.strip() for part in text.split(","))
+    if not all(names):
+        raise ValueError(f"empty column name in {text!r}")
+    return names
+
+
+class Columns:
+    """Which columns to read, and whether their absence is an error.
+
+    ``text_column`` is one name or several (:func:`text_columns`); ``texts`` holds them."""
+
+    def __init__(self, text_column: str | Sequence[str], id_column: str | None,
+                 unit_column: str | None):
+        self.texts = text_columns(text_column)
         self.id = id_column
         self.id_explicit = id_column is not None and id_column != DEFAULT_ID_COLUMN
         self.unit = unit_column
+
+    def text_value(self, values: Sequence[Any]) -> Any:
+        """A raw record's ``text`` from its text columns' values (in :attr:`texts`' order):
+        the value itself for one column, :class:`TextParts` for several."""
+        if len(self.texts) == 1:
+            return values[0]
+        return TextParts(self.texts, tuple(values))
 
 
 class IdPresence:
@@ -149,6 +208,24 @@ def _check_id(value: Any, raw: RawRecord, what: str) -> str:
     return text
 
 
+def _joined(parts: TextParts, raw: RawRecord) -> str | None:
+    """The non-empty values of several text columns joined by :data:`TEXT_SEPARATOR` (None
+    when every one is null or blank); a value that is not a string is an error naming its
+    column."""
+    texts = []
+    for column, value in zip(parts.columns, parts.values, strict=True):
+        if value is None:
+            continue
+        if isinstance(value, BadUtf8):
+            raise value.error(raw.file, raw.where)
+        if not isinstance(value, str):
+            raise InputError(raw.file, raw.where, f"text is {json_type(value)} in column "
+                                                  f"{column!r}, expected a string")
+        if value.strip():
+            texts.append(value)
+    return TEXT_SEPARATOR.join(texts) if texts else None
+
+
 def accept_record(raw: RawRecord, has_unit_column: bool, min_chars: int,
                   max_chars: int | None) -> tuple[str, str | None, str, str | None]:
     """Validate and normalise one raw record: ``(id, unit, text, skip reason or None)``.
@@ -158,19 +235,21 @@ def accept_record(raw: RawRecord, has_unit_column: bool, min_chars: int,
     unit column's value, or None without a unit column (the record is then its own unit,
     named by its final id, see :func:`~dpsynrag.io.ids.resolve_id_group`). Raises
     :class:`InputError` for a bad id, unit or text type; an empty, too short or too long text
-    is a skip (its ``text`` is ``""``), not an error.
+    is a skip (its ``text`` is ``""``), not an error. Several text columns (:class:`TextParts`)
+    are joined first (:func:`_joined`); all of them null or blank is the skip ``"empty"``.
     """
     unit = _check_id(raw.unit, raw, "unit") if has_unit_column else None
     explicit = None if raw.id is NO_ID else _check_id(raw.id, raw, "id")
     skip = None
-    if raw.text is None:
+    value = _joined(raw.text, raw) if isinstance(raw.text, TextParts) else raw.text
+    if value is None:
         text, skip = "", "empty"
-    elif isinstance(raw.text, BadUtf8):
-        raise raw.text.error(raw.file, raw.where)
-    elif not isinstance(raw.text, str):
-        raise InputError(raw.file, raw.where, f"text is {json_type(raw.text)}, expected a string")
+    elif isinstance(value, BadUtf8):
+        raise value.error(raw.file, raw.where)
+    elif not isinstance(value, str):
+        raise InputError(raw.file, raw.where, f"text is {json_type(value)}, expected a string")
     else:
-        text = normalise_text(raw.text)
+        text = normalise_text(value)
         if not text:
             skip = "empty"
         elif len(text) < min_chars:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsynrag.accounting.conversions import Conversion
+from dpsynrag.io.records import split_column_list, text_columns
 from dpsynrag.pipeline.defaults import DEFAULT_DELTA, DEFAULT_EPSILON
 
 # where each private-prediction token is computed (pipeline/worker.py): --token-sampling
@@ -47,7 +48,10 @@ class BuildConfig:
     """All options of one build; the defaults are DP-SynRAG's Table 6 (Medical Synth)."""
 
     # input
-    text_column: str = "text"
+    # one text column, or several (a tuple) whose non-empty values are joined in order by a
+    # blank line; make_config keeps one as a plain string (the fingerprint of a one-column
+    # build does not change)
+    text_column: str | tuple[str, ...] = "text"
     id_column: str | None = "id"
     unit_column: str | None = None
     max_chars: int = 20_000
@@ -146,6 +150,10 @@ class BuildConfig:
                       "ingest", "beam_runner", "beam_options", "on_bad_row")
 
     def validate(self) -> None:
+        try:
+            text_columns(self.text_column)
+        except ValueError as error:
+            raise ConfigError(f"--text-column: {error}") from None
         positive_ints = {"K": self.K, "R": self.R, "L": self.L, "k": self.k, "T": self.T,
                          "max_chars": self.max_chars}
         for name, value in positive_ints.items():
@@ -376,6 +384,25 @@ def resolve_generate(values: dict[str, Any], tokens_only: Iterable[str] | None =
     return "tokens" if tokens else BuildConfig.generate
 
 
+def parse_text_column(value: Any) -> str | tuple[str, ...]:
+    """``text_column`` as the TOML file gives it, or the flags (``cli.options.ColumnList``,
+    a list): a string is one name or a comma-separated list (``"subject, body"``), a list
+    holds the names as they are (so a name may hold a comma). One name is kept as a plain
+    string, several as a tuple; ``ConfigError`` for none, an empty name in a list, a name
+    that is not a string, or one given twice."""
+    try:
+        if isinstance(value, str):
+            names = split_column_list(value)
+        elif isinstance(value, list | tuple):
+            names = text_columns(value)
+        else:
+            raise ValueError(f"expected a column name or a list of them, got {value!r}")
+        names = text_columns(names)
+    except ValueError as error:
+        raise ConfigError(f"--text-column: {error}") from None
+    return names[0] if len(names) == 1 else names
+
+
 def make_config(toml_path: Path | None, overrides: dict[str, Any]) -> BuildConfig:
     """Defaults, then the TOML file, then flags (``None`` in ``overrides`` means not given)."""
     values: dict[str, Any] = {}
@@ -388,6 +415,8 @@ def make_config(toml_path: Path | None, overrides: dict[str, Any]) -> BuildConfi
     floats = ("epsilon", "delta", "eps_theta", "rho_hist", "rho_mean", "clip",
               "share_phrases", "delta_phrases", "public_temperature", "share_tokens",
               "share_roles", "share_hist")
+    if "text_column" in values:
+        values["text_column"] = parse_text_column(values["text_column"])
     for name in floats:
         if name in values and isinstance(values[name], int) and not isinstance(values[name], bool):
             values[name] = float(values[name])

@@ -101,8 +101,9 @@ class PrivateCorpus:
         return cls(list(ids), list(texts), vectors, source, privacy_unit)
 
     @classmethod
-    def from_path(cls, path: str | Path, embedder: Embedder, *, text_column: str = "text",
-                  id_column: str | None = "id", unit_column: str | None = None,
+    def from_path(cls, path: str | Path, embedder: Embedder, *,
+                  text_column: str | Sequence[str] = "text", id_column: str | None = "id",
+                  unit_column: str | None = None,
                   unit_bound: str = "pick", max_chars: int | None = 20000,
                   cache_dir: Path | None = None) -> PrivateCorpus:
         """Read documents like ``build-corpus`` does, bound each unit to one document, embed.
@@ -111,7 +112,8 @@ class PrivateCorpus:
         (``bound_units`` with ``unit_bound`` and ``max_chars``), so a query protects the same
         unit as a build with the same options, and ``privacy_unit`` says which. The bounding
         looks at each unit's own records only: adding or removing a unit changes one
-        document. Errors name the file and row, never text.
+        document. ``text_column`` may name several columns, joined as the build joins them
+        (``read_documents``). Errors name the file and row, never text.
         """
         definition = privacy_unit_definition(unit_column, unit_bound)
         docs = read_documents(path, text_column=text_column, id_column=id_column,

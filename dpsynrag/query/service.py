@@ -138,7 +138,7 @@ class QueryService:
     @classmethod
     def open(cls, private_input: str | Path, *, ledger: str | Path | None = None,
              model: str | None = None, embedder: str | None = None,
-             text_column: str = "text", id_column: str | None = "id",
+             text_column: str | Sequence[str] = "text", id_column: str | None = "id",
              unit_column: str | None = None, unit_bound: str = "pick",
              max_chars: int | None = 20000, rng: RandomSource | None = None,
              allow_no_cap: bool = False) -> QueryService:

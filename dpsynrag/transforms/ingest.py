@@ -45,7 +45,7 @@ from dpsynrag.io import csv_rows, jsonl, parquet, txt
 from dpsynrag.io.decoding import Decoding
 from dpsynrag.io.errors import InputError
 from dpsynrag.io.ids import id_group, resolve_id_group
-from dpsynrag.io.records import BadRow, Columns, RawRecord, accept_record
+from dpsynrag.io.records import BadRow, Columns, RawRecord, accept_record, text_columns
 from dpsynrag.io.units import UNIT_BOUND_RULES, bound_one_unit
 
 __all__ = [
@@ -73,7 +73,7 @@ _STOPS = {"file": " (the file is not read)", "rest": " (the rest of the file is 
 class IngestSettings:
     """What ingest reads and how it bounds units (public options, no data)."""
 
-    text_column: str = "text"
+    text_column: str | tuple[str, ...] = "text"  # one column or several, joined in order
     id_column: str | None = "id"
     unit_column: str | None = None
     min_chars: int = 1
@@ -82,6 +82,7 @@ class IngestSettings:
     fallback_encoding: str | None = None
 
     def validate(self) -> None:
+        text_columns(self.text_column)  # ValueError: no text column, or one given twice
         if self.unit_bound not in UNIT_BOUND_RULES:
             raise ValueError(f"unit_bound must be one of {', '.join(UNIT_BOUND_RULES)}, got "
                              f"{self.unit_bound!r}")
