@@ -21,6 +21,8 @@ from dpsynrag.cli import (
     keygen,
     ledger,
     query,
+    search,
+    show,
     verify,
 )
 from dpsynrag.cli.errors import ExitCode
@@ -46,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
         "build", add_help=False,
         help="build a synthetic corpus: the same command as build-corpus (see 'dpsynrag "
              "build --help')")
-    for command in (budget, keygen, verify, ledger, dataset, ingest, evaluate, query):
+    for command in (budget, keygen, verify, show, search, ledger, dataset, ingest, evaluate,
+                    query):
         command.add_parser(subparsers)
     return parser
 
