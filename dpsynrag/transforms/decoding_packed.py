@@ -42,9 +42,28 @@ How the work is shared (all exact: every row sees exactly the tokens of its own 
   with a stand-in capturer.
 * **Continuous batching.** When a group ends (EOS drawn or ``max_new_tokens`` reached), its
   rows leave; waiting groups (in input order) take their place at the next step while the
-  rows computed per step (whole parts, bucketed per lane) stay within
-  ``max(batch_rows, largest group)`` rounded up to whole chunks of ``batch_rows``. A lane is
-  compacted when that saves a part.
+  rows computed per step (whole parts, bucketed per lane) stay within ``batch_rows`` (a group
+  joins an empty engine whatever its parts). A lane is compacted when that saves a part.
+* **Groups larger than ``shard_rows``** (public, default ``batch_rows``). Such a group waits
+  until no row is in flight, then runs alone in **shards** of at most ``shard_rows`` of its
+  rows (grouped by lane width), one shard in the slots at a time. At each step every shard in
+  turn gets its vote step (the step above, ``bucket(1) + 1`` votes rows), its float64 votes
+  row is added to the step's total, and the sampler is called **once** with the total, as for
+  any group. Shards go back and forth (0..K-1, then K-1..0), so the shard that voted last
+  stays in the slots for the next step. A shard that leaves the slots is kept in the document
+  cache (its rows' KV so far, ``("shard", group, k)``) when the cache's byte bound can hold
+  it, evicting older entries; when it comes back, its KV is copied into slots, or, if it was
+  evicted, its documents' KV is copied (cached or prefilled alone) and the tokens fed since
+  are fed again by KV-only steps (``StepKey.votes == 0``: decode, no logits) over the
+  shard's rows. A row then gets every KV entry from the computation of the same shapes
+  (prefill of its document alone; one decode step per token, a part of ``attn_rows`` slots
+  at its width, a chunk of ``batch_rows`` rows) with the same inputs as when it was first
+  fed: the same values, whether its group was sharded, swapped or recomputed. Only the
+  order of the float64 additions of a group's rows changes (at most ~n^2 c 2^-53 per
+  coordinate for n rows; 0 measured in ``tests/test_engine_chunked_groups.py``, where the
+  votes also equal the previous engine's bit for bit, checked once). Cost: a shard evicted
+  from the cache is recomputed with up to n KV-only steps at step n (at worst ~T/2 times the
+  decode work of a group in one piece), plus its documents' prefills when they were evicted.
 
 Batch invariance (why a row's output is a function of its own document): one-hot greedy
 votes (Koga et al.) and clipped logits rest on each row being computed alone; on a GPU a
@@ -74,15 +93,24 @@ workloads (checked once against the previous commit). Measured cost on the 2-cor
 ``packed_step``: 22-26 s before batch invariance, 23-26 s after; the tiny benchmark of issue
 17 before and after this step is in ``benchmarks/README.md``.
 
-Memory is bounded for any number of groups: the rows in flight (the budget above plus one
-part per lane), lanes of at most 1.5x their rows' parts, the document-KV cache bound, the
-logits of one chunk, and on CUDA at most ``step_graphs.MAX_GRAPHS`` graphs' static buffers.
+Memory is bounded by public values for any number and size of groups: at most
+``batch_rows`` rows in flight (``max_rows``; ``peak_rows`` is the most seen), lanes of at
+most 1.5x their rows' parts (a lane keeps the slots it grew to), the document-KV cache bound
+(documents and swapped-out shards together; one document's KV may exceed it, a shard never
+does), the logits of one chunk, and on CUDA at most ``step_graphs.MAX_GRAPHS`` graphs'
+static buffers. What still depends on the documents is the slot width (each row's length,
+up to the longest document) and, on CPU only, the default cache bound (two slots of the
+widest row per row of ``batch_rows``).
 
 Privacy: the engine computes z_n = sum_{d in group} clip_c(logits_d) exactly as DP-SynRAG
 stage (d) defines it (or, with a ``PublicPrior``, each document's public-difference row),
-for every group independently (a row contributes only to its own group's sum); the sampler
-is the only randomness, and nothing random happens in the engine. Scheduling (which groups
-share a step), the step keys, graph counts and timings depend on group sizes, so the
+for every group independently (a row contributes only to its own group's sum), once per step
+and group, however many shards its rows took; the sampler is the only randomness, and
+nothing random happens in the engine. Sharding a group changes neither any row's clipped
+vector nor which rows its group sums (``docs/mechanisms.md`` section 5, "Large groups"), so
+the per-row sensitivity argument is untouched; memory, hence whether a run can finish, no
+longer depends on a group's size. Scheduling (which groups share a step, which run in
+shards), the step keys, graph counts, replays and timings depend on group sizes, so the
 ``on_step`` report must never be logged or released.
 """
 
@@ -90,7 +118,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -124,7 +152,8 @@ class StepReport:
     Contains counts that depend on private group sizes: for in-process progress and
     benchmarks only; never log or release it. ``graphs``: whether the CUDA-graph path is
     still on; ``step_keys``: distinct step keys so far; ``graph_captures`` /
-    ``graph_replays``: captures and replays so far.
+    ``graph_replays``: captures and replays so far; ``replayed_row_steps``: row-steps
+    recomputed to bring a shard of a large group back (KV only, no vote).
     """
 
     step: int
@@ -139,6 +168,7 @@ class StepReport:
     step_keys: int = 0
     graph_captures: int = 0
     graph_replays: int = 0
+    replayed_row_steps: int = 0
 
 
 MIN_LANE_WIDTH = 64
@@ -174,6 +204,9 @@ class _Group:
     tokens: list[int] = field(default_factory=list)
     slots: list[tuple[int, int]] = field(default_factory=list)  # (lane width, slot)
     done: bool = False
+    # a group larger than shard_rows: its shards (row indices) and the one in the slots
+    shards: list[list[int]] | None = None
+    resident: int | None = None
 
 
 class _Lane:
@@ -210,37 +243,102 @@ class _Lane:
         self.generation += 1
         return old
 
+    def place(self, slot: int, group: int, kv: torch.Tensor | None, length: int,
+              token: int) -> None:
+        """Put a row into ``slot``: its first ``length`` KV entries (``kv``; none when
+        ``length`` is 0), the rest of the slot zeroed, and the token it feeds next.
+
+        Zeroing changes no finite value (masked positions weigh exactly 0) but keeps a
+        previous occupant's non-finite KV out of this row's attention (0 * inf is NaN).
+        """
+        if length:
+            assert kv is not None
+            self.slots[:, :, slot, :, :length] = kv[:, :, :, :length]
+        self.slots[:, :, slot, :, length:] = 0
+        self.group[slot] = group
+        self.length[slot] = length
+        self.input[slot] = token
+
+    def free(self, slot: int) -> None:
+        self.group[slot] = -1
+        self.length[slot] = 0  # a hole writes at index 0 until it is refilled
+
+
+@dataclass
+class _Entry:
+    """A cache entry: a document's KV, or a swapped-out shard's rows (``fed`` tokens each
+    after their documents)."""
+
+    kv: tuple[torch.Tensor, ...]
+    nbytes: int
+    fed: int = 0
+
+
+def _nbytes(kv: torch.Tensor) -> int:
+    return kv.numel() * kv.element_size()
+
 
 class _DocCache:
-    """Document KV tensors keyed by the document's token ids, bounded in bytes (LRU)."""
+    """Document KV tensors keyed by the document's token ids, and the KV of swapped-out
+    shards of groups larger than ``shard_rows`` keyed by ``("shard", group, shard)``; one
+    bound in bytes, least recently used out first."""
 
     def __init__(self, max_bytes: int, uses: dict[tuple[int, ...], int]) -> None:
         self.max_bytes = max_bytes
-        self.entries: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
+        self.entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self.bytes = 0
+        self.peak_bytes = 0  # after each insertion's evictions (private: never log it)
         self.remaining = dict(uses)
 
     def get(self, key: tuple[int, ...]) -> torch.Tensor | None:
-        kv = self.entries.get(key)
-        if kv is not None:
-            self.entries.move_to_end(key)
-        return kv
+        entry = self.entries.get(key)
+        if entry is None:
+            return None
+        self.entries.move_to_end(key)
+        return entry.kv[0]
 
     def put(self, key: tuple[int, ...], kv: torch.Tensor) -> None:
+        """Keep a document's KV; older entries leave while over the bound (the newest stays:
+        its caller copies it at once)."""
         if key in self.entries:
             return
-        self.entries[key] = kv
-        self.bytes += kv.numel() * kv.element_size()
+        self._add(key, _Entry((kv,), _nbytes(kv)))
         while self.bytes > self.max_bytes and len(self.entries) > 1:
-            _, old = self.entries.popitem(last=False)
-            self.bytes -= old.numel() * old.element_size()
+            self._pop(next(iter(self.entries)))
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
 
     def used(self, key: tuple[int, ...]) -> None:
         """One waiting row took this document; drop it when no waiting row needs it."""
         self.remaining[key] -= 1
         if self.remaining[key] == 0 and key in self.entries:
-            old = self.entries.pop(key)
-            self.bytes -= old.numel() * old.element_size()
+            self._pop(key)
+
+    def make_room(self, nbytes: int) -> bool:
+        """Evict least recently used entries until ``nbytes`` more fit within the bound;
+        ``False`` (nothing evicted) when ``nbytes`` alone exceeds it."""
+        if nbytes > self.max_bytes:
+            return False
+        while self.entries and self.bytes + nbytes > self.max_bytes:
+            self._pop(next(iter(self.entries)))
+        return True
+
+    def put_shard(self, key: Hashable, kv: tuple[torch.Tensor, ...], fed: int) -> None:
+        """Keep a swapped-out shard (``make_room`` made room for it first)."""
+        self._add(key, _Entry(kv, sum(_nbytes(t) for t in kv), fed))
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+
+    def take_shard(self, key: Hashable) -> _Entry | None:
+        """A swapped-out shard's entry, removed from the cache (it is about to change)."""
+        return self._pop(key) if key in self.entries else None
+
+    def _add(self, key: Hashable, entry: _Entry) -> None:
+        self.entries[key] = entry
+        self.bytes += entry.nbytes
+
+    def _pop(self, key: Hashable) -> _Entry:
+        entry = self.entries.pop(key)
+        self.bytes -= entry.nbytes
+        return entry
 
 
 class PackedEngine:
@@ -250,6 +348,10 @@ class PackedEngine:
     CUDA only with ``DPSYNRAG_STEP_GRAPHS=1`` (opt-in), ``True``/``False`` force it;
     ``capturer`` replaces the CUDA capturer (tests). ``bucket``: the rounding of part counts
     and of the active groups (``packed_step.bucket``; ``packed_step.unbucketed`` turns it off).
+    ``shard_rows`` (public, ``1 <= shard_rows <= batch_rows``, default ``batch_rows``): the
+    most rows of one group in the slots at once; a larger group runs in shards (module
+    docstring). Public sizing: ``max_rows`` (= ``row_budget`` = ``batch_rows``) bounds the
+    rows in flight; ``peak_rows`` is the most there were (private: never log it).
     """
 
     def __init__(
@@ -273,11 +375,15 @@ class PackedEngine:
         graphs: bool | None = None,
         capturer: Capturer | None = None,
         bucket: Bucket = bucket,
+        shard_rows: int | None = None,
     ) -> None:
         if len(prefix_ids) != prefix_len:
             raise ValueError("prefix_ids must hold prefix_len tokens")
         if batch_rows < 1:
             raise ValueError("batch_rows must be positive")
+        shard_rows = batch_rows if shard_rows is None else shard_rows
+        if not 1 <= shard_rows <= batch_rows:
+            raise ValueError("shard_rows must lie in [1, batch_rows]")
         if row_transform is None and not (0 < clip < float("inf")):
             raise ValueError("the clip bound c must be a finite positive number")
         shared = tuple(prefix_ids)
@@ -301,30 +407,36 @@ class PackedEngine:
         self.prefill_tokens = prefill_tokens  # kept for callers; prefill is per document now
         self.on_step = on_step
         self.batch_rows = batch_rows
+        self.shard_rows = shard_rows
         self.bucket = bucket
         # slots per attention part: a public function of batch_rows
         self.attn_rows = max(1, batch_rows // 8)
-        largest = max((len(g.rows) for g in self.groups), default=0)
-        # rows in flight: a bound on memory and scheduling only; no row's shapes depend on it
-        self.max_rows = max(batch_rows, largest)
-        self.row_budget = -(-self.max_rows // batch_rows) * batch_rows
+        # rows in flight: public (batch_rows), whatever the groups' sizes; no row's shapes
+        # depend on it
+        self.max_rows = batch_rows
+        self.row_budget = batch_rows
         widest = max((lane_width(len(r), max_new_tokens) for g in self.groups for r in g.rows),
                      default=MIN_LANE_WIDTH)
         uses: dict[tuple[int, ...], int] = {}
         for g in self.groups:
             for row in g.rows:
                 uses[row] = uses.get(row, 0) + 1
-        per_slot = (stack.n_layers * 2 * stack.n_kv * widest * stack.head_dim
-                    * torch.finfo(stack.dtype).bits // 8)
+        self.kv_token_bytes = (stack.n_layers * 2 * stack.n_kv * stack.head_dim
+                               * torch.finfo(stack.dtype).bits // 8)
         if doc_cache_bytes is None:
-            doc_cache_bytes = 2 * per_slot * min(self.max_rows, max(1, len(uses)))
+            doc_cache_bytes = 2 * self.kv_token_bytes * widest * min(self.max_rows,
+                                                                    max(1, len(uses)))
         self.cache = _DocCache(doc_cache_bytes, uses)
         self.lanes: dict[int, _Lane] = {}
         self.in_flight = 0
+        self.peak_rows = 0  # the most rows in flight so far (private: never log it)
         self.prefill_seconds = 0.0
         self.decode_seconds = 0.0
         self.distinct_prefills = 0
         self.row_steps = 0
+        self.replayed_row_steps = 0
+        self.steps = 0
+        self.finished = 0
         # every (rows, width) an attention part ran with, and (rows, -1) for the logits chunks
         self.decode_shapes: set[tuple[int, int]] = set()
         self.step_keys: set[StepKey] = set()  # the distinct keys of the steps run
@@ -346,37 +458,19 @@ class PackedEngine:
             prior=self.prior is not None)
         waiting = list(range(len(self.groups)))[::-1]  # pop() takes the next in input order
         active: list[int] = []
-        finished = 0
-        step = 0
         while waiting or active:
+            if not active and self._sharded(self.groups[waiting[-1]]):
+                self._run_shards(self.groups[waiting.pop()])
+                continue
             self._admit(waiting, active)
             tick = time.perf_counter()
             tokens = self._step(active)
-            still: list[int] = []
-            for gi, token in zip(active, tokens.tolist(), strict=True):
-                group = self.groups[gi]
-                if token in self.eos_ids:
-                    self._finish(group)
-                    continue
-                group.tokens.append(token)
-                if len(group.tokens) >= self.max_new_tokens:
-                    self._finish(group)
-                    continue
-                for width, slot in group.slots:
-                    self.lanes[width].input[slot] = token
-                still.append(gi)
-            finished += len(active) - len(still)
+            still = [gi for gi, token in zip(active, tokens.tolist(), strict=True)
+                     if self._advance(self.groups[gi], token)]
+            self.finished += len(active) - len(still)
             active = still
             self.decode_seconds += time.perf_counter() - tick
-            step += 1
-            if self.on_step is not None:
-                self.on_step(StepReport(
-                    step=step, active_groups=len(active), active_rows=self.in_flight,
-                    finished_groups=finished, prefill_seconds=self.prefill_seconds,
-                    decode_seconds=self.decode_seconds,
-                    distinct_prefills=self.distinct_prefills, row_steps=self.row_steps,
-                    graphs=self.graphs.active, step_keys=len(self.step_keys),
-                    graph_captures=self.graphs.captures, graph_replays=self.graphs.replays))
+            self._report(len(active))
         return [g.tokens for g in self.groups]
 
     def step_key(self) -> StepKey | None:
@@ -384,7 +478,37 @@ class PackedEngine:
         step or when it decoded no row. Depends on group sizes: never log or release it."""
         return self.last_key
 
+    @property
+    def slot_capacity(self) -> int:
+        """Slots allocated over all lanes (each lane: a bucket size of parts)."""
+        return sum(lane.capacity for lane in self.lanes.values())
+
     # ------------------------------------------------------------------ scheduling
+    def _report(self, active: int) -> None:
+        self.steps += 1
+        if self.on_step is not None:
+            self.on_step(StepReport(
+                step=self.steps, active_groups=active, active_rows=self.in_flight,
+                finished_groups=self.finished, prefill_seconds=self.prefill_seconds,
+                decode_seconds=self.decode_seconds,
+                distinct_prefills=self.distinct_prefills, row_steps=self.row_steps,
+                graphs=self.graphs.active, step_keys=len(self.step_keys),
+                graph_captures=self.graphs.captures, graph_replays=self.graphs.replays,
+                replayed_row_steps=self.replayed_row_steps))
+
+    def _advance(self, group: _Group, token: int) -> bool:
+        """Take a group's sampled token; whether the group goes on."""
+        if token in self.eos_ids:
+            self._finish(group)
+            return False
+        group.tokens.append(token)
+        if len(group.tokens) >= self.max_new_tokens:
+            self._finish(group)
+            return False
+        for width, slot in group.slots:
+            self.lanes[width].input[slot] = token
+        return True
+
     def _lane(self, row: tuple[int, ...]) -> _Lane:
         width = lane_width(len(row), self.max_new_tokens)
         lane = self.lanes.get(width)
@@ -392,10 +516,16 @@ class PackedEngine:
             lane = self.lanes[width] = _Lane(self.stack, width, self.attn_rows, self.bucket)
         return lane
 
+    def _sharded(self, group: _Group) -> bool:
+        """Whether ``group`` runs in shards: more rows than ``shard_rows`` (public)."""
+        return len(group.rows) > self.shard_rows
+
     def _fits(self, group: _Group) -> bool:
-        """Whether ``group`` may join now: always when nothing is in flight, else when the
-        rows computed per step (whole attention parts, bucketed per lane) stay within the
-        row budget."""
+        """Whether ``group`` may join now: never a sharded group (it runs alone); always
+        when nothing is in flight, else when the rows computed per step (whole attention
+        parts, bucketed per lane) stay within the row budget."""
+        if self._sharded(group):
+            return False
         if self.in_flight == 0:
             return True
         occupied = {w: int((lane.group >= 0).sum()) for w, lane in self.lanes.items()}
@@ -419,6 +549,7 @@ class PackedEngine:
             self.in_flight += len(group.rows)
             admitted.append(group)
             active.append(group.index)
+        self.peak_rows = max(self.peak_rows, self.in_flight)
         if not admitted:
             return
         start = time.perf_counter()
@@ -429,16 +560,16 @@ class PackedEngine:
         """Copy each admitted row's document KV into its slot, prefilling missing documents."""
         for group in admitted:
             for row, (width, slot) in zip(group.rows, group.slots, strict=True):
-                lane = self.lanes[width]
-                body = len(row) - 1
-                if body:
-                    kv = self.cache.get(row)
-                    if kv is None:
-                        kv = self._prefill(row)
-                    lane.slots[:, :, slot, :, :body] = kv
+                self.lanes[width].place(slot, group.index, self._document(row), len(row) - 1,
+                                        row[-1])
                 self.cache.used(row)
-                lane.length[slot] = body
-                lane.input[slot] = row[-1]
+
+    def _document(self, row: tuple[int, ...]) -> torch.Tensor | None:
+        """The KV of a row's document tokens (all but the last): cached or prefilled."""
+        if len(row) == 1:
+            return None
+        kv = self.cache.get(row)
+        return self._prefill(row) if kv is None else kv
 
     def _prefill(self, row: tuple[int, ...]) -> torch.Tensor:
         """KV of one row's document tokens (all but the last), computed alone and unpadded.
@@ -453,11 +584,15 @@ class PackedEngine:
     def _finish(self, group: _Group) -> None:
         group.done = True
         for width, slot in group.slots:
-            lane = self.lanes[width]
-            lane.group[slot] = -1
-            lane.length[slot] = 0  # a hole writes at index 0 until it is refilled
+            self.lanes[width].free(slot)
         self.in_flight -= len(group.slots)
         group.slots = []
+        if group.shards is not None:  # its documents and swapped shards are needed no more
+            for k in range(len(group.shards)):
+                self.cache.take_shard(("shard", group.index, k))
+            for row in group.rows:
+                self.cache.used(row)
+            group.shards, group.resident = None, None
 
     def _compact(self, lane: _Lane) -> int:
         """Move occupied slots down into holes when that saves a part; returns the range."""
@@ -485,9 +620,99 @@ class PackedEngine:
                            for w, s in group.slots]
         return keep
 
+    # ------------------------------------------------------------------ large groups
+    def _run_shards(self, group: _Group) -> None:
+        """Run a group of more than ``shard_rows`` rows alone, in shards of at most
+        ``shard_rows`` rows: at each step every shard in turn gets its vote step, the float64
+        votes of the shards are added, and the sampler is called once for the group."""
+        order = sorted(range(len(group.rows)),  # rows of one width together: fewer parts
+                       key=lambda r: lane_width(len(group.rows[r]), self.max_new_tokens))
+        group.shards = [order[i:i + self.shard_rows]
+                        for i in range(0, len(order), self.shard_rows)]
+        while not group.done:
+            tick, prefill = time.perf_counter(), self.prefill_seconds
+            n = len(group.tokens)
+            prior = None if self.prior is None else self.prior.step([group.index],
+                                                                    [group.tokens])
+            shards = range(len(group.shards))
+            total: torch.Tensor | None = None
+            # back and forth: the shard that voted last stays in the slots for the next step
+            for k in (shards if n % 2 == 0 else reversed(shards)):
+                self._bring(group, k, n)
+                votes = self._votes(self._plan([group.index]), prior, 1)
+                total = votes if total is None else total + votes
+            assert total is not None  # a sharded group has at least two shards
+            token = int(self._sample(total, [group.index], prior)[0])
+            if not self._advance(group, token):
+                self.finished += 1
+            self.decode_seconds += (time.perf_counter() - tick
+                                    - (self.prefill_seconds - prefill))
+            self._report(0 if group.done else 1)
+
+    def _bring(self, group: _Group, k: int, n: int) -> None:
+        """Make shard ``k`` of ``group`` the one in the slots, its rows fed the first ``n``
+        tokens of the step inputs (the last prompt token, then the group's tokens): from its
+        swapped-out KV when the cache kept it, else from its documents' KV; the tokens fed
+        since are fed again by KV-only steps of the very shapes the first feeding had."""
+        if group.resident == k:
+            return
+        if group.resident is not None:
+            self._swap_out(group)
+        assert group.shards is not None
+        start = time.perf_counter()
+        entry = self.cache.take_shard(("shard", group.index, k))
+        fed = 0 if entry is None else entry.fed
+        rows = [group.rows[r] for r in group.shards[k]]
+        group.slots = []
+        for i, row in enumerate(rows):
+            lane = self._lane(row)
+            slot = lane.take()
+            body = len(row) - 1
+            kv = self._document(row) if entry is None else entry.kv[i]
+            lane.place(slot, group.index, kv, body + fed, self._fed_token(group, row, fed))
+            group.slots.append((lane.width, slot))
+        del entry
+        group.resident = k
+        self.in_flight += len(rows)
+        self.peak_rows = max(self.peak_rows, self.in_flight)
+        self.prefill_seconds += time.perf_counter() - start
+        for s in range(fed, n):
+            self._replay()
+            for row, (width, slot) in zip(rows, group.slots, strict=True):
+                self.lanes[width].input[slot] = self._fed_token(group, row, s + 1)
+
+    @staticmethod
+    def _fed_token(group: _Group, row: tuple[int, ...], s: int) -> int:
+        """The token a row of ``group`` feeds at step ``s``."""
+        return row[-1] if s == 0 else group.tokens[s - 1]
+
+    def _swap_out(self, group: _Group) -> None:
+        """Free the slots of the group's shard in them; its KV goes to the cache when the
+        cache's bound can hold it (else it is recomputed when the shard comes back)."""
+        assert group.shards is not None and group.resident is not None
+        rows = [group.rows[r] for r in group.shards[group.resident]]
+        lengths = [int(self.lanes[w].length[s]) for w, s in group.slots]
+        fed = {length - (len(row) - 1) for row, length in zip(rows, lengths, strict=True)}
+        assert len(fed) == 1, "the rows of a shard are fed alike"
+        if self.cache.make_room(sum(lengths) * self.kv_token_bytes):  # before the copy
+            kv = tuple(self.lanes[w].slots[:, :, s, :, :length].clone()
+                       for (w, s), length in zip(group.slots, lengths, strict=True))
+            self.cache.put_shard(("shard", group.index, group.resident), kv, fed.pop())
+        for width, slot in group.slots:
+            self.lanes[width].free(slot)
+        self.in_flight -= len(group.slots)
+        group.slots, group.resident = [], None
+
+    def _replay(self) -> None:
+        """A KV-only step (no logits, no votes) over the rows in the slots."""
+        plan = self._plan([], votes_rows=0)
+        self._device_step(plan, None)
+        self.replayed_row_steps += plan.occupied
+
     # ------------------------------------------------------------------ one step
-    def _plan(self, active: list[int]) -> StepIndex:
-        """Compact the lanes and build the step's key and index (host only)."""
+    def _plan(self, active: list[int], votes_rows: int | None = None) -> StepIndex:
+        """Compact the lanes and build the step's key and index (host only); ``votes_rows``
+        0 is a KV-only step."""
         lanes: list[LaneRows] = []
         for width in sorted(self.lanes):
             lane = self.lanes[width]
@@ -497,16 +722,21 @@ class PackedEngine:
                                       length=lane.length, token=lane.input))
         positions = np.full(len(self.groups), -1, dtype=np.int64)
         positions[active] = np.arange(len(active), dtype=np.int64)
+        if votes_rows is None:
+            votes_rows = self.bucket(len(active)) + 1
         return step_index(lanes, positions, len(active), part_rows=self.attn_rows,
-                          batch_rows=self.batch_rows,
-                          votes_rows=self.bucket(len(active)) + 1, pin=self._pin)
+                          batch_rows=self.batch_rows, votes_rows=votes_rows, pin=self._pin)
 
     def _step(self, active: list[int]) -> np.ndarray:
         """Sum the clipped rows per active group and draw one token per group."""
         plan = self._plan(active)
         prior = None if self.prior is None else self.prior.step(
             active, [self.groups[gi].tokens for gi in active])
-        votes = self._votes(plan, prior, len(active))
+        return self._sample(self._votes(plan, prior, len(active)), active, prior)
+
+    def _sample(self, votes: torch.Tensor, active: list[int],
+                prior: PriorStep | None) -> np.ndarray:
+        """The sampler's one call for these groups' summed votes: one token per group."""
         if prior is not None:  # the public term, -inf off the public support
             votes = prior.votes(votes)
         tokens = np.asarray(self.sampler(votes, list(active)), dtype=np.int64)
@@ -525,14 +755,31 @@ class PackedEngine:
         host read is the flag pair, right where the votes go to the sampler. Then each
         decoded occupied slot holds one more token (hole slots stay at length 0).
         """
+        if not plan.key.lanes:  # no group of the step has a row: zero votes
+            self.last_key = None
+            return torch.zeros((active, self.vocab_size), dtype=torch.float64,
+                               device=self.stack.device)
+        votes, flags = self._device_step(plan, prior)
+        # the step's one host read, where its votes go to the sampler (which then finds
+        # them computed): the checks clip_logits / difference_clip make per call
+        finite, supported = flags.tolist()
+        if not supported:
+            raise ValueError("every row needs a non-empty support")
+        if not finite:  # only public logits can raise: a document's bad row votes zero
+            raise ValueError("public logits contain NaN or infinity on the support")
+        self.row_steps += plan.occupied
+        return votes[:active]
+
+    def _device_step(self, plan: StepIndex,
+                     prior: PriorStep | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the step of ``plan`` (its key has lanes) on the device; advance the lengths."""
         device = self.stack.device
         key = plan.key
-        self.last_key = key if key.lanes else None
-        if not key.lanes:  # no group of the step has a row: zero votes
-            return torch.zeros((active, self.vocab_size), dtype=torch.float64, device=device)
+        self.last_key = key
         self.step_keys.add(key)
         inputs: tuple[torch.Tensor, ...] = (plan.index.to(device, non_blocking=True),)
         if prior is not None:  # padded to the votes rows less the dummy: fixed shapes
+            active = int(prior.public.shape[0])
             public = torch.zeros((key.votes - 1, self.vocab_size), dtype=torch.float32,
                                  device=device)
             support = torch.zeros((key.votes - 1, self.vocab_size), dtype=torch.bool,
@@ -544,18 +791,10 @@ class PackedEngine:
         state = tuple(lane.slots for lane in lanes)
         binding = tuple(lane.generation for lane in lanes)
         votes, flags = self.graphs.run(key, binding, partial(self.votes_fn, key), state, inputs)
-        # the step's one host read, where its votes go to the sampler (which then finds
-        # them computed): the checks clip_logits / difference_clip make per call
-        finite, supported = flags.tolist()
-        if not supported:
-            raise ValueError("every row needs a non-empty support")
-        if not finite:  # only public logits can raise: a document's bad row votes zero
-            raise ValueError("public logits contain NaN or infinity on the support")
         for width, parts in key.lanes:
             lane = self.lanes[width]
             self.decode_shapes.add((lane.chunk, width))
             rows = slice(0, parts * lane.chunk)
             lane.length[rows] += lane.group[rows] >= 0
         self.decode_shapes.add((self.batch_rows, -1))
-        self.row_steps += plan.occupied
-        return votes[:active]
+        return votes, flags

@@ -23,11 +23,13 @@ W, doubled because a lane's growth copies it and narrower lanes (powers of two b
 their slots; an estimate, not a worst case. The rest of ``fraction * free`` (at least
 ``(1 - row_share) * (1 - cache_share)`` of the budget) is slack for what the estimate misses
 (allocator fragmentation, kernels' workspaces). ``budget < 64 * per_row`` raises
-``EngineMemoryError``. Rows wider than W (long documents), or a group larger than
-``batch_rows`` (all its rows decode in one step), take more than planned: pass
-``--batch-rows`` then. Two things of the decode step (``packed_step``, ``step_graphs``) are
-not in the formula: a lane's capacity is a bucket size of parts (up to 1.5x the parts its
-rows need; the rows computed per step still stay within the row budget), and on CUDA each
+``EngineMemoryError``. Rows wider than W (long documents) take more than planned: pass
+``--batch-rows`` then. A group larger than ``batch_rows`` does not: the engine keeps at most
+``batch_rows`` rows in flight and runs such a group in shards, keeping swapped-out shards
+within the document-cache bound (``decoding_packed``), so its size costs time, never memory.
+Two things of the decode step (``packed_step``, ``step_graphs``) are not in the formula: a
+lane's capacity is a bucket size of parts (up to 1.5x the parts its rows need; the rows
+computed per step still stay within the row budget), and on CUDA each
 captured step graph keeps its static inputs and outputs (the votes: active groups x V
 float64, ~70 MB for 64 groups of a 128k vocabulary; at most ``step_graphs.MAX_GRAPHS``
 graphs, their intermediates in one shared pool): both come out of the slack, unmeasured.

@@ -10,7 +10,9 @@ row a dummy that takes hole and filler rows and is dropped). Bucket sizes are 1,
 8, 12, 16, 24, ... (powers of two and three times powers of two): a count rounds up by less
 than half, and a run sees few distinct keys, so a key's shapes repeat (what a CUDA graph per
 key, ``step_graphs``, needs). The chunk count is a function of the lanes' bucketed parts, so
-it is not rounded again (that would only add filler chunks).
+it is not rounded again (that would only add filler chunks). A key with ``votes == 0`` is a
+**KV-only** step: the engine feeds tokens again to a shard of a large group that comes back
+to the slots (``decoding_packed``); it decodes with the same shapes and computes no logits.
 
 Everything per row that the device needs is built on the host, where the engine keeps it
 (each slot's cached length and next input token, its group), into **one** int64 tensor
@@ -82,7 +84,7 @@ class StepKey(NamedTuple):
 
     lanes: tuple[tuple[int, int], ...]  # (width, parts) of each lane decoded, by width
     chunks: int  # chunks of batch_rows rows through the layers
-    votes: int  # rows of the float64 votes buffer, the dummy row last
+    votes: int  # rows of the float64 votes buffer, the dummy row last; 0: KV only
 
 
 @dataclass
@@ -111,11 +113,13 @@ def step_index(lanes: Sequence[LaneRows], positions: np.ndarray, active: int, *,
 
     ``positions[g]`` is group g's position among the ``active`` groups (its votes row).
     Hole and filler rows feed token 0 at length 0 and go to the dummy votes row.
+    ``votes_rows == active == 0``: a KV-only step (no votes; the votes rows read 0).
     """
     rows = sum(lane.parts * part_rows for lane in lanes)
     chunks = -(-rows // batch_rows)
-    dummy = votes_rows - 1
-    if votes_rows <= active:
+    kv_only = votes_rows == active == 0
+    dummy = 0 if kv_only else votes_rows - 1
+    if votes_rows <= active and not kv_only:
         raise ValueError("the votes buffer needs a row per active group and a dummy row")
     index = torch.zeros((3, chunks * batch_rows), dtype=torch.long, pin_memory=pin)
     view = index.numpy()
@@ -129,7 +133,8 @@ def step_index(lanes: Sequence[LaneRows], positions: np.ndarray, active: int, *,
         busy = group >= 0
         view[0, start:start + n] = np.where(busy, lane.token[:n], 0)
         view[1, start:start + n] = np.where(busy, lane.length[:n], 0)
-        view[2, start:start + n] = np.where(busy, positions[np.maximum(group, 0)], dummy)
+        view[2, start:start + n] = dummy if kv_only else np.where(
+            busy, positions[np.maximum(group, 0)], dummy)
         occupied += int(busy.sum())
         start += n
     key = StepKey(lanes=tuple((lane.width, lane.parts) for lane in lanes), chunks=chunks,
@@ -145,7 +150,8 @@ class StepVotes:
     public prior, its public logits and support ``(votes - 1, vocab)`` (rows past the active
     groups are padding). Returns the float64 votes ``(votes, vocab)`` (dummy row last) and
     two device booleans: every computed row's logits finite (on its support, with a prior),
-    and, with a prior, every row's support non-empty.
+    and, with a prior, every row's support non-empty. A key with ``votes == 0`` only feeds
+    the token (decode writes each row's KV; no logits): empty votes, both flags true.
     """
 
     def __init__(self, stack: DecoderStack, prefix: PrefixKV | None, *, batch_rows: int,
@@ -167,6 +173,9 @@ class StepVotes:
                 start += self.part_rows
         hidden = self.stack.decode(self.prefix, parts, tokens, self.batch_rows)
         device = hidden.device
+        if key.votes == 0:  # a KV-only step: the rows' new KV is all it is for
+            return (torch.zeros((0, self.vocab_size), dtype=torch.float64, device=device),
+                    torch.ones(2, dtype=torch.bool, device=device))
         votes = torch.zeros((key.votes, self.vocab_size), dtype=torch.float64, device=device)
         finite = torch.ones((), dtype=torch.bool, device=device)
         supported = torch.ones((), dtype=torch.bool, device=device)

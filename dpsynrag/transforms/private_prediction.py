@@ -355,8 +355,9 @@ def private_predict(
 
     ``batch_rows`` is the fixed number of rows of every packed decode call (default 128 on
     CPU; on CUDA sized from the free memory measured when the model was loaded, see
-    ``packed_memory_plan``; rows in flight are bounded by it, raised to the largest group,
-    whose rows must decode in the same step). ``response_prefix`` is public
+    ``packed_memory_plan``; rows in flight are bounded by it whatever the groups' sizes: a
+    larger group runs in shards whose votes are added before its one draw per step, see
+    ``decoding_packed``). ``response_prefix`` is public
     text that every reply starts with (appended after the chat prompt, part of the returned
     text): it costs nothing, since it does not depend on the data, and spares the first
     sampled tokens, which otherwise need a consensus of their own. A sequence gives one public
