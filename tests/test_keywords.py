@@ -191,6 +191,9 @@ def test_inflected_form_folds_ing_ed_and_irregular_plurals_onto_the_vocabulary()
     assert inflected_form("fever", index) == "fever"
     assert inflected_form("xqzzing", index) is None  # no stem in V
     assert inflected_form("bing", index) == "bing"  # a word of V is never cut
+    assert "dure" in index  # an archaic word of V ...
+    assert inflected_form("during", index) is None  # ... that a stopword is never folded onto
+    assert inflected_form("being", index) is None
 
 
 def test_statistical_keywords_fold_inflections_only_when_asked() -> None:

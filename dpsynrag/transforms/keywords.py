@@ -18,6 +18,7 @@ Two extractors:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -27,7 +28,7 @@ import numpy as np
 
 from dpsynrag.models.greedy import generate_greedy
 from dpsynrag.prompts.templates import load_prompt
-from dpsynrag.transforms.vocabulary import PublicVocabulary
+from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
 
 if TYPE_CHECKING:
     from dpsynrag.models.protocols import LLM
@@ -82,16 +83,24 @@ IRREGULAR_PLURALS = {"feet": "foot", "teeth": "tooth", "geese": "goose", "mice":
                      "children": "child", "women": "woman", "men": "man", "lice": "louse"}
 
 
+@functools.lru_cache(maxsize=1)
+def _stopwords() -> frozenset[str]:
+    return stopwords()
+
+
 def inflected_form(word: str, index: dict[str, int]) -> str | None:
     """``word`` folded onto V as by ``_vocab_form``, else an irregular plural's singular, else
     an ``-ing`` / ``-ed`` form folded onto its stem in V ("twitching" -> "twitch",
-    "flaking" -> "flake", "slurred" -> "slur"); None if none of these is in V.
+    "flaking" -> "flake", "slurred" -> "slur"); None if none of these is in V. A stopword
+    is never folded: "during" is no inflection of the archaic "dure".
 
     A fixed public rule of the word alone (the order of the tries is part of the rule).
     """
     form = _vocab_form(word, index)
     if form is not None:
         return form
+    if word in _stopwords():
+        return None
     singular = IRREGULAR_PLURALS.get(word)
     if singular is not None and singular in index:
         return singular
