@@ -33,10 +33,11 @@ Exit codes: 0 built, 1 failed, 2 bad input or options, 3 refused by the privacy 
 4 interrupted (run the same command again to resume; nothing is spent twice), 5 built but
 useless: no synthetic text was kept (--allow-empty: exit 0).
 
-Generation mode: --generate facts is the default (it measured better: README, "Generation
-modes"); an option only the token mode reads (--K, --R, --k, --T, ...) without --generate
-selects --generate tokens, the paper's algorithm. Each option's help says which mode reads
-it: "facts:" or "tokens:" (none: both modes).
+Generation mode: --generate facts is the default (it measured better:
+docs/evaluation.md#facts-mode-against-token-mode; both modes: docs/modes.md); an option only
+the token mode reads (--K, --R, --k, --T, ...) without --generate selects --generate tokens,
+the paper's algorithm. Each option's help says which mode reads it: "facts:" or "tokens:"
+(none: both modes).
 
 Examples:
   build-corpus notes.jsonl -o synth/ --unit-column patient_id           (facts)
@@ -132,8 +133,9 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                    help="facts (default): release terms of any vocabulary with their roles "
                         "by DP partition selection, cluster on them and write each "
                         "cluster's note from one noisy fact histogram (no LLM; pays per "
-                        "fact, not per token; README, 'Generation modes', for the "
-                        "measurements); tokens: the paper's "
+                        "fact, not per token; measured against tokens in "
+                        "docs/evaluation.md, 'Facts mode against token mode'); tokens: the "
+                        "paper's "
                         "private prediction, token by token. Without --generate, any "
                         "token-only option (--K, --R, --k, --T, --eps-theta, --rho-mean, "
                         "--clip, --keywords, the prompts, --no-filter, --no-retrieval) on the "

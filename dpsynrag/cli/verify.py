@@ -62,7 +62,7 @@ def run_verify(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"FAILED: {problem}", file=sys.stderr)
     else:
-        trust = "trusted key" if args.public_key else "embedded key (integrity only)"
+        trust = "trusted key" if args.public_key else "embedded key: integrity only"
         note = " SEEDED, NOT FOR RELEASE (--allow-seeded)" if seeded else ""
         print(f"OK: signature ({trust}), file hashes and epsilon re-derived: "
               f"epsilon={_epsilon_text(guarantee.get('epsilon'))} delta={guarantee.get('delta')} "

@@ -5,7 +5,7 @@ accounting (``dpsynrag.accounting``) and the decoding engine (``dpsynrag.transfo
 Each mechanism's ``answer`` consumes one receipt of a committed corpus-ledger charge per
 question before it reads the corpus (``QueryService`` charges and answers in one step).
 Random-projection retrieval (Yao & Li) is deliberately absent: its DP claim does not hold
-(docs/mechanisms.md, section 15); see the README.
+(docs/mechanisms.md, section 15; docs/modes.md#query-time-answering-from-the-private-corpus).
 """
 
 from typing import Any
