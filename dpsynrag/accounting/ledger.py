@@ -536,6 +536,14 @@ class Ledger:
                 for key, stage, mechanism, params, sensitivity, norm, rho, grp, part, value,
                 charged_at in rows]
 
+    def lookup(self, key: str, charge: Charge) -> tuple[bool, Any] | None:
+        """Read only: ``None`` if ``key`` was never charged, ``(False, None)`` if it was charged
+        but holds no value, else ``(True, value)``; a key recorded with other parameters than
+        ``charge`` is refused (``ReleaseMismatchError``), as ``release`` refuses it. Charges
+        and draws nothing (a resumed build reads what it released before)."""
+        with self._lock:
+            return self._lookup(key, charge)
+
     def released_value(self, key: str) -> Any | None:
         row = self._db.execute("SELECT value FROM releases WHERE key = ?", (key,)).fetchone()
         return None if row is None or row[0] is None else decode_value(row[0])

@@ -56,7 +56,8 @@ class Runner(Protocol):
                 max_new_tokens: int, clip: float, temperature: float,
                 batch_rows: int | None, response_prefix: str | Sequence[str] = "",
                 public_prior: PublicPriorSettings | None = None,
-                token_sampling: str = "auto") -> list[str]: ...
+                token_sampling: str = "auto",
+                released: Sequence[Sequence[int]] | None = None) -> list[str]: ...
     def close(self) -> None: ...
 
 
@@ -189,12 +190,13 @@ class LocalRunner:
                 max_new_tokens: int, clip: float, temperature: float,
                 batch_rows: int | None, response_prefix: str | Sequence[str] = "",
                 public_prior: PublicPriorSettings | None = None,
-                token_sampling: str = "auto") -> list[str]:
+                token_sampling: str = "auto",
+                released: Sequence[Sequence[int]] | None = None) -> list[str]:
         worker = self.worker
         worker.start_prediction(groups, prompt=prompt, max_new_tokens=max_new_tokens, clip=clip,
                                 temperature=temperature, batch_rows=batch_rows,
                                 response_prefix=response_prefix, public_prior=public_prior,
-                                token_sampling=token_sampling)
+                                token_sampling=token_sampling, released=released)
         shard = list(range(len(groups)))
         try:
             return _relay_prediction(
@@ -423,7 +425,8 @@ class RayRunner:
                 max_new_tokens: int, clip: float, temperature: float,
                 batch_rows: int | None, response_prefix: str | Sequence[str] = "",
                 public_prior: PublicPriorSettings | None = None,
-                token_sampling: str = "auto") -> list[str]:
+                token_sampling: str = "auto",
+                released: Sequence[Sequence[int]] | None = None) -> list[str]:
         ray = self._ray
         shards = _balanced_shards(groups, len(self.workers))
         calls = [(self.workers[i], shard) for i, shard in enumerate(shards)]
@@ -433,7 +436,8 @@ class RayRunner:
             response_prefix=response_prefix if isinstance(response_prefix, str)
             else [response_prefix[g] for g in shard],
             public_prior=None if public_prior is None else public_prior.subset(shard),
-            token_sampling=token_sampling)
+            token_sampling=token_sampling,
+            released=None if released is None else [list(released[g]) for g in shard])
             for worker, shard in calls])
         owner: dict[Any, int] = {}
         last: list[int | None] = [None]

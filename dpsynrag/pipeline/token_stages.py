@@ -18,6 +18,7 @@ killed anywhere and run again spends exactly the rho of an uninterrupted one:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -162,23 +163,48 @@ def _predict(ctx: BuildContext, texts: list[str], selected: list[list[int]],
     eos = model_eos_ids(ctx)
     groups = [[texts[i] for i in members] for members in selected]
     token_counts = [0] * len(groups)
-    with ctx.progress("(d) private prediction (clusters)", len(groups)) as advance:
-        def finished(group: int, n_tokens: int) -> None:
-            token_counts[group] = n_tokens
-            advance(1)
+    settled = [0]  # draws settled before the progress bar opens (a resumed build's)
 
-        sampler = LedgerTokenSampler(
-            ctx.ledger, list(range(len(groups))), clip=config.clip, temperature=temperature,
-            max_new_tokens=config.T, eos_ids=eos, on_finish=finished)
+    def finished(group: int, n_tokens: int) -> None:
+        token_counts[group] = n_tokens
+
+    def count(n: int) -> None:
+        settled[0] += n
+
+    progress: list[Callable[[int], None]] = [count]
+    sampler = LedgerTokenSampler(
+        ctx.ledger, list(range(len(groups))), clip=config.clip, temperature=temperature,
+        max_new_tokens=config.T, eos_ids=eos, on_finish=finished,
+        on_tokens=lambda n: progress[0](n))
+    released = sampler.resume()  # reads the ledger only: nothing drawn or charged
+    _log_resume(ctx, released, sampler.finished)
+    # progress in draws (released tokens and the reservations of clusters that end early):
+    # clusters x T in all, public; a resumed build starts at the draws it released before
+    with ctx.progress("(d) private prediction (tokens)", len(groups) * config.T) as advance:
+        advance(settled[0])
+        progress[0] = advance
         prompt = config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT
         out_texts = ctx.runner.predict(groups, sampler, prompt=prompt, max_new_tokens=config.T,
                                        clip=config.clip, temperature=temperature,
                                        batch_rows=config.batch_rows,
                                        token_sampling=config.token_sampling,
                                        response_prefix=_reply_prefixes(config, top_words),
-                                       public_prior=public_prior_settings(config, top_words))
+                                       public_prior=public_prior_settings(config, top_words),
+                                       released=released)
         charge_unstarted(ctx.ledger, sampler)
     return {"texts": out_texts, "tokens": token_counts}
+
+
+def _log_resume(ctx: BuildContext, released: list[list[int]], finished: list[bool]) -> None:
+    """One line when a resumed stage (d) found released tokens: how many it replays (counts
+    of released tokens and clusters, public; nothing about the documents)."""
+    tokens = sum(len(t) for t in released)
+    if not tokens:
+        return
+    started = sum(1 for t in released if t)
+    ctx.log(f"(d) resuming: replaying {tokens} released tokens of {started} of "
+            f"{len(released)} clusters ({sum(finished)} finished); no token is drawn or "
+            "charged again")
 
 
 def model_eos_ids(ctx: BuildContext) -> frozenset[int]:

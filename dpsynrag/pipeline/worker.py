@@ -97,8 +97,10 @@ class ModelWorker:
                          batch_rows: int | None = None,
                          response_prefix: str | Sequence[str] = "",
                          public_prior: PublicPriorSettings | None = None,
-                         token_sampling: str = "auto") -> str:
+                         token_sampling: str = "auto",
+                         released: Sequence[Sequence[int]] | None = None) -> str:
         """Start the engine on ``groups``; its requests come out of ``next_request``.
+        ``released``: each group's tokens released before (a resumed build; public).
 
         Returns the token-sampling mode it runs (``host`` or ``device``)."""
         # loads torch and transformers: imported when this runs, not with this module
@@ -137,7 +139,8 @@ class ModelWorker:
                     self.llm, [list(g) for g in groups], prompt=prompt,
                     max_new_tokens=max_new_tokens, clip=clip, temperature=temperature,
                     rng=None, batch_rows=batch_rows, sampler=sampler,  # type: ignore[arg-type]
-                    response_prefix=response_prefix, public_prior=public_prior)
+                    response_prefix=response_prefix, public_prior=public_prior,
+                    released=released)
                 requests.put(("done", texts))
             except _Cancelled:
                 requests.put(("cancelled",))

@@ -65,6 +65,13 @@ How the work is shared (all exact: every row sees exactly the tokens of its own 
   from the cache is recomputed with up to n KV-only steps at step n (at worst ~T/2 times the
   decode work of a group in one piece), plus its documents' prefills when they were evicted.
 
+**Resume** (``released``). A group with tokens released before (a resumed build) starts after
+them: they are appended to each of its rows, whose KV is then one prefill of its document and
+those tokens (alone, unpadded, a shape of the row and public tokens only), and its first step
+feeds the last of them. Its votes for the following steps equal the uninterrupted run's up to
+the rounding of prefill against decode kernels; no step votes or samples a released token. A
+group whose released tokens end (EOS, or ``max_new_tokens`` of them) never enters the slots.
+
 Batch invariance (why a row's output is a function of its own document): one-hot greedy
 votes (Koga et al.) and clipped logits rest on each row being computed alone; on a GPU a
 kernel chosen for a different shape rounds differently and can flip a near-tie argmax.
@@ -207,6 +214,9 @@ class _Group:
     # a group larger than shard_rows: its shards (row indices) and the one in the slots
     shards: list[list[int]] | None = None
     resident: int | None = None
+    # tokens released before this run (a resumed build): the first ``start`` of ``tokens``,
+    # already at the end of every row (prefilled with its document, never voted on here)
+    start: int = 0
 
 
 class _Lane:
@@ -350,7 +360,10 @@ class PackedEngine:
     and of the active groups (``packed_step.bucket``; ``packed_step.unbucketed`` turns it off).
     ``shard_rows`` (public, ``1 <= shard_rows <= batch_rows``, default ``batch_rows``): the
     most rows of one group in the slots at once; a larger group runs in shards (module
-    docstring). Public sizing: ``max_rows`` (= ``row_budget`` = ``batch_rows``) bounds the
+    docstring). ``released``: per group, the tokens a resumed build already released (in
+    order; an end-of-sequence token only last): the group continues after them without a
+    vote for any of them (``_resume``) and its returned tokens start with them. Public sizing:
+    ``max_rows`` (= ``row_budget`` = ``batch_rows``) bounds the
     rows in flight; ``peak_rows`` is the most there were (private: never log it).
     """
 
@@ -376,6 +389,7 @@ class PackedEngine:
         capturer: Capturer | None = None,
         bucket: Bucket = bucket,
         shard_rows: int | None = None,
+        released: Sequence[Sequence[int]] | None = None,
     ) -> None:
         if len(prefix_ids) != prefix_len:
             raise ValueError("prefix_ids must hold prefix_len tokens")
@@ -394,6 +408,7 @@ class PackedEngine:
                                      "a token of its own")
         self.stack = stack
         self.groups = [_Group(i, [row[prefix_len:] for row in g]) for i, g in enumerate(groups)]
+        self._resume(released, eos_ids, max_new_tokens)
         self.prefix_ids = prefix_ids
         self.max_new_tokens = max_new_tokens
         self.clip = clip
@@ -415,8 +430,8 @@ class PackedEngine:
         # depend on it
         self.max_rows = batch_rows
         self.row_budget = batch_rows
-        widest = max((lane_width(len(r), max_new_tokens) for g in self.groups for r in g.rows),
-                     default=MIN_LANE_WIDTH)
+        widest = max((lane_width(len(r), max_new_tokens - g.start)
+                      for g in self.groups for r in g.rows), default=MIN_LANE_WIDTH)
         uses: dict[tuple[int, ...], int] = {}
         for g in self.groups:
             for row in g.rows:
@@ -436,7 +451,7 @@ class PackedEngine:
         self.row_steps = 0
         self.replayed_row_steps = 0
         self.steps = 0
-        self.finished = 0
+        self.finished = sum(g.done for g in self.groups)  # ended among released tokens
         # every (rows, width) an attention part ran with, and (rows, -1) for the logits chunks
         self.decode_shapes: set[tuple[int, int]] = set()
         self.step_keys: set[StepKey] = set()  # the distinct keys of the steps run
@@ -444,11 +459,38 @@ class PackedEngine:
         self.graphs = StepGraphs.for_device(stack.device, graphs, capturer)
         self._pin = stack.device.type == "cuda"
 
+    def _resume(self, released: Sequence[Sequence[int]] | None, eos_ids: frozenset[int],
+                max_new_tokens: int) -> None:
+        """Start each group after its released tokens (a resumed build; public values).
+
+        A group whose tokens end with an end-of-sequence token, or number
+        ``max_new_tokens``, is done (its tokens less the EOS). Otherwise its tokens go to the
+        end of every row: the row's KV then comes from one prefill of its document and those
+        tokens (alone, unpadded: shapes of the row and public tokens only), and the group
+        feeds its last released token first. No step votes for a released token."""
+        if released is None:
+            return
+        if len(released) != len(self.groups):
+            raise ValueError("one list of released tokens per group is required")
+        for group, tokens in zip(self.groups, released, strict=True):
+            tokens = [int(t) for t in tokens]
+            if len(tokens) > max_new_tokens or any(t in eos_ids for t in tokens[:-1]):
+                raise ValueError("released tokens hold at most T tokens, EOS only last")
+            if tokens and tokens[-1] in eos_ids:
+                group.tokens, group.done = tokens[:-1], True
+            elif len(tokens) == max_new_tokens:
+                group.tokens, group.done = tokens, True
+            elif tokens:
+                group.tokens, group.start = tokens, len(tokens)
+                group.rows = [(*row, *tokens) for row in group.rows]
+
     # ------------------------------------------------------------------ public
     def run(self) -> list[list[int]]:
         """Generate every group's tokens; returns one token list per group (EOS excluded)."""
         if self.max_new_tokens == 0 or not self.groups:
             return [[] for _ in self.groups]
+        if all(g.done for g in self.groups):  # every group ended among its released tokens
+            return [g.tokens for g in self.groups]
         start = time.perf_counter()
         self.prefix: PrefixKV | None = self.stack.prefix(self.prefix_ids)
         self.prefill_seconds += time.perf_counter() - start
@@ -456,7 +498,8 @@ class PackedEngine:
             self.stack, self.prefix, batch_rows=self.batch_rows, part_rows=self.attn_rows,
             vocab_size=self.vocab_size, clip=self.clip, row_transform=self.row_transform,
             prior=self.prior is not None)
-        waiting = list(range(len(self.groups)))[::-1]  # pop() takes the next in input order
+        # pop() takes the next in input order; a group ended among its released tokens is done
+        waiting = [g.index for g in self.groups if not g.done][::-1]
         active: list[int] = []
         while waiting or active:
             if not active and self._sharded(self.groups[waiting[-1]]):
@@ -509,8 +552,13 @@ class PackedEngine:
             self.lanes[width].input[slot] = token
         return True
 
-    def _lane(self, row: tuple[int, ...]) -> _Lane:
-        width = lane_width(len(row), self.max_new_tokens)
+    def _width(self, group: _Group, row: tuple[int, ...]) -> int:
+        """A row's lane width: its length and the tokens left to feed (a resumed group's
+        rows hold its released tokens: the same width as without them)."""
+        return lane_width(len(row), self.max_new_tokens - group.start)
+
+    def _lane(self, group: _Group, row: tuple[int, ...]) -> _Lane:
+        width = self._width(group, row)
         lane = self.lanes.get(width)
         if lane is None:
             lane = self.lanes[width] = _Lane(self.stack, width, self.attn_rows, self.bucket)
@@ -530,7 +578,7 @@ class PackedEngine:
             return True
         occupied = {w: int((lane.group >= 0).sum()) for w, lane in self.lanes.items()}
         for row in group.rows:
-            width = lane_width(len(row), self.max_new_tokens)
+            width = self._width(group, row)
             occupied[width] = occupied.get(width, 0) + 1
         parts = sum(self.bucket(-(-n // self.attn_rows)) for n in occupied.values())
         return parts * self.attn_rows <= self.row_budget
@@ -542,7 +590,7 @@ class PackedEngine:
             group = self.groups[waiting.pop()]
             group.slots = []
             for row in group.rows:
-                lane = self._lane(row)
+                lane = self._lane(group, row)
                 slot = lane.take()
                 lane.group[slot] = group.index  # reserved now, filled by _fill
                 group.slots.append((lane.width, slot))
@@ -626,12 +674,12 @@ class PackedEngine:
         ``shard_rows`` rows: at each step every shard in turn gets its vote step, the float64
         votes of the shards are added, and the sampler is called once for the group."""
         order = sorted(range(len(group.rows)),  # rows of one width together: fewer parts
-                       key=lambda r: lane_width(len(group.rows[r]), self.max_new_tokens))
+                       key=lambda r: self._width(group, group.rows[r]))
         group.shards = [order[i:i + self.shard_rows]
                         for i in range(0, len(order), self.shard_rows)]
         while not group.done:
             tick, prefill = time.perf_counter(), self.prefill_seconds
-            n = len(group.tokens)
+            n = len(group.tokens) - group.start  # tokens fed to the rows in this run
             prior = None if self.prior is None else self.prior.step([group.index],
                                                                     [group.tokens])
             shards = range(len(group.shards))
@@ -665,7 +713,7 @@ class PackedEngine:
         rows = [group.rows[r] for r in group.shards[k]]
         group.slots = []
         for i, row in enumerate(rows):
-            lane = self._lane(row)
+            lane = self._lane(group, row)
             slot = lane.take()
             body = len(row) - 1
             kv = self._document(row) if entry is None else entry.kv[i]
@@ -683,8 +731,8 @@ class PackedEngine:
 
     @staticmethod
     def _fed_token(group: _Group, row: tuple[int, ...], s: int) -> int:
-        """The token a row of ``group`` feeds at step ``s``."""
-        return row[-1] if s == 0 else group.tokens[s - 1]
+        """The token a row of ``group`` feeds at step ``s`` of this run."""
+        return row[-1] if s == 0 else group.tokens[group.start + s - 1]
 
     def _swap_out(self, group: _Group) -> None:
         """Free the slots of the group's shard in them; its KV goes to the cache when the

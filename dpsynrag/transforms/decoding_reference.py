@@ -48,8 +48,13 @@ def reference_tokens(
     timings: dict[str, float] | None = None,
     row_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     prior: PublicPrior | None = None,
+    released: Sequence[Sequence[int]] | None = None,
 ) -> list[list[int]]:
     """Generate one token list per group (EOS excluded); ``timings`` gets prefill/decode s.
+
+    ``released``: per group, tokens a resumed build already released (an EOS only last): the
+    group continues after them (its rows are prefilled with them, no vote for any of them),
+    or is not run when they end (EOS, or ``max_new_tokens`` of them).
 
     With a ``prior`` (``transforms.public_prior``) each row is its public-difference row and
     the votes get the public term and the public support, exactly as in the packed engine.
@@ -59,10 +64,19 @@ def reference_tokens(
     first = torch.zeros(1, dtype=torch.long, device=device)
     clock = {"prefill_seconds": 0.0, "decode_seconds": 0.0, "row_steps": 0.0}
     results: list[list[int]] = []
+    if released is not None and len(released) != len(groups):
+        raise ValueError("one list of released tokens per group is required")
     for gi, rows in enumerate(groups):
-        tokens: list[int] = []
+        tokens = [] if released is None else [int(t) for t in released[gi]]
+        if len(tokens) > max_new_tokens or any(t in eos_ids for t in tokens[:-1]):
+            raise ValueError("released tokens hold at most T tokens, EOS only last")
+        ended = bool(tokens) and tokens[-1] in eos_ids
+        if ended or len(tokens) == max_new_tokens:
+            results.append(tokens[:-1] if ended else tokens)
+            continue
+        rows = [(*row, *tokens) for row in rows]
         states: list[dict[str, Any]] = []
-        for _ in range(max_new_tokens):
+        for _ in range(max_new_tokens - len(tokens)):
             step = None if prior is None else prior.step([gi], [tokens])
             if rows:
                 tick = time.perf_counter()

@@ -11,8 +11,13 @@ covers, so a cluster that stops after n < T tokens is charged the remaining T - 
 reservation (``cluster/<r>/token-reserve``, no value). The per-cluster cost is therefore always
 T (c/tau)^2 / 2, the planner's figure, independent of the data.
 
-Resume: a token already in the ledger is returned as stored (never redrawn, never charged
-again), so replaying a cluster after a crash regenerates the same text.
+Resume: every token is stored in the ledger as it is drawn (one transaction per step for all
+active clusters), so a killed build has each cluster's tokens up to its last step. A resumed
+build reads them first (``PartitionTokenSampler.resume``: no draw, no charge) and the engine
+continues each cluster after its stored tokens (``released``: the rows are prefilled with them,
+no votes are computed for stored steps); a cluster whose stored tokens end at EOS or reach T
+is not run at all. A token the engine still asks for that the ledger holds is returned as
+stored (never redrawn, never charged again).
 """
 
 from __future__ import annotations
@@ -60,7 +65,8 @@ class PartitionTokenSampler:
     def __init__(self, ledger: Ledger, partitions: Sequence[str], *, group: str, stage: str,
                  clip: float, temperature: float, max_new_tokens: int,
                  eos_ids: Iterable[int],
-                 on_finish: Callable[[int, int], None] | None = None) -> None:
+                 on_finish: Callable[[int, int], None] | None = None,
+                 on_tokens: Callable[[int], None] | None = None) -> None:
         if len(set(partitions)) != len(partitions):
             raise ValueError("partition names must be distinct")
         self.ledger = ledger
@@ -69,6 +75,7 @@ class PartitionTokenSampler:
         self.clip, self.temperature, self.T = float(clip), float(temperature), max_new_tokens
         self.eos_ids = frozenset(int(t) for t in eos_ids)
         self.on_finish = on_finish
+        self.on_tokens = on_tokens  # count of draws settled (tokens and reserved): progress
         self.steps = [0] * len(self.partitions)
         self.finished = [False] * len(self.partitions)
         # device-side sampling: group -> (key, ledger answer) of a uniform awaiting its token
@@ -104,6 +111,34 @@ class PartitionTokenSampler:
         tokens = [int(t) for t in self.ledger.release_many(requests)]
         self._advance(active, tokens)
         return np.asarray(tokens, dtype=np.int64)
+
+    def resume(self) -> list[list[int]]:
+        """Read each group's tokens already released (a resumed build) and continue after them.
+
+        Returns, per group, its stored tokens from step 0 up to the first step without a
+        stored value, an end-of-sequence token (kept, last) or T tokens. Nothing is drawn or
+        charged: the ledger is only read (``Ledger.lookup``, which refuses a key recorded with
+        other parameters); a group that ends among them is finished here, its reservation
+        released as at its end (stored already, unless the build died between the two). The
+        engine must then ask for each group's next token only (``released`` of
+        ``private_predict``). Must run before the first step."""
+        if any(self.steps) or any(self.finished) or self._drawn:
+            raise RuntimeError("resume runs before the first step")
+        released: list[list[int]] = []
+        for group, partition in enumerate(self.partitions):
+            tokens: list[int] = []
+            charge = self._charge(partition)
+            while len(tokens) < self.T:
+                found = self.ledger.lookup(f"{partition}/token/{len(tokens):03d}", charge)
+                if found is None or not found[0]:
+                    break
+                tokens.append(int(found[1]))
+                if tokens[-1] in self.eos_ids:
+                    break
+            for token in tokens:
+                self._advance([group], [token])
+            released.append(tokens)
+        return released
 
     def draw_uniforms(self, active: list[int]) -> list[tuple[bool, float | int]]:
         """Device-side sampling, first half: charge each active group's next token and draw
@@ -149,19 +184,27 @@ class PartitionTokenSampler:
         """Count each group's released token; a group that stops early (EOS) is charged its
         remaining draws as one reservation."""
         reserves = []
+        finished = []
+        settled = 0
         for group, token in zip(active, tokens, strict=True):
             self.steps[group] += 1
             n = self.steps[group]
+            settled += 1
             if token in self.eos_ids or n >= self.T:
                 self.finished[group] = True
                 if n < self.T:
                     partition = self.partitions[group]
                     reserves.append((f"{partition}/token-reserve",
                                      self._charge(partition, self.T - n), _no_value))
-                if self.on_finish is not None:
-                    self.on_finish(group, n)
+                    settled += self.T - n
+                finished.append((group, n))
         if reserves:
             self.ledger.release_many(reserves)
+        if self.on_tokens is not None:
+            self.on_tokens(settled)
+        if self.on_finish is not None:
+            for group, n in finished:
+                self.on_finish(group, n)
 
     def charge_unfinished(self) -> None:
         """Charge the remaining draws of every group that did not finish through this sampler.
@@ -180,6 +223,8 @@ class PartitionTokenSampler:
                 self.finished[group] = True
         if reserves:
             self.ledger.release_many(reserves)
+            if self.on_tokens is not None:
+                self.on_tokens(sum(int(charge.params["tokens"]) for _k, charge, _d in reserves))
 
 
 class LedgerTokenSampler(PartitionTokenSampler):
@@ -191,11 +236,13 @@ class LedgerTokenSampler(PartitionTokenSampler):
 
     def __init__(self, ledger: Ledger, clusters: Sequence[int], *, clip: float,
                  temperature: float, max_new_tokens: int, eos_ids: Iterable[int],
-                 on_finish: Callable[[int, int], None] | None = None) -> None:
+                 on_finish: Callable[[int, int], None] | None = None,
+                 on_tokens: Callable[[int], None] | None = None) -> None:
         self.clusters = list(clusters)
         super().__init__(ledger, [partition_name(c) for c in self.clusters], group=GROUP,
                          stage=STAGE, clip=clip, temperature=temperature,
-                         max_new_tokens=max_new_tokens, eos_ids=eos_ids, on_finish=on_finish)
+                         max_new_tokens=max_new_tokens, eos_ids=eos_ids, on_finish=on_finish,
+                         on_tokens=on_tokens)
 
 
 def _draw_one(row: np.ndarray, temperature: float) -> Callable[[RandomSource], int]:

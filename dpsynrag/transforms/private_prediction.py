@@ -343,6 +343,7 @@ def private_predict(
     row_transform: RowTransform | None = None,
     public_prior: PublicPriorSettings | None = None,
     step_graphs: bool | None = None,
+    released: Sequence[Sequence[int]] | None = None,
 ) -> list[str]:
     """One synthetic text per group: DP-SynRAG private prediction (see the module docstring).
 
@@ -370,6 +371,12 @@ def private_predict(
     rho = (c / tau)^2 / 2 per token). ``on_step`` receives a
     ``StepReport`` after each step of the packed engine: it holds counts derived from private
     data, for progress bars and benchmarks in this process only; never log it.
+
+    ``released`` (a resumed build): per group, the tokens released before, in order, an
+    end-of-sequence token only last (``PartitionTokenSampler.resume``). The group continues
+    after them: its rows are prefilled with them and the sampler is asked for the next step
+    only, never for a released one; a group they end (EOS, or ``max_new_tokens`` of them) is
+    not run. The returned text holds them (EOS dropped), as an uninterrupted run's would.
 
     ``step_graphs`` picks the packed engine's CUDA-graph decode steps (``step_graphs``
     module): ``None`` is on for CUDA only with ``DPSYNRAG_STEP_GRAPHS=1`` (opt-in),
@@ -434,12 +441,12 @@ def private_predict(
             max_new_tokens=max_new_tokens, clip=clip, sampler=sampler, eos_ids=eos,
             batch_rows=rows_per_chunk, vocab_size=llm.vocab_size, doc_cache_bytes=cache_bytes,
             on_step=on_step, row_transform=row_transform, prior=prior,
-            graphs=step_graphs).run()
+            graphs=step_graphs, released=released).run()
     else:
         tokens = reference_tokens(
             llm.model, rows, max_new_tokens=max_new_tokens, clip=clip, sampler=sampler,
             eos_ids=eos, vocab_size=llm.vocab_size, device=device, row_transform=row_transform,
-            prior=prior)
+            prior=prior, released=released)
     return [_decode(llm.tokenizer, [*forced_of[p], *t]) for p, t in zip(prefixes, tokens,
                                                                         strict=True)]
 

@@ -1,0 +1,212 @@
+"""Resume of stage (d) at step granularity: a cluster continues after its released tokens.
+
+Every token is stored in the ledger as it is drawn; a resumed build reads them
+(``PartitionTokenSampler.resume``: nothing drawn or charged) and the engine continues each
+cluster after them (``private_predict(released=...)``: the rows are prefilled with them, no
+step votes on a released token), instead of regenerating the cluster from its first step.
+
+* engine level: a run given the first k released tokens of every group makes exactly the
+  uninterrupted run's tokens and texts, asks the sampler for no released step, and its votes
+  for the later steps equal the uninterrupted run's up to prefill-against-decode rounding;
+* build level: a build killed mid stage (d) and resumed asks the sampler only for steps after
+  the stored ones, keeps every release of the killed run unchanged (value and charge time),
+  spends the uninterrupted build's rho, and writes the texts that the old full replay (every
+  stored token voted on again) writes from the same ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from test_build import SMALL, CrashAfter, _build, _config_dir, _runner, notes  # noqa: F401
+from test_private_prediction import CLIP, PROMPT, _groups, tiny_llm
+
+from dpsynrag.accounting.certificate import verify_output
+from dpsynrag.accounting.ledger import Ledger
+from dpsynrag.accounting.rng import secure_rng
+from dpsynrag.models.llm import LoadedLLM
+from dpsynrag.pipeline.build import run_build as real_run_build
+from dpsynrag.pipeline.config import make_config
+from dpsynrag.transforms import prediction_release
+from dpsynrag.transforms.private_prediction import private_predict
+from dpsynrag.transforms.public_prior import PublicPriorSettings
+
+TAU = 0.3
+T = 6
+ATOL = 1e-4  # float32 rows: a prefill and a decode step round the same row differently
+PUBLIC = PublicPriorSettings(documents="known facts : fever cough", top_k=6, temperature=2.0,
+                             candidates=("chest pain",))
+
+
+class Draws:
+    """Inverse-CDF draws from softmax(votes / TAU), one fixed uniform per (group, step), so
+    equal votes give equal tokens in any order; ``tokens`` may start with released tokens
+    (the steps it then numbers after them). Fails on a second draw of a step."""
+
+    def __init__(self, released: list[list[int]] | None = None) -> None:
+        self.uniform = np.random.default_rng(5).random((16, 16))
+        self.tokens: dict[int, list[int]] = {g: list(t) for g, t in
+                                             enumerate(released or []) if t}
+        self.votes: dict[tuple[int, int], torch.Tensor] = {}
+
+    def __call__(self, votes: torch.Tensor, active: list[int]) -> np.ndarray:
+        out = []
+        for row, g in enumerate(active):
+            made = self.tokens.setdefault(g, [])
+            assert (g, len(made)) not in self.votes
+            self.votes[(g, len(made))] = votes[row].clone()
+            weights = torch.softmax(votes[row] / TAU, dim=0)
+            cdf = torch.cumsum(torch.where(torch.isfinite(weights), weights, 0), dim=0)
+            token = min(int(np.searchsorted(cdf.numpy(), self.uniform[g, len(made)])),
+                        cdf.numel() - 1)
+            made.append(token)
+            out.append(token)
+        return np.asarray(out)
+
+
+@pytest.fixture(scope="module")
+def llm() -> LoadedLLM:
+    return tiny_llm()
+
+
+def _predict(llm: LoadedLLM, groups: list[list[str]], draws: Draws, engine: str,
+             batch_rows: int | None, prior: bool,
+             released: list[list[int]] | None = None) -> list[str]:
+    return private_predict(llm, groups, prompt=PROMPT, max_new_tokens=T, clip=CLIP,
+                           temperature=TAU, rng=secure_rng(0), batch_rows=batch_rows,
+                           sampler=draws, engine=engine,  # type: ignore[arg-type]
+                           public_prior=PUBLIC if prior else None, released=released)
+
+
+@pytest.mark.parametrize("engine,batch_rows,prior", [
+    ("packed", None, False),
+    ("packed", 4, False),  # the 8-row group runs in shards of 4
+    ("packed", None, True),  # the public-difference sampler: its public rows see them too
+    ("reference", None, False),
+])
+@pytest.mark.parametrize("k", [1, 3, T])
+def test_a_run_given_released_tokens_continues_as_the_uninterrupted_run(
+        llm: LoadedLLM, engine: str, batch_rows: int | None, prior: bool, k: int) -> None:
+    groups = _groups("mixed")
+    straight = Draws()
+    texts = _predict(llm, groups, straight, engine, batch_rows, prior)
+    # what a run killed after its k-th step stored: each group's first k draws (EOS kept)
+    released = [straight.tokens.get(g, [])[:k] for g in range(len(groups))]
+    assert any(len(t) == k for t in released)
+    resumed = Draws(released)
+    assert _predict(llm, groups, resumed, engine, batch_rows, prior, released) == texts
+    assert resumed.tokens == straight.tokens
+    # no vote on a released step; every later step voted once, as in the uninterrupted run
+    assert set(resumed.votes) == {(g, s) for g, s in straight.votes if s >= len(released[g])}
+    for key, votes in resumed.votes.items():
+        finite = torch.isfinite(votes)
+        assert torch.equal(finite, torch.isfinite(straight.votes[key]))
+        torch.testing.assert_close(votes[finite], straight.votes[key][finite], rtol=0,
+                                   atol=ATOL)
+
+
+def test_released_tokens_are_checked(llm: LoadedLLM) -> None:
+    groups = _groups("mixed")
+    eos = next(iter(llm.eos_token_ids))
+    for bad in ([[eos, 9]] + [[]] * (len(groups) - 1), [[9] * (T + 1)] + [[]] * 6, [[9]]):
+        for engine in ("packed", "reference"):
+            with pytest.raises(ValueError, match="released tokens"):
+                _predict(llm, groups, Draws(), engine, None, False, bad)
+
+
+def _stored(state: Path) -> dict[str, dict[str, Any]]:
+    ledger = Ledger(state / "ledger.sqlite")
+    try:
+        return {r["key"]: r for r in ledger.audit_releases()}
+    finally:
+        ledger.close()
+
+
+class Asked:
+    """Wraps a runner; records the (cluster, step) of every token its sampler is asked for."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.asked: list[tuple[int, int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.runner, name)
+
+    def predict(self, groups: Any, sampler: Any, **kwargs: Any) -> list[str]:
+        def asking(votes: Any, active: list[int]) -> Any:
+            self.asked.extend((g, sampler.steps[g]) for g in active)
+            return sampler(votes, active)
+
+        return self.runner.predict(groups, asking, **kwargs)
+
+
+def _token_steps(releases: dict[str, dict[str, Any]]) -> dict[int, int]:
+    """Stored token values per cluster (keys ``cluster/<r>/token/<n>`` with a value)."""
+    counts: dict[int, int] = {}
+    for key, release in releases.items():
+        parts = key.split("/")
+        if len(parts) == 4 and parts[2] == "token" and release["value_sha256"]:
+            counts[int(parts[1])] = counts.get(int(parts[1]), 0) + 1
+    return counts
+
+
+def test_a_killed_build_resumes_after_its_last_stored_step(notes, tmp_path: Path,  # noqa: F811
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    config, uninterrupted = _build(notes, tmp_path, "straight")
+    with pytest.raises(KeyboardInterrupt):  # dies at its 4th step: 3 steps of clusters stored
+        _build(notes, tmp_path, "crashed", runner=CrashAfter(_runner(), steps=3))
+    before = _stored(tmp_path / "state-crashed")
+    done = _token_steps(before)
+    assert done and max(done.values()) >= 3
+    logged: list[str] = []
+    asked = Asked(_runner())
+    def run_build(*args: Any, **kwargs: Any) -> Any:
+        kwargs["log"] = logged.append
+        return real_run_build(*args, **kwargs)
+
+    monkeypatch.setattr("test_build.run_build", run_build)
+    _, resumed = _build(notes, tmp_path, "crashed", runner=asked)
+    assert resumed.resumed
+    assert math.isclose(resumed.rho_spent, uninterrupted.rho_spent, rel_tol=1e-12)
+    assert verify_output(tmp_path / "crashed", tmp_path / "key.pem.pub",
+                         allow_seeded=True) == []
+    # the sampler was asked only for steps after the stored ones, each step once
+    assert asked.asked and len(set(asked.asked)) == len(asked.asked)
+    assert all(step >= done.get(cluster, 0) for cluster, step in asked.asked)
+    # every release of the killed run is kept as it was: same value, charged once
+    after = _stored(tmp_path / "state-crashed")
+    assert all(after[key] == release for key, release in before.items())
+    replaying = [line for line in logged if line.startswith("(d) resuming")]
+    assert len(replaying) == 1 and replaying[0].startswith(
+        f"(d) resuming: replaying {sum(done.values())} released tokens of {len(done)} of "
+        f"{config.R} clusters (")
+    # the texts are those of the old full replay (every stored token voted on again) from
+    # the same ledger: a function of the released tokens only
+    texts = json.loads((tmp_path / "state-crashed" / "synthetic.json").read_text())["texts"]
+    state = tmp_path / "state-replay"
+    shutil.copytree(tmp_path / "state-crashed", state)
+    for name in ("synthetic.json", "kept.json"):
+        (state / name).unlink()
+    monkeypatch.setattr(prediction_release.PartitionTokenSampler, "resume",
+                        lambda self: [[] for _ in self.partitions])
+    full = Asked(_runner())
+    config_replay, _ = _build_in(notes, tmp_path, "replay", state, full)
+    assert json.loads((state / "synthetic.json").read_text())["texts"] == texts
+    assert _stored(state) == after  # nothing drawn or charged by the replay
+    assert len(full.asked) > len(asked.asked)
+    assert config_replay == config
+
+
+def _build_in(notes_path: Path, tmp: Path, name: str, state: Path, runner: Any) -> Any:
+    config = make_config(None, dict(SMALL))
+    summary = real_run_build(notes_path, tmp / name, config, state_dir=state,
+                   signing_key=tmp / "key.pem", runner=runner)
+    return config, summary
