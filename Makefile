@@ -5,6 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.dpsynrag-installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check
+# Two test workers (pytest-xdist), a test file's tests on one worker (its module fixtures are
+# built once); `make test TEST_WORKERS=0` runs in one process.
+TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 
 .PHONY: demo demo-tokens test lint install clean
@@ -69,7 +72,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
