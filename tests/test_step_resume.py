@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -168,8 +170,15 @@ def test_a_killed_build_resumes_after_its_last_stored_step(notes, tmp_path: Path
     assert done and max(done.values()) >= 3
     logged: list[str] = []
     asked = Asked(_runner())
+    bars: dict[str, list[int]] = {}
+
+    @contextmanager
+    def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
+        bars[description] = [total]
+        yield bars[description].append
+
     def run_build(*args: Any, **kwargs: Any) -> Any:
-        kwargs["log"] = logged.append
+        kwargs["log"], kwargs["progress"] = logged.append, progress
         return real_run_build(*args, **kwargs)
 
     monkeypatch.setattr("test_build.run_build", run_build)
@@ -188,6 +197,11 @@ def test_a_killed_build_resumes_after_its_last_stored_step(notes, tmp_path: Path
     assert len(replaying) == 1 and replaying[0].startswith(
         f"(d) resuming: replaying {sum(done.values())} released tokens of {len(done)} of "
         f"{config.R} clusters (")
+    # stage (d)'s bar counts draws (clusters x T), starts at the stored ones, says it resumes
+    (label, counts), = ((k, v) for k, v in bars.items() if k.startswith("(d)"))
+    assert label == f"(d) private prediction (tokens; {replaying[0][4:]})"
+    assert counts[0] == config.R * config.T == sum(counts[1:])
+    assert counts[1] >= sum(done.values())
     # the texts are those of the old full replay (every stored token voted on again) from
     # the same ledger: a function of the released tokens only
     texts = json.loads((tmp_path / "state-crashed" / "synthetic.json").read_text())["texts"]

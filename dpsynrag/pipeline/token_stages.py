@@ -177,10 +177,14 @@ def _predict(ctx: BuildContext, texts: list[str], selected: list[list[int]],
         max_new_tokens=config.T, eos_ids=eos, on_finish=finished,
         on_tokens=lambda n: progress[0](n))
     released = sampler.resume()  # reads the ledger only: nothing drawn or charged
-    _log_resume(ctx, released, sampler.finished)
+    resuming = _resume_line(released, sampler.finished)
+    if resuming:
+        ctx.log(f"(d) {resuming}")
     # progress in draws (released tokens and the reservations of clusters that end early):
     # clusters x T in all, public; a resumed build starts at the draws it released before
-    with ctx.progress("(d) private prediction (tokens)", len(groups) * config.T) as advance:
+    # and says so in the bar's description (the CLI shows bars, not log lines)
+    label = "(d) private prediction (tokens" + (f"; {resuming})" if resuming else ")")
+    with ctx.progress(label, len(groups) * config.T) as advance:
         advance(settled[0])
         progress[0] = advance
         prompt = config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT
@@ -195,16 +199,15 @@ def _predict(ctx: BuildContext, texts: list[str], selected: list[list[int]],
     return {"texts": out_texts, "tokens": token_counts}
 
 
-def _log_resume(ctx: BuildContext, released: list[list[int]], finished: list[bool]) -> None:
-    """One line when a resumed stage (d) found released tokens: how many it replays (counts
-    of released tokens and clusters, public; nothing about the documents)."""
+def _resume_line(released: list[list[int]], finished: list[bool]) -> str:
+    """What a resumed stage (d) replays, or "" when no token was released before: counts of
+    released tokens and clusters (public), nothing about the documents."""
     tokens = sum(len(t) for t in released)
     if not tokens:
-        return
+        return ""
     started = sum(1 for t in released if t)
-    ctx.log(f"(d) resuming: replaying {tokens} released tokens of {started} of "
-            f"{len(released)} clusters ({sum(finished)} finished); no token is drawn or "
-            "charged again")
+    return (f"resuming: replaying {tokens} released tokens of {started} of {len(released)} "
+            f"clusters ({sum(finished)} finished); no token is drawn or charged again")
 
 
 def model_eos_ids(ctx: BuildContext) -> frozenset[int]:
