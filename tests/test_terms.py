@@ -197,3 +197,24 @@ def test_a_given_rho_hist_is_kept_and_no_roles_means_the_old_plan() -> None:
                                    rho_hist=0.1, share_roles=0.0))
     assert plan.rho_hist == 0.1 and plan.rho_R == 0.0
     assert not {"share_roles", "rho_R", "sigma_R"} & set(plan.as_dict())
+
+
+def test_naming_roles_share_the_first_anchor_priority_so_the_rarer_name_anchors() -> None:
+    from dpsynrag.facts.fact_clusters import anchor_clusters
+    from dpsynrag.facts.roles import role_priority
+
+    roles = {"restart": "product", "e-4685": "error", "influenza": "diagnosis",
+             "oseltamivir": "treatment", "cough": "symptom"}
+    priority = role_priority(roles)
+    assert priority["restart"] == priority["e-4685"] == priority["influenza"] == 0
+    assert 0 < priority["oseltamivir"] < priority["cough"]
+    # a template word tagged as a product is held by many tickets, each error code by a few:
+    # a ticket naming both joins its error code's cluster, not the product's
+    anchors = {"restart": 60, "e-4685": 20, "e-1111": 25, "oseltamivir": 5}
+    docs = [["restart", "e-4685"], ["e-1111", "restart"], ["restart"], ["e-4685", "oseltamivir"]]
+    order, members = anchor_clusters(docs, anchors, L=1, priority=role_priority(
+        {"restart": "product", "e-4685": "error", "e-1111": "error",
+         "oseltamivir": "treatment"}))
+    joined = {order[r]: m for r, m in enumerate(members)}
+    assert joined["e-4685"] == [0, 3] and joined["e-1111"] == [1] and joined["restart"] == [2]
+    assert joined["oseltamivir"] == []  # a treatment never outranks a naming role

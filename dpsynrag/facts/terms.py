@@ -66,7 +66,8 @@ from dpsynrag.facts.phrases import _IDENT, _NAME, _classify, _Info, scan_tokens
 from dpsynrag.transforms.keywords import _check_k, inflected_form
 from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
 
-__all__ = ["COMMON_ZIPF", "MAX_WORDS", "ROLES", "ROLE_CUES", "DocumentTerms", "document_terms"]
+__all__ = ["COMMON_ZIPF", "MAX_WORDS", "NAMING_ROLES", "ROLES", "ROLE_CUES", "DocumentTerms",
+           "document_terms"]
 
 #: Longest term, in tokens.
 MAX_WORDS = 4
@@ -112,7 +113,12 @@ ROLE_CUES: dict[str, str] = {
 #: The roles, in the order a note writes them (public).
 ROLES: tuple[str, ...] = ("diagnosis", "title", "product", "error", "treatment", "symptom",
                           "credit")
-_ROLE_RANK = {role: r for r, role in enumerate(ROLES)}
+#: The roles that name what a record is about (public): the answer a reader looks for. They
+#: share the first rank, in a document's choice of terms and in the clusters' anchor order,
+#: so that among them the more specific name comes first (an open-vocabulary error code
+#: before a template word tagged as a product: "restart the app", "the log shows error X").
+NAMING_ROLES = frozenset({"diagnosis", "title", "product", "error"})
+_ROLE_RANK = {role: 0 if role in NAMING_ROLES else r for r, role in enumerate(ROLES)}
 #: Common report verbs that end a term (public).
 REPORT_VERBS = frozenset((
     "has", "had", "have", "is", "was", "were", "are", "came", "comes", "come", "went", "goes",
