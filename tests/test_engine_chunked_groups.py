@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from fixed_draws import FixedDraws
 from test_private_prediction import CLIP, PROMPT, WORDS, tiny_llm
 from test_step_graphs import FakeCapturer
 from tiny_models import make_tiny_family_llm
@@ -63,33 +64,8 @@ def _groups(big: int, seed: int = 23) -> list[list[str]]:
     return [docs[big:big + 3], large, [], [docs[big + 3], docs[1]], docs[big + 4:big + 6]]
 
 
-class Draws:
-    """Inverse-CDF draws from softmax(votes / TAU) with one fixed uniform per (group, step),
-    so equal votes give equal tokens in whatever order the engine asks. Records every call
-    and fails on a second draw for a (group, step): one aggregate per group per step."""
-
-    def __init__(self, seed: int = 5) -> None:
-        self.uniform = np.random.default_rng(seed).random((16, 16))
-        self.votes: dict[tuple[int, int], torch.Tensor] = {}
-        self.tokens: dict[int, list[int]] = {}
-        self.calls: list[list[int]] = []
-
-    def __call__(self, votes: torch.Tensor, active: list[int]) -> np.ndarray:
-        assert votes.dtype == torch.float64 and votes.shape[0] == len(active)
-        assert len(set(active)) == len(active)
-        self.calls.append(list(active))
-        out = []
-        for row, g in enumerate(active):
-            made = self.tokens.setdefault(g, [])
-            assert (g, len(made)) not in self.votes  # never a second release of a step
-            self.votes[(g, len(made))] = votes[row].clone()
-            weights = torch.softmax(votes[row] / TAU, dim=0)
-            cdf = torch.cumsum(torch.where(torch.isfinite(weights), weights, 0), dim=0)
-            token = min(int(np.searchsorted(cdf.numpy(), self.uniform[g, len(made)])),
-                        cdf.numel() - 1)
-            made.append(token)
-            out.append(token)
-        return np.asarray(out)
+def Draws() -> FixedDraws:
+    return FixedDraws(tau=TAU)
 
 
 def _run(llm: LoadedLLM, groups: list[list[str]], *, batch_rows: int,

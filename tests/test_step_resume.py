@@ -24,9 +24,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
+from fixed_draws import FixedDraws
 from test_build import SMALL, CrashAfter, _build, _config_dir, _runner, notes  # noqa: F401
 from test_private_prediction import CLIP, PROMPT, _groups, tiny_llm
 
@@ -47,30 +47,8 @@ PUBLIC = PublicPriorSettings(documents="known facts : fever cough", top_k=6, tem
                              candidates=("chest pain",))
 
 
-class Draws:
-    """Inverse-CDF draws from softmax(votes / TAU), one fixed uniform per (group, step), so
-    equal votes give equal tokens in any order; ``tokens`` may start with released tokens
-    (the steps it then numbers after them). Fails on a second draw of a step."""
-
-    def __init__(self, released: list[list[int]] | None = None) -> None:
-        self.uniform = np.random.default_rng(5).random((16, 16))
-        self.tokens: dict[int, list[int]] = {g: list(t) for g, t in
-                                             enumerate(released or []) if t}
-        self.votes: dict[tuple[int, int], torch.Tensor] = {}
-
-    def __call__(self, votes: torch.Tensor, active: list[int]) -> np.ndarray:
-        out = []
-        for row, g in enumerate(active):
-            made = self.tokens.setdefault(g, [])
-            assert (g, len(made)) not in self.votes
-            self.votes[(g, len(made))] = votes[row].clone()
-            weights = torch.softmax(votes[row] / TAU, dim=0)
-            cdf = torch.cumsum(torch.where(torch.isfinite(weights), weights, 0), dim=0)
-            token = min(int(np.searchsorted(cdf.numpy(), self.uniform[g, len(made)])),
-                        cdf.numel() - 1)
-            made.append(token)
-            out.append(token)
-        return np.asarray(out)
+def Draws(released: list[list[int]] | None = None) -> FixedDraws:
+    return FixedDraws(released, tau=TAU, float64_votes=False)
 
 
 @pytest.fixture(scope="module")
