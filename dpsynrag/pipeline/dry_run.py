@@ -186,9 +186,11 @@ def _time_prediction(runner: Runner, config: BuildConfig, docs_box: list[Any]) -
         texts = docs_box[0].texts
         mean_chars = int(sum(len(t) for t in texts) / max(len(texts), 1))
     filler = (FILLER * (mean_chars // len(FILLER) + 1))[:max(mean_chars, 40)]
-    # one packed batch, as the engine runs it: clusters of k rows up to the batch size
-    per_cluster = max(1, min(config.k, 128))
-    n_groups = max(1, (config.batch_rows or 128) // per_cluster)
+    # one packed batch, as the engine runs it: clusters of k rows up to the batch size (a
+    # cluster larger than --batch-rows would run in shards, not as one batch)
+    batch = config.batch_rows or 128
+    per_cluster = max(1, min(config.k, 128, batch))
+    n_groups = max(1, batch // per_cluster)
     rows = per_cluster * n_groups
     prompt = config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT
     groups = [[filler] * per_cluster for _ in range(n_groups)]
