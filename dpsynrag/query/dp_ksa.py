@@ -46,6 +46,7 @@ from dpsynrag.models.protocols import LLM, Embedder
 from dpsynrag.prompts.query import keyword_prompt, sanitize_question, single_document_prompt
 from dpsynrag.prompts.rag import no_context_prompt
 from dpsynrag.query.private_corpus import PrivateCorpus
+from dpsynrag.transforms.vocabulary import stopwords
 
 _WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
 
@@ -96,13 +97,6 @@ class DPKsaSettings:
         ]
 
 
-def _stopwords() -> frozenset[str]:
-    from importlib import resources
-
-    text = resources.files("dpsynrag.resources").joinpath("stopwords.txt").read_text("utf-8")
-    return frozenset(w.strip().lower() for w in text.splitlines()
-                     if w.strip() and not w.startswith("#"))
-
 
 def normalise_words(text: str, drop: frozenset[str] = frozenset()) -> set[str]:
     """The public word normalisation: NFKC, lower case, alphanumeric words minus ``drop``."""
@@ -122,7 +116,7 @@ class KeywordRelease:
 def release_keywords(responses: Sequence[str], question: str, settings: DPKsaSettings,
                      rng: RandomSource) -> KeywordRelease:
     """Steps 3-5 for one query's N responses (private in, DP out)."""
-    drop = _stopwords() | normalise_words(question)
+    drop = stopwords() | normalise_words(question)
     histogram: Counter[str] = Counter()
     for response in responses:
         histogram.update(normalise_words(response, drop))

@@ -18,7 +18,6 @@ Two extractors:
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -83,11 +82,6 @@ IRREGULAR_PLURALS = {"feet": "foot", "teeth": "tooth", "geese": "goose", "mice":
                      "children": "child", "women": "woman", "men": "man", "lice": "louse"}
 
 
-@functools.lru_cache(maxsize=1)
-def _stopwords() -> frozenset[str]:
-    return stopwords()
-
-
 def inflected_form(word: str, index: dict[str, int]) -> str | None:
     """``word`` folded onto V as by ``_vocab_form``, else an irregular plural's singular, else
     an ``-ing`` / ``-ed`` form folded onto its stem in V ("twitching" -> "twitch",
@@ -99,7 +93,7 @@ def inflected_form(word: str, index: dict[str, int]) -> str | None:
     form = _vocab_form(word, index)
     if form is not None:
         return form
-    if word in _stopwords():
+    if word in stopwords():
         return None
     singular = IRREGULAR_PLURALS.get(word)
     if singular is not None and singular in index:

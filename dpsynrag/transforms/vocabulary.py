@@ -67,8 +67,10 @@ class PublicVocabulary:
         return cls(words=ordered, index={w: i for i, w in enumerate(ordered)}, sha256=digest)
 
 
+@functools.lru_cache(maxsize=1)
 def stopwords() -> frozenset[str]:
-    """The project's English stopword list (public; one word a line, ``#`` comments)."""
+    """The project's English stopword list (public; one word a line, ``#`` comments), read
+    once per process."""
     text = resources.files("dpsynrag.resources").joinpath("stopwords.txt").read_text("utf-8")
     words = (line.split("#", 1)[0].strip().lower() for line in text.splitlines())
     return frozenset(w for w in words if w)
