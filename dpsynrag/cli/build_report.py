@@ -52,8 +52,7 @@ def check_private_text_location(path: Path, option: str) -> str | None:
     """Why ``path`` cannot be written by :func:`write_private_text` (one line naming it and
     the ``option`` that set it), or None: checked before a build spends anything, so that its
     summary is not lost after the build."""
-    import os
-    import tempfile
+    from dpsynrag.pipeline.preflight import probe_write
 
     parent = path.expanduser().absolute().parent
     if path.is_dir():
@@ -61,9 +60,7 @@ def check_private_text_location(path: Path, option: str) -> str | None:
     if not parent.is_dir():
         return f"{parent}: no such directory for {option}; create it or choose another path"
     try:
-        fd, probe = tempfile.mkstemp(prefix=".dpsynrag-probe-", dir=parent)
-        os.close(fd)
-        os.unlink(probe)
+        probe_write(parent)
     except OSError as error:
         return f"{parent}: cannot write {option} here ({error.strerror or error})"
     return None

@@ -34,8 +34,6 @@ __all__ = ["DEFAULT_SEARCH_INSTRUCTION", "add_parser", "reader_prompts", "run_se
 
 #: What the reader is asked for after the question (public; ``--instruction`` replaces it).
 DEFAULT_SEARCH_INSTRUCTION = "Answer in a few words, from the context only."
-#: The reader's answer length cap (tokens), as the evaluation's reader.
-ANSWER_TOKENS = 24
 
 
 def add_parser(subparsers: Any) -> None:
@@ -126,7 +124,7 @@ def run_search(args: argparse.Namespace) -> int:
                 raise CliError(str(error), ExitCode.FAILURE) from None
             prompts = reader_prompts([questions[i] for i in asked], [hits[i] for i in asked],
                                      args.instruction)
-            replies = answer_questions(llm, prompts, max_new_tokens=ANSWER_TOKENS)
+            replies = answer_questions(llm, prompts)  # the evaluation reader's cap
             for i, text in zip(asked, replies, strict=True):
                 answers[i] = text
     for number, (question, found, reply) in enumerate(zip(questions, hits, answers,

@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from dpsynrag.cli.errors import CliError, ExitCode
 from dpsynrag.display import format_epsilon
+from dpsynrag.io.output_files import CERTIFICATE_FILE, MANIFEST_FILE
+from dpsynrag.pipeline.state import output_lock_path
 
 if TYPE_CHECKING:
     from dpsynrag.handoff import LoadedCorpus
 
 __all__ = ["add_parser", "check_corpus_dir", "load_corpus_dir", "run_show"]
 
-_MANIFEST = "manifest.json"  # = dpsynrag.io.output_files.MANIFEST_FILE (not imported: fast errors)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -58,13 +59,11 @@ def add_parser(subparsers: Any) -> None:
 # ---------------------------------------------------------------------- the directory
 def _build_lock_held(out_dir: Path) -> bool:
     """True while a build holds the output lock of ``out_dir``
-    (``dpsynrag.pipeline.state.OutputLock``: ``<parent>/.<name>.dpsynrag-lock``, flock-ed
-    exclusively while the build may write OUT). Probed with a shared non-blocking lock,
-    released at once; a missing or unreadable lock file means no build holds it."""
-    out = out_dir.expanduser().absolute()
-    lock = out.with_name(f".{out.name}.dpsynrag-lock")
+    (``dpsynrag.pipeline.state.OutputLock``, flock-ed exclusively while the build may write
+    OUT). Probed with a shared non-blocking lock, released at once; a missing or unreadable
+    lock file means no build holds it."""
     try:
-        handle = open(lock)  # noqa: SIM115 - closed below; never created here
+        handle = open(output_lock_path(out_dir))  # noqa: SIM115 - closed below; never created
     except OSError:
         return False
     try:
@@ -87,9 +86,9 @@ def check_corpus_dir(out_dir: Path) -> None:
     if not out_dir.is_dir():
         raise CliError(f"{out_dir}: not a directory (give a build-corpus output directory)",
                        ExitCode.BAD_INPUT)
-    if not (out_dir / _MANIFEST).is_file():
-        raise CliError(f"{out_dir}: not a dpsynrag corpus (no {_MANIFEST}; give the directory "
-                       "build-corpus wrote with -o)", ExitCode.BAD_INPUT)
+    if not (out_dir / MANIFEST_FILE).is_file():
+        raise CliError(f"{out_dir}: not a dpsynrag corpus (no {MANIFEST_FILE}; give the "
+                       "directory build-corpus wrote with -o)", ExitCode.BAD_INPUT)
 
 
 def load_corpus_dir(out_dir: Path, *, allow_seeded: bool = False,
@@ -109,8 +108,6 @@ def load_corpus_dir(out_dir: Path, *, allow_seeded: bool = False,
 
 
 def _read_certificate(out_dir: Path) -> dict[str, Any]:
-    from dpsynrag.io.output_files import CERTIFICATE_FILE
-
     try:
         value = json.loads((out_dir / CERTIFICATE_FILE).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):

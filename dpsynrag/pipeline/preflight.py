@@ -68,14 +68,20 @@ def required_free_bytes(input_path: str | Path) -> int:
     return MIN_FREE_BYTES + size
 
 
+def probe_write(directory: Path) -> None:
+    """Create and remove a new file in ``directory``: raises the ``OSError`` that writing there
+    would raise (permissions, a read-only or full file system)."""
+    fd, probe = tempfile.mkstemp(prefix=".dpsynrag-probe-", dir=directory)
+    os.close(fd)
+    os.unlink(probe)
+
+
 def check_writable_directory(directory: Path, needed_bytes: int, what: str) -> None:
     """``directory`` exists or can be created, accepts a new file, and has ``needed_bytes``
     free. Raises ``PreflightError`` naming ``what`` and the directory."""
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, probe = tempfile.mkstemp(prefix=".dpsynrag-probe-", dir=directory)
-        os.close(fd)
-        os.unlink(probe)
+        probe_write(directory)
     except OSError as error:
         raise PreflightError(f"{directory}: cannot write the {what} here "
                              f"({error.strerror or error})") from None

@@ -63,6 +63,12 @@ def _release(handle: IO[str]) -> None:
         handle.close()
 
 
+def output_lock_path(out_dir: Path) -> Path:
+    """The lock file of an output directory: ``<parent>/.<name>.dpsynrag-lock``."""
+    out = out_dir.expanduser().absolute()
+    return out.with_name(f".{out.name}.dpsynrag-lock")
+
+
 class OutputLock:
     """An exclusive lock on an output directory's name, held while a build may write it:
     ``<parent>/.<name>.dpsynrag-lock`` (flock, released when the process ends). Two builds to
@@ -71,7 +77,7 @@ class OutputLock:
 
     def __init__(self, out_dir: Path) -> None:
         out = out_dir.expanduser().absolute()
-        self.path = out.with_name(f".{out.name}.dpsynrag-lock")
+        self.path = output_lock_path(out_dir)
         self._handle = _exclusive_lock(self.path, f"{out}: another build is writing this "
                                                   f"output directory (lock {self.path.name} held)")
 
