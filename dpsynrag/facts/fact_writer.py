@@ -216,15 +216,21 @@ def estimated_documents(noisy_counts: Mapping[str, float], keywords_per_document
 
 
 def _display_word(word: str) -> str:
+    """``word`` capitalised for display, or ``word`` itself when the case change would not
+    fold back to it (``str.casefold``; dotless "ı" -> "I" is "i"): any released string, so the
+    note always holds every kept fact (``missing_facts``) and writing it never fails."""
     if "_" in word:  # an identifier ("err_sync_09"): all capitals
-        return word.upper()
-    return "-".join(part[:1].upper() + part[1:] for part in word.split("-"))
+        shown = word.upper()
+    else:  # title case of the first letter: "ﬁbrosis" -> "Fibrosis", "ǆemal" -> "ǅemal"
+        shown = "-".join(part[:1].title() + part[1:] for part in word.split("-"))
+    return shown if shown.casefold() == word.casefold() else word
 
 
 def display_phrase(phrase: str) -> str:
     """Title case for a canonical lowercase phrase: "familial feshukia" -> "Familial Feshukia",
     "e-4471" -> "E-4471", "err_sync_09" -> "ERR_SYNC_09"; short function words stay lowercase
-    except first."""
+    except first. The result equals ``phrase`` under ``str.casefold`` (words split on
+    whitespace, joined by one space), for every string (``_display_word``)."""
     words = phrase.split()
     return " ".join(w if i and w in _SMALL_WORDS else _display_word(w)
                     for i, w in enumerate(words))
@@ -267,12 +273,13 @@ def role_sentences(facts: ClusterFacts) -> str:
     """The cluster's names grouped by their released role, in the public role order
     (``ROLE_LABELS``), each group one sentence ("Diagnosis: Lyme Disease. Treatment:
     Doxycycline."); names without a
-    role last ("Also: ..."). Post-processing of released values."""
-    role_of = dict(facts.roles)
+    role (or with a role ``ROLE_LABELS`` does not name) last ("Also: ...").
+    Post-processing of released values."""
+    role_of = {name: role for name, role in facts.roles if role in ROLE_LABELS}
     groups: dict[str, list[str]] = {}
     for name in display_order(facts):
         groups.setdefault(role_of.get(name, ""), []).append(display_phrase(name))
-    parts = [f"{ROLE_LABELS.get(role, role.title())}: {', '.join(groups[role])}."
+    parts = [f"{ROLE_LABELS[role]}: {', '.join(groups[role])}."
              for role in ROLE_LABELS if role in groups]
     if "" in groups:
         parts.append(f"Also: {', '.join(groups[''])}.")
@@ -291,9 +298,12 @@ def display_names(facts: ClusterFacts) -> list[str]:
 
 
 def _mentions(text: str, fact: str) -> bool:
-    """``fact`` appears in ``text`` as whole words (case-insensitive, whitespace-normalised)."""
-    pattern = r"(?<!\w)" + r"\s+".join(re.escape(w) for w in fact.split()) + r"(?!\w)"
-    return re.search(pattern, text, flags=re.IGNORECASE) is not None
+    """``fact`` appears in ``text`` as whole words, whitespace-normalised and compared under
+    full case folding (``str.casefold``: "Straße" mentions "STRASSE", "Fibrosis" "ﬁbrosis"),
+    the equality ``display_phrase`` keeps."""
+    pattern = (r"(?<!\w)" + r"\s+".join(re.escape(w.casefold()) for w in fact.split())
+               + r"(?!\w)")
+    return re.search(pattern, text.casefold()) is not None
 
 
 def missing_facts(facts: ClusterFacts, text: str) -> list[str]:
