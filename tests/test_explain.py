@@ -51,3 +51,23 @@ def test_a_failed_or_seeded_certificate_says_so_first() -> None:
     assert lines[1].startswith("SEEDED BUILD") and "NO privacy guarantee" in lines[1]
     assert "one input record (no unit column was given" in text
     assert "the language model SmolLM2 (sha256 b179b179b179b179...)" in text
+
+
+def test_the_guarantee_is_stated_as_approximate_dp() -> None:
+    """(epsilon, delta)-DP as its definition reads: P[M(D) in S] <= e^epsilon P[M(D') in S] +
+    delta for neighbours and every set S of outputs; delta is the additive term, never
+    described as a probability with which the guarantee fails (probabilistic DP)."""
+    text = explain_certificate(CERT, verified=True, trust="trusted key")
+    [line] = [line for line in text.splitlines() if line.startswith("Guarantee:")]
+    assert "differ in one privacy unit" in line and "every set S of possible outputs" in line
+    assert "P[M(D) in S] <= e^10 x P[M(D') in S] + 0.001" in line
+    assert "beyond an additive 0.001" in line and "or the other way round" in line
+    assert "probability" not in line.lower() and "except" not in line.lower()
+    # the factor never understates: it is e to the displayed (rounded-up) epsilon
+    up = explain_certificate({**CERT, "guarantee": {"epsilon": 2.00001, "delta": 1e-6}},
+                             verified=True, trust="trusted key")
+    assert "e^2.0001 x P[M(D') in S] + 1e-06" in up
+    assert f"e^2.0001 = {math.exp(2.0001):.3g} times" in up
+    huge = explain_certificate({**CERT, "guarantee": {"epsilon": 1e6, "delta": 1e-6}},
+                               verified=True, trust="trusted key")
+    assert "e^1000000 (over 1e+300) times" in huge and "inf" not in huge

@@ -61,6 +61,25 @@ def _unit_sentence(config: Mapping[str, Any]) -> str:
             "protected only record by record)")
 
 
+def _guarantee_sentence(epsilon: float, delta: float) -> str:
+    """Approximate DP as its definition reads: for neighbouring inputs D, D' (one unit's
+    records in one, not in the other) and every set S of outputs,
+    P[M(D) in S] <= e^epsilon * P[M(D') in S] + delta. delta is an additive term of that
+    bound for every S, not a probability with which the bound does not hold (that reading
+    is a different, stronger notion). The factor is computed from the displayed epsilon,
+    which ``format_epsilon`` rounds up, so it never understates the loss."""
+    shown = format_epsilon(epsilon)
+    factor = (f"= {math.exp(float(shown)):.3g}" if float(shown) < 700 else "(over 1e+300)")
+    return (f"Guarantee: ({shown}, {delta:g})-differential privacy: for any two inputs D "
+            f"and D' that differ in one privacy unit (its records in one and not in the "
+            f"other) and every set S of possible outputs, "
+            f"P[M(D) in S] <= e^{shown} x P[M(D') in S] + {delta:g}, where M(D) is what the "
+            f"build releases from input D. So no outcome of the build, nor anything later "
+            f"computed from the corpus alone, is more than e^{shown} {factor} times as likely "
+            f"with a unit's records as without them, or the other way round, beyond an "
+            f"additive {delta:g}.")
+
+
 def explain_certificate(certificate: Mapping[str, Any], *, verified: bool,
                         trust: str) -> str:
     """The plain-language summary of ``certificate``. ``verified`` and ``trust`` are what
@@ -80,13 +99,7 @@ def explain_certificate(certificate: Mapping[str, Any], *, verified: bool,
                      "guarantee and must not be released.")
     lines.append(f"Who is protected: {_unit_sentence(config)}.")
     if isinstance(epsilon, int | float) and isinstance(delta, int | float):
-        ratio = math.exp(float(epsilon)) if float(epsilon) < 700 else math.inf
-        lines.append(
-            f"Guarantee: ({format_epsilon(float(epsilon))}, {delta:g})-differential privacy. "
-            f"Whether or not any one unit's records were in the input, every possible output "
-            f"of the build (and anything later computed from it alone) is at most "
-            f"{ratio:.3g} times as likely one way as the other, except with probability "
-            f"{delta:g}.")
+        lines.append(_guarantee_sentence(float(epsilon), float(delta)))
     rho = guarantee.get("rho")
     if isinstance(rho, int | float):
         approx = guarantee.get("delta_approx") or 0.0
