@@ -11,7 +11,10 @@ step votes on a released token), instead of regenerating the cluster from its fi
 * build level: a build killed mid stage (d) and resumed asks the sampler only for steps after
   the stored ones, keeps every release of the killed run unchanged (value and charge time),
   spends the uninterrupted build's rho, and writes the texts that the old full replay (every
-  stored token voted on again) writes from the same ledger.
+  stored token voted on again) writes from the same ledger;
+* the facts mode's token writer (f4, ``--writer tokens``) killed mid-step and resumed: the
+  same, through the same code (``token_stages.ledger_token_texts``), with its own resume line
+  and bar, the plan's rho and the replay's corpus.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 import torch
 from fixed_draws import FixedDraws
@@ -33,7 +37,10 @@ from test_private_prediction import CLIP, PROMPT, _groups, tiny_llm
 from dpsynrag.accounting.certificate import verify_output
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.rng import secure_rng
+from dpsynrag.accounting.signing import generate_keypair
+from dpsynrag.eval.datasets import write_clinic_dataset
 from dpsynrag.models.llm import LoadedLLM
+from dpsynrag.pipeline.build import make_plan
 from dpsynrag.pipeline.build import run_build as real_run_build
 from dpsynrag.pipeline.config import make_config
 from dpsynrag.transforms import prediction_release
@@ -115,6 +122,7 @@ class Asked:
     def __init__(self, runner: Any) -> None:
         self.runner = runner
         self.asked: list[tuple[int, int]] = []
+        self.partitions: list[tuple[str, int]] = []  # (ledger partition, step) of each
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.runner, name)
@@ -122,6 +130,7 @@ class Asked:
     def predict(self, groups: Any, sampler: Any, **kwargs: Any) -> list[str]:
         def asking(votes: Any, active: list[int]) -> Any:
             self.asked.extend((g, sampler.steps[g]) for g in active)
+            self.partitions.extend((sampler.partitions[g], sampler.steps[g]) for g in active)
             return sampler(votes, active)
 
         return self.runner.predict(groups, asking, **kwargs)
@@ -202,3 +211,109 @@ def _build_in(notes_path: Path, tmp: Path, name: str, state: Path, runner: Any) 
     summary = real_run_build(notes_path, tmp / name, config, state_dir=state,
                    signing_key=tmp / "key.pem", runner=runner)
     return config, summary
+
+
+# ------------------------------------------------------------- the facts mode's writer (f4)
+FACTS_WRITER = {"generate": "facts", "L": 2, "runner": "local", "unit_column": "unit",
+                "epsilon": 10.0, "writer": "tokens", "T": 4, "public_top_k": 5, "seed": 5}
+
+
+@pytest.fixture(scope="module")
+def clinic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("clinic-writer")
+    return write_clinic_dataset(out, n_notes=200, n_diseases=5, seed=5)["notes"]
+
+
+def _facts_build(notes_path: Path, tmp: Path, name: str, runner: Any, *,
+                 state: Path | None = None, **hooks: Any) -> Any:
+    """A seeded ``--generate facts --writer tokens`` build with the tiny model."""
+    key = tmp / "key.pem"
+    if not key.exists():
+        generate_keypair(key, tmp / "key.pem.pub")
+    return real_run_build(notes_path, tmp / name, make_config(None, dict(FACTS_WRITER)),
+                          state_dir=state or tmp / f"state-{name}", signing_key=key,
+                          runner=runner, corpus_ledger=tmp / f"corpus-{name}.sqlite", **hooks)
+
+
+def _ledger_rho(state: Path) -> float:
+    ledger = Ledger(state / "ledger.sqlite")
+    try:
+        return ledger.total_rho()
+    finally:
+        ledger.close()
+
+
+def _cluster(partition: str) -> int:
+    return int(partition.split("/")[1])
+
+
+def test_a_facts_build_killed_in_its_token_writer_resumes_after_its_last_stored_step(
+        clinic: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = make_plan(make_config(None, dict(FACTS_WRITER)))
+    uninterrupted = _facts_build(clinic, tmp_path, "straight", _runner())
+    assert math.isclose(uninterrupted.rho_spent, plan.rho_total, rel_tol=1e-12)
+    with pytest.raises(KeyboardInterrupt):  # dies at f4's 3rd step: 2 steps of clusters stored
+        _facts_build(clinic, tmp_path, "crashed", CrashAfter(_runner(), steps=2))
+    assert not (tmp_path / "crashed").exists()
+    before = _stored(tmp_path / "state-crashed")
+    done = _token_steps(before)
+    writer = {key for key, r in before.items() if r["stage"] == "f-writer"}
+    assert done and max(done.values()) == 2 and all(key.startswith("cluster/") for key in writer)
+    # clusters the killed run finished (EOS among its 2 tokens: charged its reservation)
+    ended = {_cluster(key) for key in writer if key.endswith("/token-reserve")}
+    assert set(done) - ended  # some cluster is left half done
+    logged: list[str] = []
+    bars: dict[str, list[int]] = {}
+
+    @contextmanager
+    def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
+        bars[description] = [total]
+        yield bars[description].append
+
+    asked = Asked(_runner())
+    resumed = _facts_build(clinic, tmp_path, "crashed", asked, log=logged.append,
+                           progress=progress)
+    assert resumed.resumed
+    # the ledger's rho: the plan's, as the uninterrupted build spent, nothing charged twice
+    assert math.isclose(resumed.rho_spent, plan.rho_total, rel_tol=1e-12)
+    assert math.isclose(_ledger_rho(tmp_path / "state-crashed"), plan.rho_total, rel_tol=1e-12)
+    after = _stored(tmp_path / "state-crashed")
+    assert all(after[key] == release for key, release in before.items())
+    assert verify_output(tmp_path / "crashed", tmp_path / "key.pem.pub",
+                         allow_seeded=True) == []
+    # the sampler was asked only for the steps after the stored ones, each once, and never
+    # for a cluster that had ended; every cluster's steps run on from its stored ones
+    steps: dict[int, list[int]] = {}
+    for partition, step in asked.partitions:
+        steps.setdefault(_cluster(partition), []).append(step)
+    assert steps and len(set(asked.partitions)) == len(asked.partitions)
+    assert not set(steps) & ended
+    assert all(s == list(range(done.get(c, 0), done.get(c, 0) + len(s)))
+               for c, s in steps.items())
+    assert _token_steps(after) == {c: done.get(c, 0) + len(steps.get(c, [])) for c in
+                                   _token_steps(after)}
+    # the resume line and the bar: draws (clusters x T), from the stored ones
+    clusters = len({_cluster(r["partition"]) for r in after.values()
+                    if r["stage"] == "f-writer"})
+    replaying = [line for line in logged if line.startswith("(f4) resuming")]
+    assert len(replaying) == 1 and replaying[0].startswith(
+        f"(f4) resuming: replaying {sum(done.values())} released tokens of {len(done)} of "
+        f"{clusters} clusters ({len(ended)} finished); no token is drawn or charged again")
+    (label, counts), = ((k, v) for k, v in bars.items() if k.startswith("(f4)"))
+    assert label == f"(f4) token writer (tokens; {replaying[0][5:]})"
+    assert counts[0] == clusters * FACTS_WRITER["T"] == sum(counts[1:])
+    assert counts[1] == sum(done.values()) + sum(FACTS_WRITER["T"] - done[c] for c in ended)
+    # the output is that of the old full replay (every stored token voted on again) from the
+    # same ledger: a function of the released tokens only
+    state = tmp_path / "state-replay"
+    shutil.copytree(tmp_path / "state-crashed", state)
+    (state / "synthetic.json").unlink()
+    monkeypatch.setattr(prediction_release.PartitionTokenSampler, "resume",
+                        lambda self: [[] for _ in self.partitions])
+    full = Asked(_runner())
+    _facts_build(clinic, tmp_path, "replay", full, state=state)
+    assert _stored(state) == after  # nothing drawn or charged by the replay
+    assert len(full.asked) > len(asked.asked)
+    texts = [pq.read_table(tmp_path / name / "corpus.parquet").column("text").to_pylist()
+             for name in ("crashed", "replay")]
+    assert texts[0] == texts[1] and len(texts[0]) == clusters

@@ -58,7 +58,7 @@ from dpsynrag.facts.roles import release_roles, role_priority, term_roles
 from dpsynrag.facts.terms import DocumentTerms, document_terms
 from dpsynrag.pipeline.config import ablated_levers
 from dpsynrag.pipeline.context import BuildContext, StageResult
-from dpsynrag.pipeline.token_stages import model_eos_ids
+from dpsynrag.pipeline.token_stages import ledger_token_texts
 from dpsynrag.transforms.histogram import released_top_keywords
 from dpsynrag.transforms.keywords import statistical_keywords
 from dpsynrag.transforms.vocabulary import public_vocabulary
@@ -276,7 +276,9 @@ def token_writer(ctx: BuildContext, groups: list[list[str]], written: list[Clust
     ``{keyword}`` in the reply prefix is the note's first name (``display_names``: names with
     more words first, e.g. the disease before its drug),
     T of them per cluster whatever the data (``PartitionTokenSampler``): rho = T (c/tau)^2 / 2
-    per cluster. A resumed build reads the released tokens back (never redrawn).
+    per cluster. A resumed build continues each cluster after its stored tokens (read back
+    from the ledger, never redrawn or charged again) and skips the finished ones, as stage (d)
+    does (``token_stages.ledger_token_texts``).
     ``--writer-ablate`` switches levers off (config.WRITER_LEVERS): public choices, the same
     draws and rho.
     """
@@ -287,35 +289,16 @@ def token_writer(ctx: BuildContext, groups: list[list[str]], written: list[Clust
 
 def _write_tokens(ctx: BuildContext, groups: list[list[str]], written: list[ClusterFacts],
                   notes: list[str]) -> dict[str, list[Any]]:
-    # loads torch: imported when this runs, not with this module
-    from dpsynrag.transforms.prediction_release import PartitionTokenSampler, charge_unstarted
-
     if ctx.runner is None:
         raise ValueError("--writer tokens needs a runner with a language model")
     config = ctx.config
     ctx.log("(f4) token writer")
-    temperature = config.clip / ctx.plan.c_over_tau
-    eos = model_eos_ids(ctx)
-    token_counts = [0] * len(groups)
-    with ctx.progress("(f4) token writer (clusters)", len(groups)) as advance:
-        def finished(group: int, n_tokens: int) -> None:
-            token_counts[group] = n_tokens
-            advance(1)
-
-        sampler = PartitionTokenSampler(
-            ctx.ledger, [partition_name(item.cluster) for item in written], group=GROUP,
-            stage=WRITER_STAGE, clip=config.clip, temperature=temperature,
-            max_new_tokens=config.T, eos_ids=eos, on_finish=finished)
-        prefixes, settings = writer_inputs(config, written, notes)
-        texts = ctx.runner.predict(groups, sampler,
-                                   prompt=config.rephrase_prompt or WRITER_PROMPT,
-                                   max_new_tokens=config.T, clip=config.clip,
-                                   temperature=temperature, batch_rows=config.batch_rows,
-                                   token_sampling=config.token_sampling,
-                                   response_prefix=prefixes,
-                                   public_prior=settings) if groups else []
-        charge_unstarted(ctx.ledger, sampler)
-    return {"texts": texts, "tokens": token_counts}
+    prefixes, settings = writer_inputs(config, written, notes)
+    return ledger_token_texts(
+        ctx, "(f4)", "token writer", groups,
+        partitions=[partition_name(item.cluster) for item in written], group=GROUP,
+        stage=WRITER_STAGE, prompt=config.rephrase_prompt or WRITER_PROMPT,
+        response_prefix=prefixes, public_prior=settings)
 
 
 def writer_inputs(config: BuildConfig, written: list[ClusterFacts], notes: list[str]

@@ -44,7 +44,8 @@ DEFAULT_REPHRASE_PROMPT = (
 SECONDS_A, SECONDS_B, SECONDS_C, SECONDS_D, SECONDS_E = (
     "a_keywords_histogram", "b_clusters", "c_retrieval", "d_prediction", "e_self_filter")
 
-__all__ = ["DEFAULT_REPHRASE_PROMPT", "model_eos_ids", "public_prior_settings", "token_stages"]
+__all__ = ["DEFAULT_REPHRASE_PROMPT", "ledger_token_texts", "model_eos_ids",
+           "public_prior_settings", "token_stages"]
 
 
 def token_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
@@ -156,12 +157,37 @@ def private_prediction(ctx: BuildContext, texts: list[str], selected: list[list[
 def _predict(ctx: BuildContext, texts: list[str], selected: list[list[int]],
              top_words: list[str]) -> dict[str, list[Any]]:
     # loads torch: imported when this runs, not with this module
-    from dpsynrag.transforms.prediction_release import LedgerTokenSampler, charge_unstarted
+    from dpsynrag.transforms.prediction_release import GROUP, STAGE, partition_name
+
+    config = ctx.config
+    groups = [[texts[i] for i in members] for members in selected]
+    return ledger_token_texts(
+        ctx, "(d)", "private prediction", groups,
+        partitions=[partition_name(r) for r in range(len(groups))], group=GROUP, stage=STAGE,
+        prompt=config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT,
+        response_prefix=_reply_prefixes(config, top_words),
+        public_prior=public_prior_settings(config, top_words))
+
+
+def ledger_token_texts(ctx: BuildContext, tag: str, title: str, groups: list[list[str]], *,
+                       partitions: list[str], group: str, stage: str, prompt: str,
+                       response_prefix: str | list[str],
+                       public_prior: PublicPriorSettings | None) -> dict[str, list[Any]]:
+    """One text per group by private prediction through the ledger, T draws per group:
+    stage (d) of the token mode and the facts mode's token writer (f4).
+
+    Group g's tokens are released under ``<partitions[g]>/token/<step>`` in the parallel
+    group ``group`` (``PartitionTokenSampler``). A resumed build reads the stored tokens first
+    (``resume``: the ledger is only read, nothing drawn or charged), logs what it replays
+    (``tag`` and :func:`_resume_line`), and the runner continues each group after its stored
+    tokens (``released``); a finished group is not run again. The progress bar counts draws
+    (groups x T, public) from the ones settled before. Returns ``{"texts": [...], "tokens":
+    [...]}`` (the released token count of each group)."""
+    # loads torch: imported when this runs, not with this module
+    from dpsynrag.transforms.prediction_release import PartitionTokenSampler, charge_unstarted
 
     config = ctx.config
     temperature = config.clip / ctx.plan.c_over_tau
-    eos = model_eos_ids(ctx)
-    groups = [[texts[i] for i in members] for members in selected]
     token_counts = [0] * len(groups)
     settled = [0]  # draws settled before the progress bar opens (a resumed build's)
 
@@ -172,36 +198,35 @@ def _predict(ctx: BuildContext, texts: list[str], selected: list[list[int]],
         settled[0] += n
 
     progress: list[Callable[[int], None]] = [count]
-    sampler = LedgerTokenSampler(
-        ctx.ledger, list(range(len(groups))), clip=config.clip, temperature=temperature,
-        max_new_tokens=config.T, eos_ids=eos, on_finish=finished,
-        on_tokens=lambda n: progress[0](n))
+    sampler = PartitionTokenSampler(
+        ctx.ledger, partitions, group=group, stage=stage, clip=config.clip,
+        temperature=temperature, max_new_tokens=config.T, eos_ids=model_eos_ids(ctx),
+        on_finish=finished, on_tokens=lambda n: progress[0](n))
     released = sampler.resume()  # reads the ledger only: nothing drawn or charged
     resuming = _resume_line(released, sampler.finished)
     if resuming:
-        ctx.log(f"(d) {resuming}")
-    # progress in draws (released tokens and the reservations of clusters that end early):
-    # clusters x T in all, public; a resumed build starts at the draws it released before
+        ctx.log(f"{tag} {resuming}")
+    # progress in draws (released tokens and the reservations of groups that end early):
+    # groups x T in all, public; a resumed build starts at the draws it released before
     # and says so in the bar's description (the CLI shows bars, not log lines)
-    label = "(d) private prediction (tokens" + (f"; {resuming})" if resuming else ")")
+    label = f"{tag} {title} (tokens" + (f"; {resuming})" if resuming else ")")
     with ctx.progress(label, len(groups) * config.T) as advance:
         advance(settled[0])
         progress[0] = advance
-        prompt = config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT
         out_texts = ctx.runner.predict(groups, sampler, prompt=prompt, max_new_tokens=config.T,
                                        clip=config.clip, temperature=temperature,
                                        batch_rows=config.batch_rows,
                                        token_sampling=config.token_sampling,
-                                       response_prefix=_reply_prefixes(config, top_words),
-                                       public_prior=public_prior_settings(config, top_words),
-                                       released=released)
+                                       response_prefix=response_prefix,
+                                       public_prior=public_prior,
+                                       released=released) if groups else []
         charge_unstarted(ctx.ledger, sampler)
     return {"texts": out_texts, "tokens": token_counts}
 
 
 def _resume_line(released: list[list[int]], finished: list[bool]) -> str:
-    """What a resumed stage (d) replays, or "" when no token was released before: counts of
-    released tokens and clusters (public), nothing about the documents."""
+    """What a resumed token stage replays, or "" when no token was released before: counts
+    of released tokens and clusters (public), nothing about the documents."""
     tokens = sum(len(t) for t in released)
     if not tokens:
         return ""
