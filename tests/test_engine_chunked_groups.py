@@ -68,13 +68,29 @@ def Draws() -> FixedDraws:
     return FixedDraws(tau=TAU)
 
 
+class NoEnd(FixedDraws):
+    """FixedDraws that never draws an end of sequence (every group runs all its steps, so a
+    large group's shards or streamed rows are fed the most tokens): the EOS coordinates of
+    the votes are set to -inf before the draw (and in the recorded votes)."""
+
+    def __init__(self, eos: frozenset[int], released: list[list[int]] | None = None) -> None:
+        super().__init__(released, tau=TAU)
+        self.eos = sorted(eos)
+
+    def __call__(self, votes: torch.Tensor, active: list[int]) -> np.ndarray:
+        votes = votes.clone()
+        votes[:, self.eos] = float("-inf")
+        return super().__call__(votes, active)
+
+
 def _run(llm: LoadedLLM, groups: list[list[str]], *, batch_rows: int,
          shard_rows: int | None = None, cache_bytes: int | None = None,
          graphs: bool = False, prior: bool = False,
-         transform: Any = None) -> tuple[Draws, PackedEngine, list[StepReport]]:
+         transform: Any = None,
+         no_end: bool = False) -> tuple[Draws, PackedEngine, list[StepReport]]:
     """A packed engine run as ``private_predict`` builds it, with the engine's shard rows,
     document-cache bound and stand-in graphs (captured on a key's first step) set here."""
-    draws = Draws()
+    draws = NoEnd(frozenset(llm.eos_token_ids)) if no_end else Draws()
     made: list[PackedEngine] = []
     reports: list[StepReport] = []
     real = pp.PackedEngine
@@ -233,3 +249,26 @@ def test_shard_rows_must_lie_within_batch_rows() -> None:
         _run(llm, _groups(5), batch_rows=4, shard_rows=5)
     with pytest.raises(ValueError, match="shard_rows"):
         _run(llm, _groups(5), batch_rows=4, shard_rows=0)
+
+
+def test_a_group_50_times_batch_rows_runs_within_the_memory_plan() -> None:
+    """Issue 29: a cluster of 50 x batch_rows rows (batch_rows 4, the default cache bound of
+    two batches' slots): rows in flight, lane slots and the cache stay within the public plan,
+    the cache's bound is a function of batch_rows and not of the group, evicted shards are
+    recomputed, and the tokens equal those of batch_rows above the group, sampled once per
+    step (the reference engine's twin is in ``test_reference_engine_chunks``)."""
+    rows = 4
+    llm = tiny_llm()
+    groups = _groups(50 * rows)
+    whole, engine_whole, _ = _run(llm, groups, batch_rows=256, no_end=True)
+    sharded, engine, reports = _run(llm, groups, batch_rows=rows, no_end=True)
+    assert engine_whole.peak_rows >= len(groups[1]) == 50 * rows  # the control grows
+    assert engine.peak_rows <= rows
+    _check_bounds(engine, reports)
+    per_slot = engine.kv_token_bytes * max(engine.lanes)
+    assert engine.cache.max_bytes <= 2 * per_slot * rows
+    assert engine.cache.max_bytes < engine_whole.cache.max_bytes
+    assert engine.replayed_row_steps > 0  # 50 shards do not fit the cache: recomputed
+    assert _gap(whole, sharded) < ATOL
+    assert all(len(tokens) == STEPS for tokens in sharded.tokens.values())
+    assert [call for call in sharded.calls if 1 in call] == [[1]] * len(sharded.tokens[1])

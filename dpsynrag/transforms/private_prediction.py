@@ -358,19 +358,20 @@ def private_predict(
     CPU; on CUDA sized from the free memory measured when the model was loaded, see
     ``packed_memory_plan``; rows in flight are bounded by it whatever the groups' sizes: a
     larger group runs in shards whose votes are added before its one draw per step, see
-    ``decoding_packed``). ``response_prefix`` is public
-    text that every reply starts with (appended after the chat prompt, part of the returned
-    text): it costs nothing, since it does not depend on the data, and spares the first
-    sampled tokens, which otherwise need a consensus of their own. A sequence gives one public
-    prefix per group (e.g. naming the cluster's released keyword); likewise ``prompt`` may be
-    one prompt per group (query-time DP-RAG: each query's question). ``row_transform``
-    replaces the clipping of each row (e.g. a one-hot greedy vote for Koga et al.); the
-    caller then owns the sensitivity argument. ``public_prior`` switches to the
-    public-difference sampler of issue 15 (``transforms.public_prior``: each row is
-    clamp(phi_i - phi_pub) on a public support, the votes get the public term; the same
-    rho = (c / tau)^2 / 2 per token). ``on_step`` receives a
-    ``StepReport`` after each step of the packed engine: it holds counts derived from private
-    data, for progress bars and benchmarks in this process only; never log it.
+    ``decoding_packed``; the reference engine holds at most ``batch_rows`` rows' KV caches,
+    default 128, and streams a larger group's other rows, see ``decoding_reference``).
+    ``response_prefix`` is public text that every reply starts with (appended after the chat
+    prompt, part of the returned text): it costs nothing, since it does not depend on the
+    data, and spares the first sampled tokens, which otherwise need a consensus of their
+    own. A sequence gives one public prefix per group (e.g. naming the cluster's released
+    keyword); likewise ``prompt`` may be one prompt per group (query-time DP-RAG: each
+    query's question). ``row_transform`` replaces the clipping of each row (e.g. a one-hot
+    greedy vote for Koga et al.); the caller then owns the sensitivity argument.
+    ``public_prior`` switches to the public-difference sampler of issue 15
+    (``transforms.public_prior``: each row is clamp(phi_i - phi_pub) on a public support,
+    the votes get the public term; the same rho = (c / tau)^2 / 2 per token). ``on_step``
+    receives a ``StepReport`` after each step of the packed engine: it holds counts derived
+    from private data, for progress bars and benchmarks in this process only; never log it.
 
     ``released`` (a resumed build): per group, the tokens released before, in order, an
     end-of-sequence token only last (``PartitionTokenSampler.resume``). The group continues
@@ -446,7 +447,7 @@ def private_predict(
         tokens = reference_tokens(
             llm.model, rows, max_new_tokens=max_new_tokens, clip=clip, sampler=sampler,
             eos_ids=eos, vocab_size=llm.vocab_size, device=device, row_transform=row_transform,
-            prior=prior, released=released)
+            prior=prior, released=released, batch_rows=batch_rows)
     return [_decode(llm.tokenizer, [*forced_of[p], *t]) for p, t in zip(prefixes, tokens,
                                                                         strict=True)]
 
