@@ -251,8 +251,9 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--workers", type=positive_int, help="model actors (default: one per free GPU, "
                    "else 1); CPU actors share one node's free CPUs (runbooks/ray-cluster.md)")
     g.add_argument("--batch-rows", type=positive_int, help="tokens (and facts with --writer "
-                   "tokens): rows decoded together per worker (default 128 on CPU; on GPU "
-                   "sized from free memory)")
+                   "tokens): rows decoded together per worker, and the most rows that hold a KV "
+                   "cache at once whatever a cluster's size (default 128 on CPU; on GPU sized "
+                   "from free memory for the packed engine)")
     g.add_argument("--token-sampling", choices=["auto", "host", "device"],
                    help="tokens (and facts with --writer tokens): where each token is computed "
                         "from the ledger's uniform: host (the driver, from the votes relayed "
