@@ -14,6 +14,7 @@ import pytest
 
 from dpsynrag.accounting import Charge, Ledger, epsilon_for, secure_rng
 from dpsynrag.accounting.certificate import (
+    NO_PLAN,
     SEEDED_PROBLEM,
     build_certificate,
     dp_accounting_epsilon,
@@ -535,13 +536,13 @@ def facts_ledger(plan: dict, seed: int | None = None, sigma_r: float | None = No
                        max_items=k_e, sigma=plan["sigma_A"], delta=plan["delta_phrases"])
     release_roles(ledger, [], ["fever of unknown origin"], K_e=k_e,
                   sigma=plan["sigma_R"] if sigma_r is None else sigma_r)
-    ledger.declare_parallel_group("clusters", L, "each document in at most L clusters")
+    ledger.declare_parallel_group("fact-clusters", L, "each document in at most L clusters")
     sens = math.sqrt(k_e + k_s)
     for r in range(3):
         ledger.release(f"cluster/{r:05d}/facts",
                        Charge("f-facts", "discrete_gaussian",
                               {"sigma": plan["sigma_C"], "l2_sensitivity": sens}, sens, "l2",
-                              group="clusters", partition=f"cluster/{r:05d}"),
+                              group="fact-clusters", partition=f"cluster/{r:05d}"),
                        lambda rng: [0, 1])
     return ledger
 
@@ -642,7 +643,7 @@ def test_grouped_partition_selection_composes_its_largest_deltas(tmp_path: Path,
         sum(top), rel=1e-15)
     entries = [p["releases"][0] for p in cert["mechanisms"]["parallel_groups"][0]["partitions"]]
     assert [e["delta_each"] for e in entries] == deltas
-    assert verify_output(out) == []
+    assert verify_output(out) == [NO_PLAN]  # the arithmetic holds; an empty plan is no plan
 
     def change(cert: dict) -> None:
         cert["mechanisms"]["parallel_groups"][0]["partitions"][2]["releases"][0][

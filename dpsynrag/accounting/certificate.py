@@ -32,10 +32,20 @@ regenerates the whole noise stream, and with it the exact values under the noise
 (``costs``), the composition, and every epsilon (``conversions``); a certificate without
 ``delta_approx_total`` (older builds) counts as delta_approx 0. It checks the signature and
 every file hash, and returns the list of problems (empty when all is well) without raising.
+It does not take the certificate's word for what should have been released: it plans the
+build again from the public ``config`` (``planner.request_from_options``, the rule the build
+planned by, and ``plan_budget``), reports a recorded plan that differs or is missing, and
+checks the releases against that plan's own list of them (``plan.events``): each planned
+release present exactly once at its planned mechanism, noise and sensitivity, each cluster
+holding exactly its planned releases, nothing unplanned, and a charged cluster behind every
+text of the corpus. Under-charges (a release missing, drawn outside the ledger or recorded
+at other parameters) and over-charges (charged twice, unplanned) are both reported.
+``runbooks/privacy-model.md`` says what this proves and what it cannot.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import enum
 import json
@@ -62,12 +72,21 @@ from dpsynrag.accounting.conversions import (
 )
 from dpsynrag.accounting.dp_accounting_check import cross_check
 from dpsynrag.accounting.ledger import Ledger, Release
-from dpsynrag.accounting.mechanisms import Mechanism, from_record
+from dpsynrag.accounting.mechanisms import (
+    ExponentialThreshold,
+    GaussianNoise,
+    Mechanism,
+    PartitionSelection,
+    TokenSoftmax,
+    from_record,
+)
 from dpsynrag.accounting.planner import (
     CLUSTERS_GROUP,
     FACT_CLUSTERS_GROUP,
     FactsBudgetPlan,
+    plan_budget,
     plan_from_dict,
+    request_from_options,
 )
 from dpsynrag.accounting.signing import (
     SignatureError,
@@ -77,6 +96,7 @@ from dpsynrag.accounting.signing import (
 )
 from dpsynrag.io.output_files import (
     CERTIFICATE_FILE,
+    CORPUS_FILE,
     MANIFEST_FILE,
     REQUIRED_OUTPUT_FILES,
     sha256_file,
@@ -521,15 +541,64 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
                         f"{composition.get('delta_approx_total', 0.0)!r} but the mechanisms' "
                         f"approximate deltas compose to {delta_approx!r}")
     _check_guarantee(guarantee, rho_total, delta_approx, problems)
-    plan = cert.get("plan")
-    if not isinstance(plan, dict):
-        problems.append("certificate: no plan recorded, so no release can be checked against "
-                        "its planned noise and sensitivity")
-    else:
+    config = cert.get("config")
+    config = config if isinstance(config, dict) else {}
+    plan = _plan_to_check(cert.get("plan"), config, problems)
+    if plan is not None:
         _check_plan(plan, rho_total, sequential, groups, problems)
-        config = cert.get("config")
-        _check_plan_events(plan, config if isinstance(config, dict) else {},
-                           dict(zip(group_names, group_nodes, strict=True)), problems)
+        _check_plan_events(plan, config, dict(zip(group_names, group_nodes, strict=True)),
+                           problems)
+        _check_planned_releases(plan, config, sequential, groups, problems)
+
+
+NO_PLAN = ("certificate: no plan recorded, so no release can be checked against its planned "
+           "noise and sensitivity")
+
+
+def _plan_to_check(recorded: Any, config: dict[str, Any],
+                   problems: list[str]) -> dict[str, Any] | None:
+    """The plan the releases are checked against: the planner's own plan for the public
+    ``config`` the certificate records (``planner.request_from_options``, the rule the build
+    planned by, then ``plan_budget``), not what the certificate says it planned; the recorded
+    plan only when the config lacks a planning option (an older build). A missing or empty
+    recorded plan is a problem, and so is any field of it that differs from the planner's."""
+    derived = _replanned(config, recorded, problems)
+    if not isinstance(recorded, dict) or not recorded:
+        problems.append(NO_PLAN)
+        return derived
+    if derived is None:
+        return recorded
+    for name in sorted(set(recorded) & set(derived)):
+        if not _same_value(recorded[name], derived[name]):
+            problems.append(f"plan: the recorded {name} {recorded[name]!r} is not the "
+                            f"planner's {derived[name]!r} for the certificate's config")
+    return derived
+
+
+def _replanned(config: dict[str, Any], recorded: Any,
+               problems: list[str]) -> dict[str, Any] | None:
+    """``plan_budget`` of the certificate's config (None when it lacks a planning option).
+    The token plan's ``vocab_size`` (the model's; it only sizes ``consensus_rows``) is taken
+    from the recorded plan; an epsilon above the bound is planned here and reported by the
+    guarantee check."""
+    vocab = recorded.get("vocab_size") if isinstance(recorded, dict) else None
+    sized = vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab >= 2 \
+        else None
+    try:
+        request = request_from_options(config, vocab_size=sized, allow_large_epsilon=True)
+        if request is None:
+            return None
+        derived: dict[str, Any] = _jsonable(plan_budget(request).as_dict())
+    except (TypeError, ValueError) as error:  # PlanError is a ValueError
+        problems.append(f"plan: the certificate's config cannot be planned ({error})")
+        return None
+    return derived
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, int | float) and not isinstance(a, bool):
+        return _close(a, b)
+    return bool(a == b)
 
 
 def _params_of(entry: dict[str, Any]) -> dict[str, Any]:
@@ -717,6 +786,9 @@ def _check_roles(plan: dict[str, Any], sequential: list[Any], problems: list[str
         if releases:
             problems.append("plan: a role histogram was released but the plan has none")
         return
+    if not releases:
+        problems.append("plan: the planned role histogram was not released through the ledger "
+                        "(missing: its noise drawn outside the ledger is not charged)")
     if len(releases) > 1:
         problems.append("plan: the role histogram was released more than once")
     for entry in releases:
@@ -755,6 +827,162 @@ def _check_writer_tokens(plan: dict[str, Any], groups: list[Any], problems: list
                 problems.append(f"plan: {part.get('partition')} is charged {tokens} writer "
                                 f"token draws, not T = {tokens_planned} (the worst case must "
                                 "be charged)")
+
+
+def _check_planned_releases(plan_record: dict[str, Any], config: dict[str, Any],
+                            sequential: list[Any], groups: list[Any],
+                            problems: list[str]) -> None:
+    """Every release against the plan's own list of them (``plan.events``, derived from the
+    public config by the planner): each planned sequential release (keyword histogram; phrase
+    release and role histogram in the facts mode) present exactly once with its planned
+    mechanism, noise and sensitivity and nothing else outside the plan's parallel group; in
+    that group each partition holds exactly the planned cluster's releases (the token mode:
+    its noisy sum, threshold and T draws; the facts mode: its fact histogram, and T writer
+    draws or none); no other group releases anything. Missing or mis-calibrated releases
+    (under-charged) and duplicated or unplanned ones (over-charged) are reported alike.
+    A plan recorded without all its fields (older builds) is skipped."""
+    plan = plan_from_dict(plan_record)
+    if plan is None:
+        return
+    recorded_clip = config.get("clip")
+    clip = float(recorded_clip) if isinstance(recorded_clip, int | float) \
+        and not isinstance(recorded_clip, bool) else None
+    try:
+        if isinstance(plan, FactsBudgetPlan):
+            facts = True
+            events = plan.events(clip)  # the token writer's draws need the clip
+        elif clip is None:
+            return  # the draws' clip is a public option an older certificate may lack
+        else:
+            facts = False
+            events = plan.events(clip)
+    except ValueError:  # an invalid plan, or a writer plan without the clip: reported
+        return          # by _check_plan_events, or an older certificate
+    *planned_sequential, group = events.children
+    planned = [(_planned_label(leaf.mechanism, i, facts, False), leaf.mechanism, _units(
+        leaf.mechanism, leaf.count)) for i, leaf in enumerate(leaves(Sequential(tuple(
+            planned_sequential))))]
+    recorded = []
+    for entry in sequential:
+        event = _event_of(entry)
+        if event is not None:
+            recorded.append((f"release {entry.get('key')!r}", event, _units(event, 1)))
+    _tally(planned, recorded, "", problems)
+    if not isinstance(group, ParallelGroup) or not group.partitions:
+        return
+    cluster = [(_planned_label(leaf.mechanism, i, facts, True), leaf.mechanism,
+                _units(leaf.mechanism, leaf.count))
+               for i, leaf in enumerate(leaves(group.partitions[0]))]
+    optional = frozenset({"writer token draws"}) if facts else frozenset()
+    names = {group.name, CLUSTERS_GROUP} if facts else {group.name}
+    for entry in groups:
+        if not isinstance(entry, dict):
+            continue
+        parts = entry.get("partitions")
+        parts = parts if isinstance(parts, list) else []
+        if entry.get("name") not in names:
+            if parts:
+                problems.append(f"plan: parallel group {entry.get('name')!r} is not in the "
+                                f"plan ({len(parts)} partitions of unplanned releases)")
+            continue
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            found = []
+            for release in part.get("releases", []) or []:
+                event = _event_of(release)
+                count = release.get("count") if isinstance(release, dict) else None
+                if event is not None and isinstance(count, int) and not isinstance(count,
+                                                                                   bool):
+                    found.append((f"{release.get('stage')} release", event,
+                                  _units(event, count)))
+            _tally(cluster, found, f"{entry.get('name')} {part.get('partition')}: ", problems,
+                   optional)
+
+
+def _planned_label(event: Mechanism, position: int, facts: bool, in_cluster: bool) -> str:
+    """What a planned release is, in words (for the problems verify reports)."""
+    if in_cluster:
+        if isinstance(event, TokenSoftmax):
+            return "writer token draws" if facts else "token draws"
+        if isinstance(event, ExponentialThreshold):
+            return "similarity threshold"
+        return "fact histogram" if facts else "noisy sum"
+    if isinstance(event, PartitionSelection):
+        return "phrase release"
+    return "keyword histogram" if position == 0 else "role histogram"
+
+
+def _event_of(entry: Any) -> Mechanism | None:
+    """An entry's typed mechanism, None when malformed (reported by ``_check_entry``)."""
+    if not isinstance(entry, dict):
+        return None
+    try:
+        return from_record(entry.get("mechanism"), entry.get("params"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _units(event: Mechanism, count: int) -> int:
+    """How many planned units ``count`` releases of ``event`` are: token draws for the token
+    sampler (a reservation holds several), releases otherwise."""
+    if isinstance(event, TokenSoftmax):
+        return count * (event.tokens if isinstance(event.tokens, int) else 1)
+    return count
+
+
+def _same_mechanism(a: Mechanism, b: Mechanism) -> bool:
+    """Whether ``a`` is released with the parameters of ``b``: the same mechanism (Gaussian
+    noise drawn on the fixed-point grid counts as the discrete Gaussian it is) and the same
+    cost parameters; a token record's ``tokens`` is counted, not compared."""
+    if isinstance(a, GaussianNoise) and isinstance(b, GaussianNoise):
+        return _close(a.sigma, b.sigma) and _close(a.l2_sensitivity, b.l2_sensitivity)
+    if type(a) is not type(b):
+        return False
+    return all(_same_value(getattr(a, name), getattr(b, name)) for name in _cost_fields(a)
+               if name != "tokens")
+
+
+def _cost_fields(event: Mechanism) -> list[str]:
+    """The fields a mechanism's cost reads (not ``info``)."""
+    return [field.name for field in dataclasses.fields(event) if field.name != "info"]
+
+
+def _describe(event: Mechanism) -> str:
+    values = [(name, getattr(event, name)) for name in _cost_fields(event)
+              if getattr(event, name) is not None]
+    return ", ".join(f"{name} {value:.6g}" if isinstance(value, float) else f"{name} {value}"
+                     for name, value in values)
+
+
+def _tally(planned: list[tuple[str, Mechanism, int]],
+           recorded: list[tuple[str, Mechanism, int]], where: str, problems: list[str],
+           optional: frozenset[str] = frozenset()) -> None:
+    """Match ``recorded`` (label, mechanism, units) against ``planned``: every recorded
+    release must be a planned one and every planned one charged its planned units (a label
+    in ``optional`` may also be absent altogether)."""
+    got = [0] * len(planned)
+    for label, event, units in recorded:
+        for i, (_name, want, _units_planned) in enumerate(planned):
+            if _same_mechanism(event, want):
+                got[i] += units
+                break
+        else:
+            problems.append(f"plan: {where}{label} ({event.name}: {_describe(event)}) is not a "
+                            "planned release: unplanned (over-charged) or charged at other "
+                            "parameters than planned")
+    for (label, want, units), n in zip(planned, got, strict=True):
+        if n == units or (n == 0 and label in optional):
+            continue
+        if n < units:
+            problems.append(f"plan: {where}the planned {label} ({want.name}: "
+                            f"{_describe(want)}) is charged {n} of {units} times: "
+                            "under-charged (missing, drawn outside the ledger or charged at "
+                            "other parameters)")
+        else:
+            problems.append(f"plan: {where}the planned {label} ({want.name}: "
+                            f"{_describe(want)}) is charged {n} times, the plan has {units}: "
+                            "over-charged (charged twice)")
 
 
 def _check_guarantee(guarantee: dict[str, Any], rho_total: float, delta_approx: float,
@@ -870,6 +1098,68 @@ def verify_output(out_dir: Path, public_key_path: Path | None = None, *,
         _check_hashes(out, manifest.get("files"), "manifest", problems)
     try:
         _check_accounting(cert, problems)
+        _check_coverage(out, cert, manifest, problems)
     except Exception as error:  # a malformed certificate must be reported, never crash
         problems.append(f"certificate: malformed accounting ({type(error).__name__}: {error})")
     return problems
+
+
+def _check_coverage(out: Path, cert: dict[str, Any], manifest: dict[str, Any] | None,
+                    problems: list[str]) -> None:
+    """Every text of the corpus comes from a charged cluster: the token mode writes one text
+    per cluster (at least as many clusters charged as texts); the facts mode writes the notes
+    of clusters whose fact histograms were released (at least as many charged as distinct
+    ``cluster_keyword`` anchors in the corpus) and, with the token writer, one text per
+    cluster it sampled (at least as many charged writer draws as texts). A cluster whose
+    releases were drawn outside the ledger is missing from the certificate and caught here."""
+    plan, config = cert.get("plan"), cert.get("config")
+    plan = plan if isinstance(plan, dict) else {}
+    config = config if isinstance(config, dict) else {}
+    mechanisms = cert.get("mechanisms")
+    groups = mechanisms.get("parallel_groups") if isinstance(mechanisms, dict) else None
+    rows = manifest.get("rows") if isinstance(manifest, dict) else None
+    if not isinstance(groups, list) or not isinstance(rows, int) or isinstance(rows, bool):
+        return
+    facts = (plan.get("generate") or config.get("generate")) == "facts"
+    names = (CLUSTERS_GROUP, FACT_CLUSTERS_GROUP) if facts else (CLUSTERS_GROUP,)
+    charged = {"any": 0, "discrete_gaussian": 0, "token_softmax": 0}
+    for group in groups:
+        if not isinstance(group, dict) or group.get("name") not in names:
+            continue
+        for part in group.get("partitions") or []:
+            kinds = {r.get("mechanism") for r in (part.get("releases") or [])
+                     if isinstance(r, dict)} if isinstance(part, dict) else set()
+            charged["any"] += bool(kinds)
+            for kind in ("discrete_gaussian", "token_softmax"):
+                charged[kind] += kind in kinds
+    if not facts:
+        if rows > charged["any"]:
+            problems.append(f"coverage: the corpus holds {rows} texts, one per cluster, but "
+                            f"{charged['any']} clusters are charged: a cluster's releases "
+                            "were drawn outside the ledger")
+        return
+    if (plan.get("writer") or config.get("writer")) == "tokens" \
+            and rows > charged["token_softmax"]:
+        problems.append(f"coverage: the corpus holds {rows} written texts but "
+                        f"{charged['token_softmax']} clusters are charged writer draws: a "
+                        "cluster's draws were made outside the ledger")
+    anchors = _corpus_anchors(out)
+    if anchors is not None and anchors > charged["discrete_gaussian"]:
+        problems.append(f"coverage: the corpus holds notes of {anchors} clusters but "
+                        f"{charged['discrete_gaussian']} fact histograms are charged: a "
+                        "cluster's facts were released outside the ledger")
+
+
+def _corpus_anchors(out: Path) -> int | None:
+    """The number of distinct ``cluster_keyword`` values of the corpus (None if unreadable:
+    the file checks report it)."""
+    path = out / CORPUS_FILE
+    if not path.is_file():
+        return None
+    import pyarrow.parquet as pq  # loaded for a facts corpus only
+
+    try:
+        column = pq.read_table(path, columns=["cluster_keyword"]).column("cluster_keyword")
+    except (OSError, KeyError, ValueError):
+        return None
+    return len({value for value in column.to_pylist() if value is not None})

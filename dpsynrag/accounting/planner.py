@@ -398,6 +398,54 @@ AUTO_K_E_MAX = 3
 AUTO_TAU_A = 12.0
 
 
+#: The released options (``BuildConfig.released_options()``, a certificate's ``config``) that
+#: ``request_from_options`` reads, per generation mode; the others have defaults there.
+TOKENS_PLAN_OPTIONS = ("epsilon", "delta", "conversion", "K", "L", "T", "eps_theta",
+                       "rho_hist", "rho_mean")
+FACTS_PLAN_OPTIONS = ("epsilon", "delta", "conversion", "L", "K_s", "R_f", "share_phrases",
+                      "share_hist", "facts_items", "share_roles")
+
+
+def request_from_options(options: Mapping[str, Any], *, vocab_size: int | None = None,
+                         allow_large_epsilon: bool = False) -> PlanRequest | None:
+    """The planning request of a build's released options: the one rule by which a build is
+    planned (``pipeline.build.make_plan``) and by which ``verify`` plans it again from the
+    ``config`` its certificate records. None when an option the plan reads is missing (a
+    certificate written before the option existed).
+
+    A token build records no ``generate`` and its resolved ``rho_hist``; a facts build records
+    ``rho_hist`` and ``K_e`` as None when the plan chooses them, leaves ``writer`` and
+    ``share_tokens`` out with the template writer, and reads ``share_roles`` only for terms.
+    ``vocab_size`` (the model's; it only sizes ``consensus_rows``) and ``allow_large_epsilon``
+    are not release options.
+    """
+    generate = options.get("generate", "tokens")
+    needed = FACTS_PLAN_OPTIONS if generate == "facts" else TOKENS_PLAN_OPTIONS
+    if any(name not in options for name in needed):
+        return None
+    common: dict[str, Any] = {
+        "epsilon": options["epsilon"], "delta": options["delta"], "L": options["L"],
+        "conversion": Conversion(options["conversion"]),
+        "allow_large_epsilon": allow_large_epsilon}
+    if generate == "facts":
+        writer = options.get("writer", "template")
+        tokens: dict[str, Any] = {"writer": writer}
+        if writer != "template":
+            tokens.update(share_tokens=options.get("share_tokens"), T=options.get("T"))
+        return PlanRequest(
+            **common, generate="facts", rho_hist=options.get("rho_hist") or 0.0,
+            share_hist=options["share_hist"],
+            share_roles=options["share_roles"] if options["facts_items"] == "terms" else 0.0,
+            K_e=options.get("K_e") or 0, K_s=options["K_s"], R_f=options["R_f"],
+            delta_phrases=options.get("delta_phrases"),
+            share_phrases=options["share_phrases"], **tokens)
+    sized: dict[str, Any] = {"vocab_size": vocab_size} if vocab_size else {}
+    return PlanRequest(
+        **common, K=options["K"], T=options["T"], eps_theta=options["eps_theta"],
+        rho_hist=options["rho_hist"], rho_mean=options["rho_mean"],
+        retrieval=not options.get("no_retrieval", False), **sized)
+
+
 def plan_facts(request: PlanRequest) -> FactsBudgetPlan:
     """Solve the facts-mode budget (module docstring); ``PlanError`` if it is impossible.
     ``K_e = 0`` resolves to the public default (``AUTO_K_E_MAX``, ``AUTO_TAU_A``): a function

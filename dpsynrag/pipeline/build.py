@@ -32,7 +32,7 @@ from dpsynrag.accounting.corpus_ledger import (
     privacy_unit_definition,
 )
 from dpsynrag.accounting.ledger import Ledger
-from dpsynrag.accounting.planner import BudgetPlan, PlanRequest, plan_budget
+from dpsynrag.accounting.planner import BudgetPlan, plan_budget, request_from_options
 from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.accounting.signing import default_key_path, find_public_key, sign_document
 from dpsynrag.io.documents import pick_warning
@@ -110,23 +110,12 @@ class BuildSummary:
 
 
 def make_plan(config: BuildConfig, vocab_size: int | None = None) -> Any:
-    """The solved plan: a ``BudgetPlan`` (tokens) or a ``FactsBudgetPlan`` (facts)."""
-    if config.generate == "facts":
-        return plan_budget(PlanRequest(
-            epsilon=config.epsilon, delta=config.delta, L=config.L,
-            rho_hist=config.rho_hist or 0.0, share_hist=config.share_hist,
-            share_roles=config.share_roles if config.facts_items == "terms" else 0.0,
-            conversion=Conversion(config.conversion), generate="facts", K_e=config.K_e or 0,
-            K_s=config.K_s, R_f=config.R_f, delta_phrases=config.delta_phrases,
-            share_phrases=config.share_phrases, writer=config.writer,
-            share_tokens=config.share_tokens, T=config.T,
-            allow_large_epsilon=config.allow_large_epsilon))
-    sized: dict[str, Any] = {"vocab_size": vocab_size} if vocab_size else {}
-    request = PlanRequest(
-        epsilon=config.epsilon, delta=config.delta, K=config.K, L=config.L, T=config.T,
-        eps_theta=config.eps_theta, rho_hist=config.tokens_rho_hist, rho_mean=config.rho_mean,
-        conversion=Conversion(config.conversion), retrieval=not config.no_retrieval,
-        allow_large_epsilon=config.allow_large_epsilon, **sized)
+    """The solved plan: a ``BudgetPlan`` (tokens) or a ``FactsBudgetPlan`` (facts), from the
+    released options by ``planner.request_from_options`` (the rule ``verify`` re-plans by)."""
+    request = request_from_options(config.released_options(), vocab_size=vocab_size,
+                                   allow_large_epsilon=config.allow_large_epsilon)
+    if request is None:  # pragma: no cover - released_options holds every planning option
+        raise ValueError("the build's options lack a planning option")
     return plan_budget(request)
 
 

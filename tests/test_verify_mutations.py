@@ -1,0 +1,411 @@
+"""``verify`` against honest builds of deliberately wrong code: the mutation suite.
+
+Each mutation replaces one real function of the build (a charge recorded too small, a release
+drawn outside the ledger, released twice, an unplanned release, the plan left out of the
+certificate) and runs a whole build, which signs a certificate that is wrong. ``verify`` must
+reject every one of them with the problem that names the fault, re-deriving each sensitivity
+and noise scale from the certificate's public config (the planner's own rules), and must
+accept the same build run with the code unchanged, in both generation modes.
+
+The builds are small: 120 clinic notes and a public vocabulary cut down to the words those
+notes use (a stand-in for the 234k-word list, whose exact noisy histogram alone takes seconds
+to draw; the build reads any public vocabulary the same way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_build import HashEmbedder
+from test_facts_build import NoLLM
+from test_private_prediction import tiny_llm
+
+from dpsynrag.accounting.certificate import NO_PLAN, verify_output
+from dpsynrag.accounting.ledger import Charge
+from dpsynrag.accounting.noise import discrete_gaussian
+from dpsynrag.accounting.rng import secure_rng
+from dpsynrag.accounting.signing import generate_keypair
+from dpsynrag.eval.datasets import write_clinic_dataset
+from dpsynrag.pipeline import build, facts_stages, token_stages
+from dpsynrag.pipeline.build import BuildSummary, make_plan, run_build
+from dpsynrag.pipeline.config import BuildConfig, make_config
+from dpsynrag.pipeline.runners import LocalRunner
+from dpsynrag.transforms.vocabulary import PublicVocabulary, public_vocabulary
+
+FACTS = {"generate": "facts", "L": 2, "runner": "local", "unit_column": "unit",
+         "epsilon": 10.0}
+TOKENS = {"generate": "tokens", "keywords": "statistical", "R": 3, "k": 8, "L": 2, "T": 3,
+          "no_filter": True, "runner": "local", "epsilon": 10.0}
+
+
+@pytest.fixture(scope="module")
+def notes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("clinic-mutations")
+    return write_clinic_dataset(out, n_notes=120, n_diseases=4, seed=5)["notes"]
+
+
+@pytest.fixture(scope="module")
+def small_vocabulary(notes: Path) -> PublicVocabulary:
+    """The public vocabulary's words that occur in the notes."""
+    used = set(re.findall(r"[a-z]+", notes.read_text(encoding="utf-8").lower()))
+    return PublicVocabulary.from_words(w for w in public_vocabulary().words if w in used)
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("keys") / "key.pem"
+    generate_keypair(path, path.with_name("key.pem.pub"))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _small_vocabulary(monkeypatch: pytest.MonkeyPatch,
+                      small_vocabulary: PublicVocabulary) -> None:
+    for stages in (facts_stages, token_stages):
+        monkeypatch.setattr(stages, "public_vocabulary", lambda: small_vocabulary)
+
+
+def _build(mode: str, notes: Path, tmp: Path, key: Path) -> tuple[BuildConfig, BuildSummary]:
+    config = make_config(None, FACTS if mode == "facts" else TOKENS)
+    runner = LocalRunner(NoLLM() if mode == "facts" else tiny_llm(), HashEmbedder())
+    summary = run_build(notes, tmp / "out", config, state_dir=tmp / "state", signing_key=key,
+                        runner=runner, corpus_ledger=False)
+    return config, summary
+
+
+def _verify(tmp: Path, key: Path) -> list[str]:
+    return verify_output(tmp / "out", key.with_name("key.pem.pub"))
+
+
+# ---------------------------------------------------------------------- the honest builds
+@pytest.mark.parametrize("mode", ["facts", "tokens"])
+def test_the_honest_build_verifies(mode: str, notes: Path, tmp_path: Path, key: Path) -> None:
+    config, summary = _build(mode, notes, tmp_path, key)
+    assert _verify(tmp_path, key) == []
+    assert summary.rho_spent == pytest.approx(make_plan(config).rho_total, rel=1e-9)
+
+
+# ---------------------------------------------------------------------- the mutations
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    """One deliberate fault: ``apply`` patches the build; ``expected`` are fragments of the
+    problems verify must report; ``effect`` is what the signed rho does against the plan's:
+    "under" (the certificate understates epsilon), "over" (it charges more than the plan)
+    or "same"."""
+
+    mode: str
+    apply: Callable[[pytest.MonkeyPatch], None]
+    expected: tuple[str, ...]
+    effect: str
+
+
+def _outside(release: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a stage's release so that its noise is drawn without the ledger (nothing
+    charged, nothing recorded): ``release`` gets a random source instead of a ledger."""
+    def patched(ledger: Any, *args: Any, **kwargs: Any) -> Any:
+        del ledger
+        return release(secure_rng(), *args, **kwargs)
+
+    return patched
+
+
+def _histogram_sensitivity(mp: pytest.MonkeyPatch) -> None:
+    """The keyword histogram recorded for K/4 keywords per document."""
+    from dpsynrag.transforms import histogram
+
+    real = histogram.histogram_charge
+    mp.setattr(histogram, "histogram_charge",
+               lambda K, sigma, size: real(max(K // 4, 1), sigma, size))
+
+
+def _histogram_outside(mp: pytest.MonkeyPatch) -> None:
+    """The keyword histogram's noise drawn outside the ledger."""
+    from dpsynrag.transforms import histogram
+
+    def release(rng: Any, counts: np.ndarray, *, K: int, sigma: float,
+                key: str = "histogram") -> np.ndarray:
+        return discrete_gaussian(np.asarray(counts, dtype=np.int64), sigma, rng)
+
+    mp.setattr(histogram, "release_histogram", _outside(release))
+
+
+def _histogram_twice(mp: pytest.MonkeyPatch) -> None:
+    """The keyword histogram released and charged twice (a second key)."""
+    from dpsynrag.transforms import histogram
+
+    real = histogram.release_histogram
+
+    def twice(ledger: Any, counts: np.ndarray, **kwargs: Any) -> np.ndarray:
+        real(ledger, counts, **{**kwargs, "key": "histogram-again"})
+        return real(ledger, counts, **kwargs)
+
+    mp.setattr(histogram, "release_histogram", twice)
+
+
+def _unplanned_release(mp: pytest.MonkeyPatch) -> None:
+    """A noisy document count released through the ledger that no plan has."""
+    real = facts_stages.released_top_keywords
+
+    def with_a_count(ledger: Any, doc_keywords: Any, *args: Any, **kwargs: Any) -> Any:
+        charge = Charge("a-count", "discrete_gaussian", {"sigma": 10.0, "l2_sensitivity": 1.0},
+                        1.0, "l2")
+        ledger.release("documents", charge,
+                       lambda rng: discrete_gaussian(np.array([len(doc_keywords)]), 10.0, rng))
+        return real(ledger, doc_keywords, *args, **kwargs)
+
+    mp.setattr(facts_stages, "released_top_keywords", with_a_count)
+
+
+def _phrases_outside(mp: pytest.MonkeyPatch) -> None:
+    """The phrase partition selection drawn outside the ledger."""
+    from dpsynrag.accounting import partition_selection as ps
+
+    def release(rng: Any, key: str, counts: dict[str, int], *, max_items: int, sigma: float,
+                delta: float) -> dict[str, int]:
+        tau = ps.selection_threshold(sigma, max_items, delta)
+        phrases = sorted(counts)
+        noisy = discrete_gaussian(np.array([counts[p] for p in phrases]), sigma, rng)
+        return {p: int(c) for p, c in zip(phrases, noisy, strict=True) if c >= tau}
+
+    mp.setattr(ps, "release_partitions", _outside(release))
+
+
+def _phrases_one_item(mp: pytest.MonkeyPatch) -> None:
+    """The phrase release calibrated and charged for one term per document (K_e hold one)."""
+    from dpsynrag.accounting import partition_selection as ps
+
+    real = ps.release_partitions
+    mp.setattr(ps, "release_partitions",
+               lambda *args, **kwargs: real(*args, **{**kwargs, "max_items": 1}))
+
+
+def _roles_outside(mp: pytest.MonkeyPatch) -> None:
+    """The role histogram's noise drawn outside the ledger."""
+    from dpsynrag.facts.roles import ROLES, role_counts
+
+    def release(rng: Any, documents: Any, released: Any, *, K_e: int,
+                sigma: float) -> np.ndarray:
+        noisy = discrete_gaussian(role_counts(documents, released, K_e), sigma, rng)
+        return np.asarray(noisy, dtype=np.int64).reshape(len(released), len(ROLES))
+
+    mp.setattr(facts_stages, "release_roles", _outside(release))
+
+
+def _roles_sensitivity(mp: pytest.MonkeyPatch) -> None:
+    """The role histogram recorded for one term per document instead of K_e."""
+    from dpsynrag.facts import roles
+
+    real = roles.role_charge
+    mp.setattr(roles, "role_charge",
+               lambda *, sigma, K_e, released: real(sigma=sigma, K_e=1, released=released))
+
+
+def _facts_sensitivity(mp: pytest.MonkeyPatch) -> None:
+    """Each fact histogram recorded at sqrt(K_e) instead of sqrt(K_e + K_s) (drawn as
+    planned: only the recorded cost is too small)."""
+    from dpsynrag.facts import fact_clusters
+
+    real = fact_clusters.fact_charge
+    mp.setattr(fact_clusters, "fact_charge",
+               lambda r, *, sigma, max_items, domain, group: real(
+                   r, sigma=sigma, max_items=3, domain=domain, group=group))
+
+
+def _facts_less_noise(mp: pytest.MonkeyPatch) -> None:
+    """The fact histograms drawn (and recorded) at half the planned sigma_C."""
+    real = facts_stages.release_fact_histograms
+    mp.setattr(facts_stages, "release_fact_histograms",
+               lambda *args, sigma, **kwargs: real(*args, sigma=sigma / 2, **kwargs))
+
+
+def _facts_outside(mp: pytest.MonkeyPatch) -> None:
+    """Every cluster's fact histogram drawn outside the ledger."""
+    from dpsynrag.facts.fact_clusters import fact_counts
+
+    def release(rng: Any, clusters: Any, doc_items: Any, domain: Any, *, sigma: float,
+                max_items: int, L: int, progress: Any = None) -> np.ndarray:
+        return discrete_gaussian(fact_counts(clusters, doc_items, domain, max_items), sigma,
+                                 rng)
+
+    mp.setattr(facts_stages, "release_fact_histograms", _outside(release))
+
+
+def _facts_twice(mp: pytest.MonkeyPatch) -> None:
+    """The first cluster's fact histogram released and charged a second time."""
+    from dpsynrag.facts import fact_clusters
+
+    real = facts_stages.release_fact_histograms
+
+    def twice(ledger: Any, clusters: Any, doc_items: Any, domain: Any, *, sigma: float,
+              max_items: int, **kwargs: Any) -> np.ndarray:
+        noisy = real(ledger, clusters, doc_items, domain, sigma=sigma, max_items=max_items,
+                     **kwargs)
+        exact = fact_clusters.fact_counts(clusters, doc_items, domain, max_items)[0]
+        ledger.release("cluster/00000/facts-again",
+                       fact_clusters.fact_charge(0, sigma=sigma, max_items=max_items,
+                                                 domain=domain),
+                       lambda rng: discrete_gaussian(exact, sigma, rng))
+        return noisy
+
+    mp.setattr(facts_stages, "release_fact_histograms", twice)
+
+
+def _plan_removed(mp: pytest.MonkeyPatch) -> None:
+    """The certificate written without the plan."""
+    real = build.build_certificate
+    mp.setattr(build, "build_certificate", lambda ledger, **kwargs: real(
+        ledger, **{**kwargs, "plan": {}}))
+
+
+def _plan_for_another_epsilon(mp: pytest.MonkeyPatch) -> None:
+    """The build planned (and its noise drawn) for twice the config's epsilon; the certificate
+    records that plan and the config as given, and its arithmetic is right."""
+    real = build.make_plan
+    mp.setattr(build, "make_plan", lambda config, vocab_size=None: real(
+        dataclasses.replace(config, epsilon=2 * config.epsilon), vocab_size))
+
+
+def _noisy_sum_sensitivity(mp: pytest.MonkeyPatch) -> None:
+    """Stage (c)'s noisy sum recorded at l2 sensitivity 1/2 (drawn as planned)."""
+    from dpsynrag.transforms import retrieval
+
+    real = retrieval.mean_charge
+
+    def charge(r: int, sigma_mu: float) -> Charge:
+        honest = real(r, sigma_mu)
+        return dataclasses.replace(honest, sensitivity=0.5,
+                                   params={**honest.params, "l2_sensitivity": 0.5})
+
+    mp.setattr(retrieval, "mean_charge", charge)
+
+
+def _threshold_epsilon(mp: pytest.MonkeyPatch) -> None:
+    """Stage (c)'s threshold EM run at eps_theta, recorded at eps_theta / 2."""
+    from dpsynrag.transforms import retrieval
+
+    real = retrieval.threshold_charge
+    mp.setattr(retrieval, "threshold_charge",
+               lambda r, eps_theta, k: real(r, eps_theta / 2, k))
+
+
+def _token_temperature(mp: pytest.MonkeyPatch) -> None:
+    """Stage (d)'s draws recorded at twice the temperature they are sampled at."""
+    from dpsynrag.transforms.prediction_release import PartitionTokenSampler
+
+    real = PartitionTokenSampler._charge
+
+    def charge(self: Any, partition: str, tokens: int | None = None) -> Charge:
+        honest = real(self, partition, tokens)
+        params = {**honest.params, "temperature": 2 * honest.params["temperature"]}
+        return dataclasses.replace(honest, params=params)
+
+    mp.setattr(PartitionTokenSampler, "_charge", charge)
+
+
+def _last_token_outside(mp: pytest.MonkeyPatch) -> None:
+    """Stage (d)'s last step (token T) drawn outside the ledger: T - 1 draws charged."""
+    from dpsynrag.transforms.prediction_release import PartitionTokenSampler
+
+    real = PartitionTokenSampler.__call__
+
+    def call(self: Any, votes: np.ndarray, active: list[int]) -> np.ndarray:
+        last = [i for i, g in enumerate(active) if self.steps[g] == self.T - 1]
+        if not last:
+            return real(self, votes, active)
+        rest = [i for i in range(len(active)) if i not in last]
+        tokens = np.zeros(len(active), dtype=np.int64)
+        if rest:
+            tokens[rest] = real(self, np.asarray(votes)[rest], [active[i] for i in rest])
+        rng = secure_rng()
+        for i in last:  # the exact softmax draw, without the ledger
+            z = np.asarray(votes[i], dtype=np.float64) / self.temperature
+            p = np.exp(z - z.max())
+            tokens[i] = int(np.searchsorted(np.cumsum(p / p.sum()), rng.random()))
+        self._advance([active[i] for i in last], [int(tokens[i]) for i in last])
+        return tokens
+
+    mp.setattr(PartitionTokenSampler, "__call__", call)
+
+
+MUTATIONS = {
+    # facts mode (the default): each charge understated
+    "keyword-histogram-sensitivity": Mutation("facts", _histogram_sensitivity, (
+        "histogram's sensitivity is not sqrt", "the planned keyword histogram"), "under"),
+    "phrase-release-for-one-item": Mutation("facts", _phrases_one_item, (
+        "phrase release's max_items is not the planned one", "the planned phrase release"),
+        "under"),
+    "role-histogram-sensitivity": Mutation("facts", _roles_sensitivity, (
+        "role histogram's sensitivity is not sqrt(K_e)", "the planned role histogram"),
+        "under"),
+    "fact-histogram-sensitivity": Mutation("facts", _facts_sensitivity, (
+        "fact histogram sensitivity is not sqrt(K_e + K_s)", "the planned fact histogram"),
+        "under"),
+    "fact-histogram-less-noise": Mutation("facts", _facts_less_noise, (
+        "fact histogram sigma is not the planned sigma_C", "the planned cluster"), "over"),
+    # facts mode: each release missing (drawn outside the ledger)
+    "keyword-histogram-outside-ledger": Mutation("facts", _histogram_outside, (
+        "0 keyword histogram releases", "the planned keyword histogram"), "under"),
+    "phrases-outside-ledger": Mutation("facts", _phrases_outside, (
+        "0 phrase releases", "the planned phrase release"), "under"),
+    "role-histogram-outside-ledger": Mutation("facts", _roles_outside, (
+        "the planned role histogram was not released",), "under"),
+    "fact-histograms-outside-ledger": Mutation("facts", _facts_outside, (
+        "coverage: the corpus holds notes of",), "under"),
+    # facts mode: extra and duplicated releases (over-charged), the plan removed
+    "keyword-histogram-twice": Mutation("facts", _histogram_twice, (
+        "keyword histogram", "over-charged (charged twice)", "more than the planned"), "over"),
+    "unplanned-release": Mutation("facts", _unplanned_release, (
+        "release 'documents'", "is not a planned release", "more than the planned"), "over"),
+    "fact-histogram-twice": Mutation("facts", _facts_twice, (
+        "fact histogram", "over-charged (charged twice)", "the planned cluster"), "over"),
+    "plan-removed": Mutation("facts", _plan_removed, (NO_PLAN,), "same"),
+    "plan-for-another-epsilon": Mutation("facts", _plan_for_another_epsilon, (
+        "the recorded epsilon 20.0 is not the planner's 10.0",
+        "the recorded sigma_C", "fact histogram sigma is not the planned sigma_C"), "over"),
+    # token mode (the paper's): stage (c) and (d) charges understated, draws not charged
+    "noisy-sum-sensitivity": Mutation("tokens", _noisy_sum_sensitivity, (
+        "the planned noisy sum", "the planned cluster"), "under"),
+    "threshold-epsilon": Mutation("tokens", _threshold_epsilon, (
+        "c-threshold epsilon is not the planned one", "the planned similarity threshold"),
+        "under"),
+    "token-temperature": Mutation("tokens", _token_temperature, (
+        "token c/tau is not the planned one", "the planned token draws"), "under"),
+    "last-token-outside-ledger": Mutation("tokens", _last_token_outside, (
+        "charged 2 token draws, not T = 3", "the planned token draws"), "under"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_verify_rejects_a_build_of_wrong_code(name: str, notes: Path, tmp_path: Path,
+                                              key: Path, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    """The build runs to the end and signs its certificate; verify must not pass it."""
+    mutation = MUTATIONS[name]
+    mutation.apply(monkeypatch)
+    config, summary = _build(mutation.mode, notes, tmp_path, key)
+    planned = make_plan(config).rho_total
+    if mutation.effect == "under":  # the signed certificate understates epsilon
+        assert summary.rho_spent < planned * 0.999
+    elif mutation.effect == "over":
+        assert summary.rho_spent > planned * 1.001
+    else:
+        assert summary.rho_spent == pytest.approx(planned, rel=1e-9)
+    problems = _verify(tmp_path, key)
+    # signed by the build and its files intact: only the accounting is wrong
+    assert not [p for p in problems if p.startswith(("signature:", "manifest:"))]
+    for fragment in mutation.expected:
+        assert any(fragment in p for p in problems), (fragment, problems)
+
+
+def test_the_suite_covers_each_kind_of_fault_in_both_modes() -> None:
+    """At least ten mutations: understated charges, missing, extra and duplicated releases,
+    the plan removed; the token mode's stages (c) and (d) among them."""
+    assert len(MUTATIONS) >= 10
+    assert {m.mode for m in MUTATIONS.values()} == {"facts", "tokens"}
+    assert {m.effect for m in MUTATIONS.values()} == {"under", "over", "same"}
