@@ -671,6 +671,25 @@ def test_older_certificate_without_the_delta_fields_still_verifies(tmp_path: Pat
     assert verify_output(out, public_key_path_for(key)) == []
 
 
+def test_a_facts_certificate_lists_its_own_stages_only(tmp_path: Path, key: Path) -> None:
+    """A group declared but never released in (a facts build's token-mode "clusters") is not
+    listed; what is not charged is said in the facts mode's stages."""
+    from dpsynrag.accounting.certificate import NOT_CHARGED, NOT_CHARGED_FACTS
+
+    plan = facts_plan()
+    ledger = facts_ledger(plan)
+    ledger.declare_parallel_group("unused", 1, "declared, never released in")
+    out = make_output(tmp_path, key, ledger, plan)
+    cert = load_certificate(out / "certificate.json")
+    assert [g["name"] for g in cert["mechanisms"]["parallel_groups"]] == ["fact-clusters"]
+    assert set(cert["composition"]["parallel_groups"]) == {"fact-clusters"}
+    assert cert["not_charged"] == NOT_CHARGED_FACTS != NOT_CHARGED
+    assert verify_output(out, public_key_path_for(key)) == []
+    (tmp_path / "tokens").mkdir()
+    token = load_certificate(make_output(tmp_path / "tokens", key) / "certificate.json")
+    assert token["not_charged"] == NOT_CHARGED
+
+
 def test_no_certificate_when_the_approximate_delta_reaches_delta() -> None:
     ledger = facts_ledger(facts_plan())
     with pytest.raises(ValueError, match="approximate delta"):

@@ -15,6 +15,8 @@ to draw; the build reads any public vocabulary the same way).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -89,6 +91,60 @@ def test_the_honest_build_verifies(mode: str, notes: Path, tmp_path: Path, key: 
     config, summary = _build(mode, notes, tmp_path, key)
     assert _verify(tmp_path, key) == []
     assert summary.rho_spent == pytest.approx(make_plan(config).rho_total, rel=1e-9)
+    cert = json.loads((tmp_path / "out" / "certificate.json").read_text())
+    groups = {g["name"]: len(g["partitions"]) for g in cert["mechanisms"]["parallel_groups"]}
+    # the clusters of the build's own mode, and no empty group of the other mode's
+    assert groups == ({"fact-clusters": groups["fact-clusters"]} if mode == "facts"
+                      else {"clusters": config.R})
+    assert all(n > 0 for n in groups.values())
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("mode", ["facts", "tokens"])
+def test_the_certificate_names_what_the_build_read(mode: str, notes: Path, tmp_path: Path,
+                                                   key: Path) -> None:
+    """The config names the keyword source and the word-frequency prior (its version and the
+    sha256 of its English list); a facts certificate carries no token-mode option, prompt or
+    stage (c)/(d) wording, a token certificate keeps them."""
+    from importlib.metadata import version
+
+    from wordfreq import available_languages
+
+    _build(mode, notes, tmp_path, key)
+    cert = json.loads((tmp_path / "out" / "certificate.json").read_text())
+    config = cert["config"]
+    assert config["keywords"] == "statistical"
+    assert config["keyword_prior"] == f"wordfreq {version('wordfreq')} zipf_frequency(en)"
+    assert config["keyword_prior_sha256"] == _sha256(Path(available_languages("best")["en"]))
+    token_only = set(BuildConfig.TOKENS_ONLY) - {"keywords"}
+    if mode == "facts":
+        assert not token_only & set(config)
+        assert "prompt_sha256" not in config
+        assert "(f2)" in cert["not_charged"] and "Stage (b)" not in cert["not_charged"]
+        assert "self-filter" not in cert["not_charged"]
+    else:
+        assert {"K", "R", "k", "T", "clip", "eps_theta"} <= set(config)
+        assert set(config["prompt_sha256"]) == {"rephrase", "keywords", "self_filter"}
+        assert "Stage (b)" in cert["not_charged"] and "(f2)" not in cert["not_charged"]
+
+
+def test_a_token_writer_certificate_keeps_the_options_its_writer_reads() -> None:
+    """--writer tokens reads T, the clip, the reply prefix and the public prior's settings,
+    and its own prompt: those stay in the facts certificate's config, the rest does not."""
+    config = make_config(None, {**FACTS, "writer": "tokens", "T": 5, "public_top_k": 7})
+    public = build._public_config(config)
+    assert {"T", "clip", "rephrase_prompt", "response_prefix", "public_top_k",
+            "public_temperature", "writer", "share_tokens"} <= set(public)
+    assert public["T"] == 5 and public["public_top_k"] == 7
+    assert not {"K", "R", "k", "eps_theta", "rho_mean", "keyword_prompt", "filter_prompt",
+                "no_filter", "no_retrieval", "public_prior", "public_document"} & set(public)
+    written = hashlib.sha256(facts_stages.WRITER_PROMPT.encode()).hexdigest()
+    assert public["prompt_sha256"] == {"writer": written}
+    # the released options (the state directory's fingerprint) are unchanged by this
+    assert {"K", "R", "keywords"} <= set(config.released_options())
 
 
 # ---------------------------------------------------------------------- the mutations

@@ -4,7 +4,8 @@
 ``verify_output``) can re-check from public parameters alone:
 
 * ``mechanisms.sequential``: each release outside a parallel group, one entry per ledger key;
-* ``mechanisms.parallel_groups``: per group (the clusters) its ``max_overlap`` L and, per
+* ``mechanisms.parallel_groups``: per group with releases (the clusters of the build's
+  mode; a group declared but never released in is left out) its ``max_overlap`` L and, per
   partition (one cluster), its releases grouped by identical (stage, mechanism, parameters)
   with a ``count`` and the ``rho_each`` of one of them (R=500 x T=70 token draws would
   otherwise be 35,000 entries); entries of approximately zCDP mechanisms also carry their
@@ -116,6 +117,12 @@ NOT_CHARGED = (
     "at most L clusters by a rule of that document and the released keywords alone (covered "
     "by the parallel group's max_overlap). Stage (e) self-filter, the output files and every "
     "later query are post-processing of released values.")
+NOT_CHARGED_FACTS = (
+    "Ingest only bounds each privacy unit to one document. Each document's keywords (a) and "
+    "terms or phrases (f1) are a rule of that document and public data alone. Stage (f2) "
+    "assigns each document to at most L clusters by a rule of that document and released "
+    "values (covered by the fact clusters' max_overlap). Fact selection and the notes (f3), "
+    "the output files and every later query are post-processing of released values.")
 COMPOSITION_RULE_DELTA = (
     "approximate zCDP (Bun & Steinke 2016, Def. 8.1): approximate deltas compose like rho "
     "(sequential releases add; a parallel group costs the sum of its max_overlap largest "
@@ -215,6 +222,8 @@ def _mechanisms(ledger: Ledger) -> tuple[list[dict[str, Any]], list[dict[str, An
     group_rho: dict[str, Any] = {}
     group_nodes: list[Node] = []
     for name in sorted(groups):
+        if name not in partitions:  # declared, never released in (a facts build's "clusters")
+            continue
         group = groups[name]
         parts = []
         part_nodes = []
@@ -333,7 +342,7 @@ def build_certificate(
                                 composition["delta_approx_total"]),
         "composition": composition,
         "mechanisms": {"sequential": sequential, "parallel_groups": group_entries},
-        "not_charged": NOT_CHARGED,
+        "not_charged": NOT_CHARGED_FACTS if plan.get("generate") == "facts" else NOT_CHARGED,
         "ledger_rho_budget": ledger.rho_budget,
         "plan": dict(plan),
         "models": {"llm": dict(model_identity), "embedder": dict(embedder_identity)},

@@ -12,6 +12,7 @@ the rho of an uninterrupted build.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import shutil
 import time
@@ -37,14 +38,14 @@ from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.accounting.signing import default_key_path, find_public_key, sign_document
 from dpsynrag.io.documents import pick_warning
 from dpsynrag.io.fingerprint import input_fingerprint
-from dpsynrag.io.output_files import output_file_hashes
+from dpsynrag.io.output_files import output_file_hashes, sha256_file
 from dpsynrag.io.reader import read_documents
 from dpsynrag.io.units import bound_units
 from dpsynrag.models.protocols import LLM, IdentifiedEmbedder
 from dpsynrag.pipeline.beam_ingest import parse_beam_options, run_ingest
 from dpsynrag.pipeline.config import BuildConfig
 from dpsynrag.pipeline.context import BuildContext, ProgressFactory, StageResult, no_progress
-from dpsynrag.pipeline.facts_stages import facts_stages
+from dpsynrag.pipeline.facts_stages import WRITER_PROMPT, facts_stages
 from dpsynrag.pipeline.preflight import (
     PreflightError,
     check_writable_directory,
@@ -421,16 +422,17 @@ def _emit(context: BuildContext, out_dir: Path, result: StageResult, private_key
         raise
 
 
-def _public_config(config: BuildConfig) -> dict[str, Any]:
-    """The released options plus the hashes of the prompts actually used (all public)."""
-    import hashlib
-    from importlib.metadata import version
+#: The token-mode options a facts build with ``--writer tokens`` reads (config.BuildConfig).
+FACTS_WRITER_OPTIONS = ("T", "clip", "rephrase_prompt", "response_prefix", "public_top_k",
+                        "public_temperature")
 
-    prompts = {
-        "rephrase": config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT,
-        "keywords": config.keyword_prompt or load_prompt("keywords"),
-        "self_filter": config.filter_prompt or load_prompt("self_filter"),
-    }
+
+def _public_config(config: BuildConfig) -> dict[str, Any]:
+    """The released options plus the hashes of the prompts actually used and the identity of
+    the public word-frequency prior (all public). A facts build records the token-mode
+    options only where its writer reads them, and its keyword source (statistical)."""
+    import hashlib
+
     public = dict(config.released_options())
     # Never released: the seed regenerates the whole noise stream (a seeded build's
     # certificate says only ``seeded: true``), and model paths name operator-side
@@ -439,11 +441,39 @@ def _public_config(config: BuildConfig) -> dict[str, Any]:
     for name in ("model", "embedder"):
         if public.get(name) is not None:
             public[name] = Path(str(public[name])).name
-    public["prompt_sha256"] = {name: hashlib.sha256(text.encode()).hexdigest()
-                               for name, text in prompts.items()}
-    if config.keywords == "statistical":
-        public["keyword_prior"] = f"wordfreq {version('wordfreq')} zipf_frequency(en)"
+    if config.generate == "facts":
+        kept = FACTS_WRITER_OPTIONS if config.facts_writer_tokens else ()
+        for name in config.TOKENS_ONLY:
+            if name not in kept:
+                public.pop(name, None)
+        public["keywords"] = "statistical"  # (a) and (f1): rules of the document and wordfreq
+        prompts = {"writer": config.rephrase_prompt or WRITER_PROMPT} \
+            if config.facts_writer_tokens else {}
+    else:
+        prompts = {
+            "rephrase": config.rephrase_prompt or DEFAULT_REPHRASE_PROMPT,
+            "keywords": config.keyword_prompt or load_prompt("keywords"),
+            "self_filter": config.filter_prompt or load_prompt("self_filter"),
+        }
+    if prompts:
+        public["prompt_sha256"] = {name: hashlib.sha256(text.encode()).hexdigest()
+                                   for name, text in prompts.items()}
+    if public.get("keywords") == "statistical":
+        public.update(word_frequency_prior())
     return public
+
+
+@functools.lru_cache(maxsize=1)
+def word_frequency_prior() -> dict[str, str]:
+    """The identity of the public word-frequency prior the statistical keywords and the facts
+    mode's terms read: wordfreq's version and the sha256 of its English list (``wordlist
+    "best"``, the one ``zipf_frequency`` and ``get_frequency_dict`` load)."""
+    from importlib.metadata import version
+
+    from wordfreq import available_languages
+
+    return {"keyword_prior": f"wordfreq {version('wordfreq')} zipf_frequency(en)",
+            "keyword_prior_sha256": sha256_file(Path(available_languages("best")["en"]))}
 
 
 class _EmbedderProxy:
