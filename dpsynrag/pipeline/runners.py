@@ -29,6 +29,7 @@ import numpy as np
 
 from dpsynrag.models.lazy import LazyModels
 from dpsynrag.models.protocols import LLM, IdentifiedEmbedder
+from dpsynrag.pipeline.ray_lifeline import Lifeline
 from dpsynrag.pipeline.worker import ModelWorker
 
 if TYPE_CHECKING:  # the settings' module imports torch: annotations only
@@ -335,7 +336,8 @@ class RayRunner:
     compute, so only seeded builds use it (``make_runner``).
 
     A local cluster that this runner starts keeps its temp, log, socket and spill files in
-    a 0700 directory (:func:`private_ray_temp_dir`). A cluster it connects to
+    a 0700 directory (:func:`private_ray_temp_dir`), and its processes end with the runner's
+    process, also when that is killed (``ray_lifeline``: Linux). A cluster it connects to
     (``--ray-address``) is a trust boundary the operator owns: its nodes see private
     documents and intermediates (runbooks/privacy-model.md).
     """
@@ -351,6 +353,7 @@ class RayRunner:
         self.ordered = ordered
         self._owns_ray = not ray.is_initialized()
         self._temp_dir: Path | None = None
+        self._lifeline: Lifeline | None = None
         private_dir: Path | None = None  # the local cluster's temp dir, when we start one
         if self._owns_ray:
             extra: dict[str, Any] = {}
@@ -367,11 +370,20 @@ class RayRunner:
                 self._temp_dir = temp_dir if temporary else None
                 extra["_temp_dir"] = str(temp_dir)
                 private_dir = temp_dir
-            with _keep_signal_handlers():
-                ray.init(address=address, include_dashboard=False, configure_logging=True,
-                         logging_level="warning",  # type: ignore[arg-type]  # a name is fine
-                         log_to_driver=True,
-                         runtime_env={"env_vars": _worker_env()}, **extra)
+                # its processes end with this one, even after kill -9 (ray_lifeline)
+                self._lifeline = Lifeline.start(temp_dir, temporary=temporary)
+            try:
+                with _keep_signal_handlers():
+                    context = ray.init(
+                        address=address, include_dashboard=False, configure_logging=True,
+                        logging_level="warning",  # type: ignore[arg-type]  # a name is fine
+                        log_to_driver=True, runtime_env={"env_vars": _worker_env()}, **extra)
+            except BaseException:
+                self._close_lifeline()
+                raise
+            session_dir = (getattr(context, "address_info", None) or {}).get("session_dir")
+            if self._lifeline is not None and session_dir:
+                self._lifeline.session(session_dir)
         count, options = _actor_layout(ray, workers, device)
         # Ray's stubs type an actor's methods as plain functions (no ``.remote``): handles are Any
         actor: Any = ray.remote(ModelWorker).options(**options, max_concurrency=1)
@@ -465,6 +477,12 @@ class RayRunner:
             self._ray.kill(worker)
         if self._owns_ray:
             self._ray.shutdown()
+        self._close_lifeline()  # and whatever the shutdown left of the session
         if self._temp_dir is not None:  # a temporary one: r in its own mkdtemp directory
             shutil.rmtree(self._temp_dir.parent, ignore_errors=True)
             self._temp_dir = None
+
+    def _close_lifeline(self) -> None:
+        if self._lifeline is not None:
+            self._lifeline.close()
+            self._lifeline = None
