@@ -5,9 +5,10 @@ A local cluster that ``RayRunner`` starts is a tree of processes: the GCS server
 the dashboard, the monitor and the log monitor are the driver's children, and Ray ties them to
 it on Linux (``PR_SET_PDEATHSIG``); the raylet's children are two agents
 (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``) and the workers. When the driver is killed
-the raylet dies with it and its workers notice within seconds, but the two agents, having seen
-the raylet die, keep retrying the dead GCS server for about a minute before they exit (measured
-with Ray 2.60; runbooks/ray-cluster.md, "When a build fails on the cluster").
+the raylet dies with it and its workers notice within seconds, but the two agents, which log
+"Raylet is dead" at once, exit about a minute later (61 s measured with Ray 2.60: their last
+report goes to the GCS server, dead too; runbooks/ray-cluster.md, "When a build fails on the
+cluster").
 
 The lifeline is a small process (this file, standard library only) that the driver starts
 before ``ray.init`` (:meth:`Lifeline.start`). It waits on a pipe from the driver and checks
