@@ -216,11 +216,15 @@ class Lifeline:
         # a session of its own (setsid): a signal to the build's process group (Ctrl-C, a
         # scheduler's kill of the group) leaves it to see the driver end; -I: the standard
         # library only, whatever the environment
-        process = subprocess.Popen(
-            [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()),
-             str(temp_dir), str(Path(spec.origin).parent), "remove" if temporary else "keep"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()),
+                 str(temp_dir), str(Path(spec.origin).parent),
+                 "remove" if temporary else "keep"],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True)
+        except OSError:  # no interpreter to run it: the build goes on as Ray alone leaves it
+            return None
         lifeline = cls(process)
         for path in sorted(_named_after(os.getpid(), temp_dir)):  # not the one to come
             lifeline._send(f"known {path.name}")
