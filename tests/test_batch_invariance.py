@@ -24,7 +24,7 @@ from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.models import greedy
 from dpsynrag.models.llm import LoadedLLM
 from dpsynrag.prompts.rag import answer_prompt
-from dpsynrag.transforms import decoding_reference, decoding_stack, keywords
+from dpsynrag.transforms import decoding_reference, decoding_stack, engine_memory, keywords
 from dpsynrag.transforms import private_prediction as pp
 
 PROMPT = "rewrite the following note : {document} ."
@@ -158,37 +158,62 @@ def test_batch_invariance_extra_document_leaves_other_rows_bit_identical(
 
 def test_batch_invariance_packed_shapes_are_public(llm: LoadedLLM,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every document's KV is prefilled alone at its own length; every decode call computes
-    whole chunks of ``batch_rows`` rows, with or without the extra document."""
+    """Documents are prefilled together (``packed_prefill``), but every row-wise call of a
+    prefill has exactly ``prefill_chunk`` token rows and every attention call is one
+    document's alone at its own length; every decode call computes whole chunks of
+    ``batch_rows`` rows; with or without the extra document."""
     docs = _docs(6, 5)
     extra = "fever cough chest"
-    prefills: list[list[list[int]]] = []
+    qkv_rows: list[tuple[int, int]] = []  # (batch, tokens) of each q/k/v call
+    attention: list[tuple[int, int, int]] = []  # (batch, queries, keys) of each prefill's
     decodes: list[int] = []
-    real_prefill = decoding_stack.DecoderStack.prefill
-    real_decode = decoding_stack.DecoderStack.decode
+    stack_cls = decoding_stack.DecoderStack
+    real_qkv, real_attention = stack_cls._qkv, stack_cls._prefill_attention
+    real_decode = stack_cls.decode
 
-    def prefill(self: Any, prefix: Any, seqs: list[list[int]]) -> Any:
-        prefills.append([list(s) for s in seqs])
-        return real_prefill(self, prefix, seqs)
+    def qkv(self: Any, layer: Any, x: torch.Tensor, *rest: Any) -> Any:
+        qkv_rows.append((int(x.shape[0]), int(x.shape[1])))
+        return real_qkv(self, layer, x, *rest)
+
+    def attend(self: Any, q: torch.Tensor, k: torch.Tensor, *rest: Any) -> Any:
+        attention.append((int(q.shape[0]), int(q.shape[2]), int(k.shape[2])))
+        return real_attention(self, q, k, *rest)
 
     def decode(self: Any, prefix: Any, slots: Any, input_ids: torch.Tensor, *rest: Any) -> Any:
         decodes.append(int(input_ids.shape[0]))
         return real_decode(self, prefix, slots, input_ids, *rest)
 
-    monkeypatch.setattr(decoding_stack.DecoderStack, "prefill", prefill)
-    monkeypatch.setattr(decoding_stack.DecoderStack, "decode", decode)
+    monkeypatch.setattr(stack_cls, "_qkv", qkv)
+    monkeypatch.setattr(stack_cls, "_prefill_attention", attend)
+    monkeypatch.setattr(stack_cls, "decode", decode)
+    chunk, _ = engine_memory.prefill_sizes(torch.device("cpu"))
+    layout = pp.prompt_layout(llm, PROMPT)
+    prefix = pp.public_prefix_length([layout])
+    layers = llm.model.config.num_hidden_layers
     shapes = []
     for groups in ([[d] for d in docs], [[d] for d in docs] + [[extra]],
                    [[*docs[:3], extra], docs[3:]]):
-        prefills.clear()
+        qkv_rows.clear()
+        attention.clear()
         decodes.clear()
         _predict(llm, groups, "packed")
         assert decodes and all(n % BATCH_ROWS == 0 for n in decodes)
-        assert all(len(call) == 1 for call in prefills)  # one document (or the prefix) alone
-        shapes.append(sorted(len(call[0]) for call in prefills))
-    # each document's prefill had its own length only: the extra adds one call, changes none
+        prefill_calls = [shape for shape in qkv_rows if shape[1] != 1]  # decode feeds 1 token
+        # the shared prefix alone once; then every call a whole chunk of the token stream
+        assert prefill_calls[:layers] == [(1, prefix)] * layers
+        assert set(prefill_calls[layers:]) == {(1, chunk)}
+        # attention: one document alone, at its own length, after the prefix (the shared
+        # prefix's own attention first, then each document's per layer but the last)
+        docs_attention = attention[layers:]
+        assert all(b == 1 and k == prefix + q for b, q, k in docs_attention)
+        lengths = sorted({len(pp.document_row_ids(llm, layout, d)) - prefix - 1
+                          for g in groups for d in g})
+        assert sorted({q for _, q, _ in docs_attention}) == lengths
+        shapes.append(sorted(q for _, q, _ in docs_attention))
+    # each document's attention had its own length only: the extra adds one (per layer but
+    # the last, whose attention no KV needs), changes none
     assert [n for n in shapes[1] if n in shapes[0]] == shapes[0]
-    assert len(shapes[1]) == len(shapes[0]) + 1
+    assert len(shapes[1]) == len(shapes[0]) + layers - 1
 
 
 def test_batch_invariance_lane_width_is_a_function_of_the_row() -> None:

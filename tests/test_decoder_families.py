@@ -23,7 +23,7 @@ from tiny_models import FAMILY_KINDS, WINDOW, make_tiny_family_llm
 
 from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.models.llm import LoadedLLM
-from dpsynrag.transforms import decoding_llama, decoding_stack
+from dpsynrag.transforms import decoding_llama, decoding_packed, decoding_stack
 from dpsynrag.transforms.decoding_packed import PackedEngine
 from dpsynrag.transforms.private_prediction import (
     aggregated_logits,
@@ -125,6 +125,28 @@ def test_family_packed_votes_and_tokens_match_references(
     assert reference.votes.keys() == packed.votes.keys()
     for key, votes in packed.votes.items():  # each within ATOL of the audit reference
         torch.testing.assert_close(reference.votes[key], votes, rtol=0, atol=2 * ATOL)
+
+
+def test_family_packed_prefill_votes_equal_one_prefill_per_document(
+        family_llm: LoadedLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batched prefill (``packed_prefill``: several documents per pass, row-wise layers on
+    fixed chunks) against one prefill per document (the path before): the same votes bit for
+    bit, hence the same tokens (every row here holds at least 4 document tokens)."""
+    packed = _run(family_llm, "packed")
+    sizes: list[int] = []
+
+    def alone(stack: decoding_stack.DecoderStack, prefix: decoding_stack.PrefixKV | None,
+              seqs: list[list[int]], *, chunk_tokens: int) -> list[torch.Tensor]:
+        sizes.append(len(seqs))
+        return [stack.prefill(prefix, [list(s)])[0][0] for s in seqs]
+
+    monkeypatch.setattr(decoding_packed, "packed_prefill", alone)
+    single = _run(family_llm, "packed")
+    assert sizes and max(sizes) > 1  # the engine did ask for several documents at once
+    assert single.tokens == packed.tokens
+    assert single.votes.keys() == packed.votes.keys()
+    for key, votes in packed.votes.items():
+        assert torch.equal(single.votes[key], votes), key
 
 
 def test_family_rows_exceed_the_window() -> None:

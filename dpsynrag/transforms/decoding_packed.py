@@ -13,6 +13,14 @@ How the work is shared (all exact: every row sees exactly the tokens of its own 
   it. Identical documents are recognised by their token ids. The cache of document KV is
   bounded (bytes); an entry leaves when no waiting row needs it, or least-recently-used first
   when the bound is reached (a later use then recomputes it: same values).
+* **Packed prefill** (``packed_prefill``). The documents an admission needs and the cache
+  lacks are prefilled together: their tokens end to end in a stream of whole chunks of
+  ``prefill_chunk`` tokens (public), every row-wise layer on one chunk at a time, attention
+  per document at its own length; at most ``prefill_tokens`` stream tokens per prefill
+  (public; a longer document goes alone). The room left in a prefill's last chunk (filler
+  otherwise) takes documents of the next waiting groups when the cache can keep them
+  without evicting anything. On CPU a document's KV equals that of a prefill of it alone bit
+  for bit (documents of at least 4 tokens; tested for every family).
 * **Packing into lanes.** A row's slot width is a function of its own length: the next power
   of two (at least 64) of its document tokens plus T. Rows of one width share a lane, a slot
   buffer ``(layers, 2, slots, kvh, width, d)`` in parts of ``attn_rows = batch_rows // 8``
@@ -53,10 +61,10 @@ How the work is shared (all exact: every row sees exactly the tokens of its own 
   stays in the slots for the next step. A shard that leaves the slots is kept in the document
   cache (its rows' KV so far, ``("shard", group, k)``) when the cache's byte bound can hold
   it, evicting older entries; when it comes back, its KV is copied into slots, or, if it was
-  evicted, its documents' KV is copied (cached or prefilled alone) and the tokens fed since
+  evicted, its documents' KV is copied (cached or prefilled again) and the tokens fed since
   are fed again by KV-only steps (``StepKey.votes == 0``: decode, no logits) over the
   shard's rows. A row then gets every KV entry from the computation of the same shapes
-  (prefill of its document alone; one decode step per token, a part of ``attn_rows`` slots
+  (its document's packed prefill; one decode step per token, a part of ``attn_rows`` slots
   at its width, a chunk of ``batch_rows`` rows) with the same inputs as when it was first
   fed: the same values, whether its group was sharded, swapped or recomputed. Only the
   order of the float64 additions of a group's rows changes (at most ~n^2 c 2^-53 per
@@ -66,8 +74,9 @@ How the work is shared (all exact: every row sees exactly the tokens of its own 
   decode work of a group in one piece), plus its documents' prefills when they were evicted.
 
 **Resume** (``released``). A group with tokens released before (a resumed build) starts after
-them: they are appended to each of its rows, whose KV is then one prefill of its document and
-those tokens (alone, unpadded, a shape of the row and public tokens only), and its first step
+them: they are appended to each of its rows, whose KV is then the packed prefill of its
+document and those tokens (public chunk shapes, attention at the row's own length), and its
+first step
 feeds the last of them. Its votes for the following steps equal the uninterrupted run's up to
 the rounding of prefill against decode kernels; no step votes or samples a released token. A
 group whose released tokens end (EOS, or ``max_new_tokens`` of them) never enters the slots.
@@ -77,15 +86,17 @@ votes (Koga et al.) and clipped logits rest on each row being computed alone; on
 kernel chosen for a different shape rounds differently and can flip a near-tie argmax.
 So every computation a row takes part in has a shape fixed by public values and that row:
 
-* its document KV: a prefill of that document alone, unpadded, after the public prefix
-  (never the longest common prefix of the rows);
+* its document KV: a packed prefill (``packed_prefill``): every row-wise layer on a chunk of
+  exactly ``prefill_chunk`` stream tokens, attention of the document alone at its own length
+  after the public prefix (never the longest common prefix of the rows);
 * each decode step: attention on a part of exactly ``attn_rows`` slots at its lane's width
   (a function of its own length), over the whole width with a mask; every row-wise operation
   (norms, projections, MLP, logits, the clipping or ``row_transform``) on chunks of exactly
   ``batch_rows`` rows (holes, filler parts and filler rows are computed and discarded).
 
 What still depends on other documents is which slot, part and chunk a row occupies, which rows
-share them, how many parts and chunks a step has, and whether the step runs eagerly or replays
+share them, how many parts and chunks a step has, which prefill computes a document's KV and
+where in its token stream the document sits, and whether the step runs eagerly or replays
 a graph: rows never mix (attention is per row, every other operation is row-wise), and a
 deterministic kernel of a fixed shape computes each row by the same sequence of operations
 whatever its index or its neighbours' values. That is the one assumption left; it holds for
@@ -104,10 +115,11 @@ Memory is bounded by public values for any number and size of groups: at most
 ``batch_rows`` rows in flight (``max_rows``; ``peak_rows`` is the most seen), lanes of at
 most 1.5x their rows' parts (a lane keeps the slots it grew to), the document-KV cache bound
 (documents and swapped-out shards together; one document's KV may exceed it, a shard never
-does), the logits of one chunk, and on CUDA at most ``step_graphs.MAX_GRAPHS`` graphs'
-static buffers. What still depends on the documents is the slot width (each row's length,
-up to the longest document) and, on CPU only, the default cache bound (two slots of the
-widest row per row of ``batch_rows``).
+does), one packed prefill (a stream of at most ``prefill_tokens`` tokens, or one longer
+document, and its documents' KV), the logits of one chunk, and on CUDA at most
+``step_graphs.MAX_GRAPHS`` graphs' static buffers. What still depends on the documents is
+the slot width (each row's length, up to the longest document) and, on CPU only, the default
+cache bound (two slots of the widest row per row of ``batch_rows``).
 
 Privacy: the engine computes z_n = sum_{d in group} clip_c(logits_d) exactly as DP-SynRAG
 stage (d) defines it (or, with a ``PublicPrior``, each document's public-difference row),
@@ -123,9 +135,10 @@ shards), the step keys, graph counts, replays and timings depend on group sizes,
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -133,6 +146,8 @@ import numpy as np
 import torch
 
 from dpsynrag.transforms.decoding_stack import DecoderStack, PrefixKV
+from dpsynrag.transforms.engine_memory import prefill_sizes
+from dpsynrag.transforms.packed_prefill import packed_prefill, stream_tokens
 from dpsynrag.transforms.packed_step import (
     LaneRows,
     RowTransform,
@@ -179,6 +194,7 @@ class StepReport:
 
 
 MIN_LANE_WIDTH = 64
+LOOKAHEAD_ROWS = 4  # rows of waiting groups scanned per admission, per row of batch_rows
 
 
 def lane_width(row_length: int, max_new_tokens: int) -> int:
@@ -300,6 +316,13 @@ class _DocCache:
         self.peak_bytes = 0  # after each insertion's evictions (private: never log it)
         self.remaining = dict(uses)
 
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self.entries
+
+    @property
+    def free_bytes(self) -> int:
+        return self.max_bytes - self.bytes
+
     def get(self, key: tuple[int, ...]) -> torch.Tensor | None:
         entry = self.entries.get(key)
         if entry is None:
@@ -365,6 +388,9 @@ class PackedEngine:
     vote for any of them (``_resume``) and its returned tokens start with them. Public sizing:
     ``max_rows`` (= ``row_budget`` = ``batch_rows``) bounds the
     rows in flight; ``peak_rows`` is the most there were (private: never log it).
+    ``prefill_chunk`` / ``prefill_tokens`` (public; default ``engine_memory.prefill_sizes`` of
+    the device): the token rows of every row-wise call of a packed prefill and the most
+    stream tokens of one prefill (``packed_prefill``).
     """
 
     def __init__(
@@ -381,7 +407,8 @@ class PackedEngine:
         batch_rows: int,
         vocab_size: int,
         doc_cache_bytes: int | None = None,
-        prefill_tokens: int = 4096,
+        prefill_tokens: int | None = None,
+        prefill_chunk: int | None = None,
         on_step: Callable[[StepReport], None] | None = None,
         row_transform: RowTransform | None = None,
         prior: PublicPrior | None = None,
@@ -419,7 +446,11 @@ class PackedEngine:
         self.sampler = sampler
         self.eos_ids = eos_ids
         self.vocab_size = vocab_size
-        self.prefill_tokens = prefill_tokens  # kept for callers; prefill is per document now
+        chunk, tokens = prefill_sizes(stack.device)
+        self.prefill_chunk = chunk if prefill_chunk is None else prefill_chunk
+        self.prefill_tokens = tokens if prefill_tokens is None else prefill_tokens
+        if not 1 <= self.prefill_chunk <= self.prefill_tokens:
+            raise ValueError("prefill_chunk must lie in [1, prefill_tokens]")
         self.on_step = on_step
         self.batch_rows = batch_rows
         self.shard_rows = shard_rows
@@ -448,6 +479,7 @@ class PackedEngine:
         self.prefill_seconds = 0.0
         self.decode_seconds = 0.0
         self.distinct_prefills = 0
+        self.prefill_calls = 0  # packed prefills run (private: never log it)
         self.row_steps = 0
         self.replayed_row_steps = 0
         self.steps = 0
@@ -601,33 +633,91 @@ class PackedEngine:
         if not admitted:
             return
         start = time.perf_counter()
-        self._fill(admitted)
+        self._fill(admitted, waiting)
         self.prefill_seconds += time.perf_counter() - start
 
-    def _fill(self, admitted: list[_Group]) -> None:
-        """Copy each admitted row's document KV into its slot, prefilling missing documents."""
-        for group in admitted:
-            for row, (width, slot) in zip(group.rows, group.slots, strict=True):
-                self.lanes[width].place(slot, group.index, self._document(row), len(row) - 1,
-                                        row[-1])
-                self.cache.used(row)
+    def _fill(self, admitted: list[_Group], waiting: list[int]) -> None:
+        """Copy each admitted row's document KV into its slot, prefilling missing documents
+        together (and, in the room left in the prefill's last chunk, documents of the next
+        waiting groups, when the cache holds them without evicting anything)."""
+        rows = [row for group in admitted for row in group.rows]
+        places = [(group.index, width, slot) for group in admitted
+                  for width, slot in group.slots]
+        ahead = itertools.islice(
+            (row for gi in reversed(waiting) for row in self.groups[gi].rows),
+            LOOKAHEAD_ROWS * self.batch_rows)
+        for row, (gi, width, slot), kv in zip(rows, places, self._documents(rows, ahead),
+                                              strict=True):
+            self.lanes[width].place(slot, gi, kv, len(row) - 1, row[-1])
+            self.cache.used(row)
 
-    def _document(self, row: tuple[int, ...]) -> torch.Tensor | None:
-        """The KV of a row's document tokens (all but the last): cached or prefilled."""
-        if len(row) == 1:
-            return None
-        kv = self.cache.get(row)
-        return self._prefill(row) if kv is None else kv
+    def _documents(self, rows: Sequence[tuple[int, ...]],
+                   ahead: Iterable[tuple[int, ...]] = ()) -> Iterator[torch.Tensor | None]:
+        """The KV of each row's document tokens (all but the last; ``None`` for none), in
+        order: cached, or prefilled by packed prefills of the missing documents (in order,
+        each at most ``prefill_tokens`` stream tokens); ``ahead``: rows whose documents may
+        fill the room left in a prefill's last chunk. A prefill's KV is held only until its
+        rows are yielded."""
+        ahead = iter(ahead)
+        i = 0
+        while i < len(rows):
+            batch: list[tuple[int, ...]] = []
+            tokens, j = 0, i
+            while j < len(rows):
+                row = rows[j]
+                if len(row) > 1 and row not in self.cache and row not in batch:
+                    n = len(row) - 1
+                    if batch and stream_tokens([tokens + n],
+                                               self.prefill_chunk) > self.prefill_tokens:
+                        break
+                    batch.append(row)
+                    tokens += n
+                j += 1
+            held = self._prefill(batch, ahead) if batch else {}
+            for row in rows[i:j]:
+                kv = held.get(row) if len(row) > 1 else None
+                if kv is None and len(row) > 1:
+                    kv = self.cache.get(row)
+                if kv is None and len(row) > 1:  # evicted by this very prefill's entries
+                    kv = self._prefill([row])[row]
+                yield kv
+            del held
+            i = j
 
-    def _prefill(self, row: tuple[int, ...]) -> torch.Tensor:
-        """KV of one row's document tokens (all but the last), computed alone and unpadded.
+    def _prefill(self, batch: list[tuple[int, ...]],
+                 ahead: Iterator[tuple[int, ...]] | None = None
+                 ) -> dict[tuple[int, ...], torch.Tensor]:
+        """Prefill the documents of ``batch`` (distinct rows, all uncached) in one packed
+        prefill (``packed_prefill``: row-wise layers on chunks of ``prefill_chunk`` tokens,
+        attention per document at its own length), with documents of ``ahead`` in the room
+        left in its last chunk when the cache holds them without an eviction; every result
+        goes to the cache. Returns the KV of ``batch``'s rows.
 
-        One document per call: the shape (1, its own length) is a function of the row only.
-        """
-        kvs, _ = self.stack.prefill(self.prefix, [list(row[:-1])])
-        self.cache.put(row, kvs[0])
-        self.distinct_prefills += 1
-        return kvs[0]
+        A document's KV is the same whichever documents share its prefill
+        (``packed_prefill``: shapes fixed by public sizes and its own length)."""
+        tokens = sum(len(row) - 1 for row in batch)
+        room = stream_tokens([tokens], self.prefill_chunk) - tokens
+        free = self.cache.free_bytes - tokens * self.kv_token_bytes
+        extra: list[tuple[int, ...]] = []
+        if room and ahead is not None:
+            for row in ahead:
+                n = len(row) - 1
+                if (n < 1 or n > room or n * self.kv_token_bytes > free or row in self.cache
+                        or row in batch or row in extra):
+                    continue
+                extra.append(row)
+                room -= n
+                free -= n * self.kv_token_bytes
+                if not room:
+                    break
+        everything = [*batch, *extra]
+        kvs = packed_prefill(self.stack, self.prefix, [list(row[:-1]) for row in everything],
+                             chunk_tokens=self.prefill_chunk)
+        for row, kv in zip(everything, kvs, strict=True):
+            self.cache.put(row, kv)
+        self.distinct_prefills += len(everything)
+        self.prefill_calls += 1
+        return dict(zip(batch, kvs[:len(batch)], strict=True))
 
     def _finish(self, group: _Group) -> None:
         group.done = True
@@ -712,14 +802,14 @@ class PackedEngine:
         fed = 0 if entry is None else entry.fed
         rows = [group.rows[r] for r in group.shards[k]]
         group.slots = []
-        for i, row in enumerate(rows):
+        kvs = self._documents(rows) if entry is None else iter(entry.kv)
+        for row, kv in zip(rows, kvs, strict=True):
             lane = self._lane(group, row)
             slot = lane.take()
             body = len(row) - 1
-            kv = self._document(row) if entry is None else entry.kv[i]
             lane.place(slot, group.index, kv, body + fed, self._fed_token(group, row, fed))
             group.slots.append((lane.width, slot))
-        del entry
+        del entry, kvs
         group.resident = k
         self.in_flight += len(rows)
         self.peak_rows = max(self.peak_rows, self.in_flight)

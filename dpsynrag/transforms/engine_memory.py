@@ -44,8 +44,8 @@ own length (``decoding_packed``), so which documents share a chunk never changes
 different ``batch_rows`` changes the kernels' shapes, hence possibly a row's float rounding,
 which is why it must not depend on data, and why two devices with different free memory may
 round differently (pass ``--batch-rows`` for bitwise-identical runs across machines). The
-cache bound changes no value at all: a document evicted early is recomputed alone, with the
-same shape.
+cache bound changes no value at all: a document evicted early is recomputed by a packed prefill
+(``packed_prefill``: chunks of a public size, attention at its own length), to the same values.
 """
 
 from __future__ import annotations
@@ -67,6 +67,11 @@ ROW_MULTIPLE = 64
 MIN_ROWS = 64
 MAX_ROWS = 8192
 PLAN_SLOT_WIDTH = 1024  # planned slot width W: document (after the prefix) plus T tokens
+# packed prefill (``packed_prefill``): tokens of every row-wise call, per device type, and
+# chunks of one prefill (its token stream, hence its memory, is at most this many chunks)
+PREFILL_CHUNK_TOKENS = {"cuda": 2048}
+PREFILL_CHUNK_TOKENS_OTHER = 256
+PREFILL_BATCH_CHUNKS = 8
 
 
 class EngineMemoryError(MemoryError):
@@ -161,6 +166,14 @@ def plan_engine_memory(
     left = max(0, budget - batch_rows * per_row)
     return EnginePlan(batch_rows=batch_rows, doc_cache_bytes=int(cache_share * left),
                       per_row_bytes=per_row, fixed_bytes=fixed)
+
+
+def prefill_sizes(device: torch.device) -> tuple[int, int]:
+    """``(chunk_tokens, batch_tokens)`` of the packed prefill on ``device``: the rows of every
+    row-wise call and the most stream tokens of one prefill (a longer document goes alone).
+    Public: a function of the device type only."""
+    chunk = PREFILL_CHUNK_TOKENS.get(device.type, PREFILL_CHUNK_TOKENS_OTHER)
+    return chunk, chunk * PREFILL_BATCH_CHUNKS
 
 
 def planned_width(max_new_tokens: int) -> int:
