@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.dpsynrag-installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 # Two test workers (pytest-xdist), a test file's tests on one worker (its module fixtures are
-# built once); `make test TEST_WORKERS=0` runs in one process.
+# built once), except the runbooks: each is a unit of its own, and they start first, the
+# slowest first (tests/conftest.py); `make test TEST_WORKERS=0` runs in one process.
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 

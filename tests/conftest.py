@@ -1,11 +1,13 @@
 """Shared test set-up: no test writes to the real config directory (keys, corpus ledgers);
 under pytest-xdist (``make test`` runs two workers) each worker's math libraries get their
-share of the cores, set before torch is imported."""
+share of the cores, set before torch is imported, and ``--dist loadfile`` keeps each test file
+on one worker except the runbooks, which spread over the workers and start first."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +27,56 @@ def _share_the_cores() -> None:
 
 
 _share_the_cores()
+
+
+# Tests that xdist may place one by one, each on whichever worker is free, rather than with the
+# rest of their file (nodeid prefixes): the runbooks, a minute or more each.
+SPREAD_TESTS = ("tests/test_runbooks.py::test_runbook_runs_as_written[",)
+
+
+def _spread(nodeid: str) -> bool:
+    return nodeid.startswith(SPREAD_TESTS)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, the collection order is the order in which ``--dist loadfile``
+    hands out its units (see :func:`pytest_xdist_make_scheduler`): the spread tests first, in
+    their own order (the slowest first), then the files with the most tests, as xdist's own
+    ordering would have it. Outside xdist nothing changes."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    sizes: dict[str, int] = {}
+    for item in items:
+        unit = _unit(item.nodeid)
+        sizes[unit] = sizes.get(unit, 0) + 1
+    items.sort(key=lambda item: (not _spread(item.nodeid), -sizes[_unit(item.nodeid)]))
+
+
+def _unit(nodeid: str) -> str:
+    """The unit of work of a test under ``--dist loadfile``: its file, or the test itself when
+    it is a spread test."""
+    return nodeid if _spread(nodeid) else nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (``make test``) with the spread tests as units of their own: a file's
+    other tests stay on one worker, so its module fixtures (corpora, models) are built once,
+    while the runbooks go to both workers, one at a time each, the slowest first. (xdist's
+    ``--dist loadgroup`` cannot do this here: with pytest 9 its group names no longer reach
+    the scheduler, and it would scatter every other file's tests.)"""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class LoadFileSpreadingScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    # Hand the units out in collection order (pytest_collection_modifyitems above), not
+    # sorted by their number of tests, which would put every one-test unit last.
+    config.option.loadscopereorder = False
+    return LoadFileSpreadingScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)
