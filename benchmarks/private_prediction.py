@@ -469,9 +469,9 @@ def run_engine(llm: LoadedLLM, groups: list[list[str]], tokens: int,
                token_sampling: str = "auto") -> dict[str, Any]:
     """``private_predict`` as a build calls it: it picks the packed engine when the model's
     architecture is supported, else its reference loop (in the model's own dtype).
-    ``graphs``: the packed engine's CUDA-graph steps, ``auto`` (``DPSYNRAG_STEP_GRAPHS``:
-    off unless 1), ``on``, ``off``. ``token_sampling``: ``host``, ``device`` or ``auto``
-    (device on CUDA), as a build's ``--token-sampling``.
+    ``graphs``: the packed engine's CUDA-graph steps, ``auto`` (on for CUDA unless
+    ``DPSYNRAG_STEP_GRAPHS=0``, off on CPU), ``on``, ``off``. ``token_sampling``: ``host``,
+    ``device`` or ``auto`` (device on CUDA), as a build's ``--token-sampling``.
     """
     mode = resolve_token_sampling(token_sampling, llm)
     sampler, counts = _counting_sampler(groups, secure_rng(0), device=mode == "device")
@@ -582,8 +582,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         metavar="R,k,T,L", help="paper-scale workload to project (default "
                                                 "500,80,70,5)")
     parser.add_argument("--graphs", choices=["auto", "on", "off"], default="auto",
-                        help="the packed engine's CUDA-graph decode steps (auto: off unless "
-                             "DPSYNRAG_STEP_GRAPHS=1)")
+                        help="the packed engine's CUDA-graph decode steps (auto: on for CUDA "
+                             "unless DPSYNRAG_STEP_GRAPHS=0, off on CPU)")
     parser.add_argument("--token-sampling", choices=["auto", "host", "device"], default="auto",
                         help="where the engine's tokens are computed from the CSPRNG's "
                              "uniforms (auto: device on CUDA, else host; the same tokens)")

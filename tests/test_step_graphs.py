@@ -1,11 +1,13 @@
 """The step-graph cache of the packed engine (``step_graphs``), on CPU with a stand-in
 capturer: a key is captured once and replayed after, a changed binding captures it again, a
-capture that raises turns graphs off with one warning, and graphs are off where no capturer
-exists. The CUDA capturer itself needs a GPU and is not run here."""
+capture that raises turns graphs off with one warning, graphs are off where no capturer
+exists, and they are on by default on CUDA only (``DPSYNRAG_STEP_GRAPHS=0`` turns them off).
+The CUDA capturer itself needs a GPU and is not run here (a stand-in replaces it)."""
 
 from __future__ import annotations
 
 import logging
+from typing import ClassVar
 
 import pytest
 import torch
@@ -150,9 +152,6 @@ def test_graphs_are_off_without_a_capturer_and_on_with_one(
     assert len([r for r in caplog.records if r.name == LOGGER]) == 1
     assert StepGraphs.for_device(cpu, capturer=FakeCapturer()).active
     assert not StepGraphs.for_device(cpu, graphs=False, capturer=FakeCapturer()).active
-    assert not step_graphs.env_enabled()  # opt-in: auto stays off on CUDA without the variable
-    monkeypatch.setenv(step_graphs.ENV_VAR, "1")
-    assert step_graphs.env_enabled()
     monkeypatch.setenv(step_graphs.ENV_VAR, "0")
     assert not StepGraphs.for_device(cpu, capturer=FakeCapturer()).active
     assert StepGraphs.for_device(cpu, graphs=True, capturer=FakeCapturer()).active
@@ -160,6 +159,44 @@ def test_graphs_are_off_without_a_capturer_and_on_with_one(
     buffer = torch.zeros(2)
     assert off.run("a", 0, _write, (buffer,), _inputs(1, 3.0))[1].item() == 3.0
     assert off.eager_steps == 1
+
+
+class _CudaStandIn(FakeCapturer):
+    """Replaces ``CudaCapturer`` where no GPU exists: records the device it was made for."""
+
+    made: ClassVar[list[torch.device]] = []
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        _CudaStandIn.made.append(device)
+
+
+@pytest.mark.parametrize("value,on", [(None, True), ("", True), ("1", True), ("on", True),
+                                      ("0", False), ("off", False), ("false", False),
+                                      ("No", False)])
+def test_graphs_are_on_by_default_on_cuda_only(monkeypatch: pytest.MonkeyPatch,
+                                               value: str | None, on: bool) -> None:
+    """The default (``graphs=None``): on for a CUDA device unless ``DPSYNRAG_STEP_GRAPHS``
+    says 0/off/false/no; off on CPU whatever the variable; ``graphs`` given always wins."""
+    if value is None:
+        monkeypatch.delenv(step_graphs.ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(step_graphs.ENV_VAR, value)
+    monkeypatch.setattr(step_graphs, "CudaCapturer", _CudaStandIn)
+    _CudaStandIn.made = []
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert step_graphs.wanted(cuda) is on
+    assert step_graphs.wanted(cpu) is False
+    assert step_graphs.wanted(cuda, True) and step_graphs.wanted(cpu, True)
+    assert not step_graphs.wanted(cuda, False)
+    auto = StepGraphs.for_device(cuda)
+    assert auto.active is on and isinstance(auto.capturer, _CudaStandIn) is on
+    assert (auto.reason == "disabled") is not on
+    assert not StepGraphs.for_device(cpu).active  # CPU unchanged: eager steps
+    assert not StepGraphs.for_device(cuda, graphs=False).active  # the explicit off switch
+    assert StepGraphs.for_device(cuda, graphs=True).active  # forcing on beats the variable
+    assert all(d.type == "cuda" for d in _CudaStandIn.made)
+    assert len(_CudaStandIn.made) == (2 if on else 1)
 
 
 def test_bad_limits_are_refused() -> None:

