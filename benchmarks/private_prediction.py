@@ -492,11 +492,16 @@ def run_engine(llm: LoadedLLM, groups: list[list[str]], tokens: int,
             step_graphs={"auto": None, "on": True, "off": False}[graphs]))
     facts: dict[str, Any] = {"token_sampling": mode,
                              "graphs_requested": graphs, "graphs": None, "step_keys": None,
-                             "graph_captures": None, "graph_replays": None}
+                             "graph_captures": None, "graph_replays": None,
+                             "peak_rows": None, "peak_slot_bytes": None,
+                             "admissions_stopped_by": None}
     if reports:
         last = reports[-1]
         facts.update(graphs=last.graphs, step_keys=last.step_keys,
-                     graph_captures=last.graph_captures, graph_replays=last.graph_replays)
+                     graph_captures=last.graph_captures, graph_replays=last.graph_replays,
+                     peak_rows=last.peak_rows, peak_slot_bytes=last.peak_slot_bytes,
+                     admissions_stopped_by={"batch_rows": last.stopped_by_rows,
+                                            "slot_bytes": last.stopped_by_slots})
         return _figures(llm, counts, wall, last.prefill_seconds, last.decode_seconds, peak,
                         engine="packed", distinct_prefills=last.distinct_prefills) | facts
     if timings:  # the reference loop prefills every row
@@ -506,6 +511,20 @@ def run_engine(llm: LoadedLLM, groups: list[list[str]], tokens: int,
     return _figures(llm, counts, wall, None, None, peak,
                     engine="packed" if decoding_stack.supports(llm.model) else "reference",
                     distinct_prefills=0) | facts
+
+
+def batch_bounds(engine: dict[str, Any], plan: Any, *, explicit: bool) -> dict[str, Any]:
+    """What bounded the batch: ``bound`` (what set ``batch_rows``: the plan's ``memory``,
+    ``max_rows`` or ``explicit``; on CPU ``explicit`` or ``cpu_default``), the plan's numbers
+    (CUDA), and ``rows_in_flight_bound``: what held waiting groups back most often
+    (``batch_rows``, ``slot_bytes``; ``workload`` when nothing did: every waiting group fit)."""
+    stopped = engine.get("admissions_stopped_by") or {}
+    by_rows, by_slots = stopped.get("batch_rows", 0), stopped.get("slot_bytes", 0)
+    in_flight = ("slot_bytes" if by_slots > by_rows else "batch_rows" if by_rows
+                 else "workload" if stopped else None)
+    bound = plan.bound if plan is not None else ("explicit" if explicit else "cpu_default")
+    return {"bound": bound, "plan": None if plan is None else plan.summary(),
+            "peak_rows": engine.get("peak_rows"), "rows_in_flight_bound": in_flight}
 
 
 def run_reference(llm: LoadedLLM, groups: list[list[str]], tokens: int) -> dict[str, Any]:
@@ -643,10 +662,13 @@ def main(argv: list[str] | None = None) -> int:
         subset = groups if args.reference_groups < 0 else groups[: args.reference_groups]
         reference = run_reference(llm, subset, args.tokens)
     rows = args.batch_rows or prediction_module.DEFAULT_BATCH_ROWS_CPU
-    if engine["engine"] == "packed":  # the rows private_predict chose (free memory on CUDA)
-        rows = prediction_module.packed_memory_plan(
+    plan = None
+    if engine["engine"] == "packed":  # the plan private_predict chose (free memory on CUDA)
+        plan = prediction_module.packed_engine_plan(
             llm, decoding_stack.DecoderStack(llm.model), max_new_tokens=args.tokens,
-            prefix_len=prefix_length, batch_rows=args.batch_rows)[0]
+            prefix_len=prefix_length, batch_rows=args.batch_rows)
+        rows = rows if plan is None else plan.batch_rows
+    batch = batch_bounds(engine, plan, explicit=args.batch_rows is not None)
     context = float(np.mean(prompt_lengths)) + args.tokens / 2
     per_row = flops_per_row_token(llm, context)
     rates = {name: round(matmul_rate(llm, getattr(torch, name), rows), 1)
@@ -695,6 +717,7 @@ def main(argv: list[str] | None = None) -> int:
         "device_name": name,
         "dtype": dtype_name,
         "engine": engine,
+        "batch": batch,
         "reference": reference,
         "speedup_vs_reference": _ratio(engine["token_steps_per_s"],
                                        reference["token_steps_per_s"] if reference else None,

@@ -190,6 +190,16 @@ def test_tiny_cpu_run_reports_the_new_fields(bench: ModuleType, tokenizer: Any,
     assert engine["graphs_requested"] == "auto" and engine["graphs"] is False
     assert engine["graph_captures"] == engine["graph_replays"] == 0
     assert 1 <= engine["step_keys"] <= 3 * 2  # tokens x groups steps at most
+    # what bounded the batch: the explicit --batch-rows; 2 groups of 3 rows fit 8 rows
+    batch = result["batch"]
+    assert batch["bound"] == "explicit" and batch["plan"] is None  # no memory plan on CPU
+    assert batch["peak_rows"] == engine["peak_rows"] == 6
+    assert engine["admissions_stopped_by"] == {"batch_rows": 0, "slot_bytes": 0}
+    assert batch["rows_in_flight_bound"] == "workload"
+    fake = {"admissions_stopped_by": {"batch_rows": 2, "slot_bytes": 5}, "peak_rows": 64}
+    assert bench.batch_bounds(fake, None, explicit=False) == {
+        "bound": "cpu_default", "plan": None, "peak_rows": 64,
+        "rows_in_flight_bound": "slot_bytes"}
     flops = result["flops"]
     unit = 4 * model["layers"] * model["attention_heads"] * model["head_dim"]
     per_token = 2 * (flops["weights_layers"] + flops["weights_lm_head"]) \

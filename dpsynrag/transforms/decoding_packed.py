@@ -175,7 +175,10 @@ class StepReport:
     benchmarks only; never log or release it. ``graphs``: whether the CUDA-graph path is
     still on; ``step_keys``: distinct step keys so far; ``graph_captures`` /
     ``graph_replays``: captures and replays so far; ``replayed_row_steps``: row-steps
-    recomputed to bring a shard of a large group back (KV only, no vote).
+    recomputed to bring a shard of a large group back (KV only, no vote); ``peak_rows`` /
+    ``peak_slot_bytes``: the most rows in flight and slot-buffer bytes so far;
+    ``stopped_by_rows`` / ``stopped_by_slots``: admissions a waiting group could not make
+    because of the row budget / the slot budget (what bounded the rows in flight).
     """
 
     step: int
@@ -191,9 +194,14 @@ class StepReport:
     graph_captures: int = 0
     graph_replays: int = 0
     replayed_row_steps: int = 0
+    peak_rows: int = 0
+    peak_slot_bytes: int = 0
+    stopped_by_rows: int = 0
+    stopped_by_slots: int = 0
 
 
 MIN_LANE_WIDTH = 64
+_BUFFERS = itertools.count()  # slot buffers made so far (their identities for graph bindings)
 LOOKAHEAD_ROWS = 4  # rows of waiting groups scanned per admission, per row of batch_rows
 
 
@@ -235,6 +243,14 @@ class _Group:
     start: int = 0
 
 
+def grown_capacity(capacity: int, rows: int, chunk: int, sizes: Bucket) -> int:
+    """A lane's capacity once it holds ``rows`` rows: bucket sizes of parts of ``chunk``
+    slots, in the steps a full lane grows by, from ``capacity``."""
+    while capacity < rows:
+        capacity = sizes(capacity // chunk + 1) * chunk
+    return capacity
+
+
 class _Lane:
     """Slots of one width in parts of ``chunk`` slots; ``bucket`` sizes its growth.
 
@@ -248,11 +264,32 @@ class _Lane:
         self.group = np.full(0, -1, dtype=np.int64)
         self.length = np.zeros(0, dtype=np.int64)
         self.input = np.zeros(0, dtype=np.int64)
-        self.generation = 0  # growths so far: a graph captured on older slots is stale
+        # a buffer's identity (unique across lanes and runs): a graph captured on another
+        # buffer of this lane (before a growth, or of a dropped lane of this width) is stale
+        self.generation = next(_BUFFERS)
 
     @property
     def capacity(self) -> int:
         return int(self.group.size)
+
+    @property
+    def occupied(self) -> int:
+        return int((self.group >= 0).sum())
+
+    def grown(self, more: int) -> int:
+        """The capacity after ``more`` rows take slots (``grown_capacity``)."""
+        return grown_capacity(self.capacity, self.occupied + more, self.chunk, self.sizes)
+
+    def reserve(self, more: int) -> None:
+        """Grow once (one new buffer, one copy) to the capacity ``more`` rows need."""
+        extra = self.grown(more) - self.capacity
+        if extra <= 0:
+            return
+        self.slots = torch.cat([self.slots, self.stack.new_slots(extra, self.width)], dim=2)
+        self.group = np.concatenate([self.group, np.full(extra, -1, dtype=np.int64)])
+        self.length = np.concatenate([self.length, np.zeros(extra, dtype=np.int64)])
+        self.input = np.concatenate([self.input, np.zeros(extra, dtype=np.int64)])
+        self.generation = next(_BUFFERS)
 
     def take(self) -> int:
         """A free slot; a full lane grows to the next bucket size of parts (a new buffer)."""
@@ -260,13 +297,7 @@ class _Lane:
         if free.size:
             return int(free[0])
         old = self.capacity
-        parts = self.sizes(old // self.chunk + 1)
-        extra = parts * self.chunk - old
-        self.slots = torch.cat([self.slots, self.stack.new_slots(extra, self.width)], dim=2)
-        self.group = np.concatenate([self.group, np.full(extra, -1, dtype=np.int64)])
-        self.length = np.concatenate([self.length, np.zeros(extra, dtype=np.int64)])
-        self.input = np.concatenate([self.input, np.zeros(extra, dtype=np.int64)])
-        self.generation += 1
+        self.reserve(1)
         return old
 
     def place(self, slot: int, group: int, kv: torch.Tensor | None, length: int,
@@ -390,7 +421,10 @@ class PackedEngine:
     rows in flight; ``peak_rows`` is the most there were (private: never log it).
     ``prefill_chunk`` / ``prefill_tokens`` (public; default ``engine_memory.prefill_sizes`` of
     the device): the token rows of every row-wise call of a packed prefill and the most
-    stream tokens of one prefill (``packed_prefill``).
+    stream tokens of one prefill (``packed_prefill``). ``slot_bytes`` (public; ``None``: no
+    bound): the most bytes of all lanes' slot buffers, the copy a growing lane makes
+    included; a waiting group joins only when its slots fit (lanes left empty are freed to
+    make room), except into an empty engine (``engine_memory``).
     """
 
     def __init__(
@@ -407,6 +441,7 @@ class PackedEngine:
         batch_rows: int,
         vocab_size: int,
         doc_cache_bytes: int | None = None,
+        slot_bytes: int | None = None,
         prefill_tokens: int | None = None,
         prefill_chunk: int | None = None,
         on_step: Callable[[StepReport], None] | None = None,
@@ -473,6 +508,9 @@ class PackedEngine:
             doc_cache_bytes = 2 * self.kv_token_bytes * widest * min(self.max_rows,
                                                                     max(1, len(uses)))
         self.cache = _DocCache(doc_cache_bytes, uses)
+        self.slot_bytes = slot_bytes
+        self.peak_slot_bytes = 0  # private: never log it
+        self.stopped = {"rows": 0, "slots": 0}  # admissions refused by each bound (private)
         self.lanes: dict[int, _Lane] = {}
         self.in_flight = 0
         self.peak_rows = 0  # the most rows in flight so far (private: never log it)
@@ -569,7 +607,9 @@ class PackedEngine:
                 distinct_prefills=self.distinct_prefills, row_steps=self.row_steps,
                 graphs=self.graphs.active, step_keys=len(self.step_keys),
                 graph_captures=self.graphs.captures, graph_replays=self.graphs.replays,
-                replayed_row_steps=self.replayed_row_steps))
+                replayed_row_steps=self.replayed_row_steps, peak_rows=self.peak_rows,
+                peak_slot_bytes=self.peak_slot_bytes, stopped_by_rows=self.stopped["rows"],
+                stopped_by_slots=self.stopped["slots"]))
 
     def _advance(self, group: _Group, token: int) -> bool:
         """Take a group's sampled token; whether the group goes on."""
@@ -590,7 +630,9 @@ class PackedEngine:
         return lane_width(len(row), self.max_new_tokens - group.start)
 
     def _lane(self, group: _Group, row: tuple[int, ...]) -> _Lane:
-        width = self._width(group, row)
+        return self._lane_for(self._width(group, row))
+
+    def _lane_for(self, width: int) -> _Lane:
         lane = self.lanes.get(width)
         if lane is None:
             lane = self.lanes[width] = _Lane(self.stack, width, self.attn_rows, self.bucket)
@@ -600,26 +642,86 @@ class PackedEngine:
         """Whether ``group`` runs in shards: more rows than ``shard_rows`` (public)."""
         return len(group.rows) > self.shard_rows
 
-    def _fits(self, group: _Group) -> bool:
-        """Whether ``group`` may join now: never a sharded group (it runs alone); always
-        when nothing is in flight, else when the rows computed per step (whole attention
-        parts, bucketed per lane) stay within the row budget."""
+    def _fits(self, group: _Group, pending: dict[int, int]) -> bool:
+        """Whether ``group`` may join now, after the groups this admission already chose
+        (``pending``: their rows per lane width): never a sharded group (it runs alone);
+        always into an empty engine; else when the rows computed per step (whole attention
+        parts, bucketed per lane) stay within the row budget and the slots within
+        ``slot_bytes`` (``_slots_fit``; lanes left empty are freed when that makes room)."""
         if self._sharded(group):
             return False
-        if self.in_flight == 0:
+        need = dict(pending)
+        for width, more in self._needs(group, group.rows).items():
+            need[width] = need.get(width, 0) + more
+        slots_fit = self._slots_fit(need)
+        if not slots_fit:  # lanes left empty hold memory no row uses: free it
+            self._drop_empty_lanes(keep=pending)
+            slots_fit = self._slots_fit(need)
+        if self.in_flight == 0 and not pending:
             return True
-        occupied = {w: int((lane.group >= 0).sum()) for w, lane in self.lanes.items()}
-        for row in group.rows:
-            width = self._width(group, row)
-            occupied[width] = occupied.get(width, 0) + 1
+        occupied = {w: lane.occupied for w, lane in self.lanes.items()}
+        for width, more in need.items():
+            occupied[width] = occupied.get(width, 0) + more
         parts = sum(self.bucket(-(-n // self.attn_rows)) for n in occupied.values())
-        return parts * self.attn_rows <= self.row_budget
+        if parts * self.attn_rows > self.row_budget:
+            self.stopped["rows"] += 1
+            return False
+        if not slots_fit:
+            self.stopped["slots"] += 1
+        return slots_fit
+
+    def _needs(self, group: _Group, rows: Iterable[tuple[int, ...]]) -> dict[int, int]:
+        """Rows per lane width."""
+        need: dict[int, int] = {}
+        for row in rows:
+            width = self._width(group, row)
+            need[width] = need.get(width, 0) + 1
+        return need
+
+    def _slots_fit(self, need: dict[int, int]) -> bool:
+        """Whether every lane's slot buffer, after the lanes grow once for ``need`` more rows
+        per width, and the copy the largest growing lane makes, stay within ``slot_bytes``."""
+        if self.slot_bytes is None:
+            return True
+        total = copy = 0
+        for width in set(self.lanes) | set(need):
+            lane = self.lanes.get(width)
+            capacity, occupied = (0, 0) if lane is None else (lane.capacity, lane.occupied)
+            grown = grown_capacity(capacity, occupied + need.get(width, 0), self.attn_rows,
+                                   self.bucket)
+            total += grown * width
+            if grown > capacity:  # torch.cat holds the old buffer and the new one at once
+                copy = max(copy, capacity * width)
+        return (total + copy) * self.kv_token_bytes <= self.slot_bytes
+
+    def _drop_empty_lanes(self, keep: Iterable[int] = ()) -> None:
+        """Free the slot buffers of lanes with no row (a later row recreates its lane),
+        except the widths in ``keep``."""
+        kept = set(keep)
+        for width in [w for w, lane in self.lanes.items()
+                      if lane.occupied == 0 and w not in kept]:
+            del self.lanes[width]
+
+    def _note_slots(self) -> None:
+        self.peak_slot_bytes = max(self.peak_slot_bytes, self.kv_token_bytes * sum(
+            lane.capacity * lane.width for lane in self.lanes.values()))
 
     def _admit(self, waiting: list[int], active: list[int]) -> None:
-        """Move waiting groups (input order) into slots while the rows in flight fit."""
+        """Move waiting groups (input order) into slots while the rows in flight fit; each
+        lane grows once (one new buffer, one copy) for all the groups admitted."""
         admitted: list[_Group] = []
-        while waiting and self._fits(self.groups[waiting[-1]]):
+        pending: dict[int, int] = {}
+        while waiting and self._fits(self.groups[waiting[-1]], pending):
             group = self.groups[waiting.pop()]
+            for width, more in self._needs(group, group.rows).items():
+                pending[width] = pending.get(width, 0) + more
+            admitted.append(group)
+        if not admitted:
+            return
+        for width, more in pending.items():
+            self._lane_for(width).reserve(more)
+        self._note_slots()
+        for group in admitted:
             group.slots = []
             for row in group.rows:
                 lane = self._lane(group, row)
@@ -627,11 +729,8 @@ class PackedEngine:
                 lane.group[slot] = group.index  # reserved now, filled by _fill
                 group.slots.append((lane.width, slot))
             self.in_flight += len(group.rows)
-            admitted.append(group)
             active.append(group.index)
         self.peak_rows = max(self.peak_rows, self.in_flight)
-        if not admitted:
-            return
         start = time.perf_counter()
         self._fill(admitted, waiting)
         self.prefill_seconds += time.perf_counter() - start
@@ -763,6 +862,8 @@ class PackedEngine:
         """Run a group of more than ``shard_rows`` rows alone, in shards of at most
         ``shard_rows`` rows: at each step every shard in turn gets its vote step, the float64
         votes of the shards are added, and the sampler is called once for the group."""
+        if self.slot_bytes is not None:  # nothing is in flight: no lane holds a row
+            self._drop_empty_lanes()
         order = sorted(range(len(group.rows)),  # rows of one width together: fewer parts
                        key=lambda r: self._width(group, group.rows[r]))
         group.shards = [order[i:i + self.shard_rows]
@@ -810,6 +911,7 @@ class PackedEngine:
             lane.place(slot, group.index, kv, body + fed, self._fed_token(group, row, fed))
             group.slots.append((lane.width, slot))
         del entry, kvs
+        self._note_slots()
         group.resident = k
         self.in_flight += len(rows)
         self.peak_rows = max(self.peak_rows, self.in_flight)

@@ -65,10 +65,13 @@ from dpsynrag.transforms.decoding_reference import reference_tokens
 from dpsynrag.transforms.engine_memory import (
     MIN_ROWS,
     EngineMemoryError,
+    EnginePlan,
     ModelSizes,
     free_memory,
     plan_engine_memory,
+    planned_row_width,
     planned_width,
+    prefill_sizes,
 )
 from dpsynrag.transforms.public_prior import (
     PublicPrior,
@@ -85,7 +88,8 @@ Sampler = Callable[[torch.Tensor, list[int]], np.ndarray]
 logger = logging.getLogger(__name__)
 
 __all__ = ["PromptLayout", "StepReport", "aggregated_logits", "aggregated_prior_votes",
-           "candidate_ids", "document_row_ids", "packed_memory_plan", "private_predict",
+           "candidate_ids", "document_row_ids", "packed_engine_plan", "packed_memory_plan",
+           "private_predict",
            "prompt_layout", "public_prefix_length", "render_prompt"]
 
 
@@ -434,13 +438,16 @@ def private_predict(
         prefix_len = public_prefix_length(list(layouts.values()))
         some_prefix = next(iter(layouts.values())).prefix if layouts else ()
         stack = decoding_stack.DecoderStack(llm.model)
-        rows_per_chunk, cache_bytes = packed_memory_plan(
-            llm, stack, max_new_tokens=max_new_tokens, prefix_len=prefix_len,
-            batch_rows=batch_rows)
+        plan = packed_engine_plan(llm, stack, max_new_tokens=max_new_tokens,
+                                  prefix_len=prefix_len, batch_rows=batch_rows)
         tokens = PackedEngine(
             stack, rows, prefix_len=prefix_len, prefix_ids=list(some_prefix[:prefix_len]),
             max_new_tokens=max_new_tokens, clip=clip, sampler=sampler, eos_ids=eos,
-            batch_rows=rows_per_chunk, vocab_size=llm.vocab_size, doc_cache_bytes=cache_bytes,
+            batch_rows=(plan.batch_rows if plan is not None
+                        else batch_rows or DEFAULT_BATCH_ROWS_CPU),
+            vocab_size=llm.vocab_size,
+            doc_cache_bytes=None if plan is None else plan.doc_cache_bytes,
+            slot_bytes=None if plan is None else plan.slot_bytes,
             on_step=on_step, row_transform=row_transform, prior=prior,
             graphs=step_graphs, released=released).run()
     else:
@@ -459,25 +466,45 @@ def packed_memory_plan(
     """``(batch_rows, doc_cache_bytes)`` for the packed engine; both public.
 
     On CPU: ``batch_rows`` or ``DEFAULT_BATCH_ROWS_CPU``, and the engine's own cache bound
-    (``None``). On CUDA: ``engine_memory.plan_engine_memory`` over the free memory measured
-    once (``engine_memory.free_memory``), the model's sizes, T and the public prefix length;
-    an explicit ``batch_rows`` wins and the cache gets a share of what it leaves. When not
-    even the minimum fits at the planned slot width (shorter rows may still fit), one warning
-    (public numbers only) and ``MIN_ROWS`` rows with the smallest cache.
+    (``None``). On CUDA: those of ``packed_engine_plan``.
+    """
+    plan = packed_engine_plan(llm, stack, max_new_tokens=max_new_tokens,
+                              prefix_len=prefix_len, batch_rows=batch_rows)
+    if plan is None:
+        return (DEFAULT_BATCH_ROWS_CPU if batch_rows is None else batch_rows), None
+    return plan.batch_rows, plan.doc_cache_bytes
+
+
+def packed_engine_plan(
+    llm: LLM, stack: decoding_stack.DecoderStack, *, max_new_tokens: int, prefix_len: int,
+    batch_rows: int | None = None,
+) -> EnginePlan | None:
+    """The packed engine's memory plan on CUDA (``None`` elsewhere: the CPU engine keeps
+    ``batch_rows`` or ``DEFAULT_BATCH_ROWS_CPU`` and its own cache bound); all public.
+
+    ``engine_memory.plan_engine_memory`` over the free memory measured once
+    (``engine_memory.free_memory``), the model's sizes, T, the public prefix length and the
+    device's prefill sizes: ``batch_rows``, the slot budget and the cache bound; an explicit
+    ``batch_rows`` wins and the slots and the cache share what it leaves. When not even the
+    minimum fits (shorter rows may still fit), one warning (public numbers only) and
+    ``MIN_ROWS`` rows with what is left.
     """
     if torch.device(llm.device).type != "cuda":
-        return (DEFAULT_BATCH_ROWS_CPU if batch_rows is None else batch_rows), None
+        return None
     sizes = ModelSizes.of(stack, llm.model.config)
     free = free_memory(llm)
-    width = planned_width(max_new_tokens)
+
+    def plan(rows: int | None) -> EnginePlan:
+        return plan_engine_memory(
+            free, sizes, width=planned_width(max_new_tokens), prefix_len=prefix_len,
+            batch_rows=rows, row_width=planned_row_width(max_new_tokens),
+            prefill=prefill_sizes(torch.device("cuda")))
+
     try:
-        plan = plan_engine_memory(free, sizes, width=width, prefix_len=prefix_len,
-                                  batch_rows=batch_rows)
+        return plan(batch_rows)
     except EngineMemoryError as error:
         logger.warning("private prediction: %s; trying %d rows", error, MIN_ROWS)
-        plan = plan_engine_memory(free, sizes, width=width, prefix_len=prefix_len,
-                                  batch_rows=MIN_ROWS)
-    return plan.batch_rows, plan.doc_cache_bytes
+        return plan(MIN_ROWS)
 
 
 def _packed_engine_fits(model: CausalLM) -> bool:
