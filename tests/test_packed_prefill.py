@@ -252,3 +252,23 @@ def test_engine_refuses_a_chunk_above_the_prefill_bound() -> None:
     engine = PackedEngine(stack, rows, **common)
     assert (engine.prefill_chunk, engine.prefill_tokens) == engine_memory.prefill_sizes(
         torch.device("cpu"))
+
+
+def test_the_gpu_invariance_script_finds_every_check_bitwise_on_cpu(tmp_path: Any) -> None:
+    """``benchmarks/engine_invariance.py`` (the GPU session's check) on CPU with the tiny
+    shape: batched prefill equals each document alone and the per-document prefill, and a
+    subset of groups votes exactly as among all the groups."""
+    from benchmark_modules import load_benchmark
+
+    script = load_benchmark("engine_invariance")
+    out = tmp_path / "invariance.json"
+    assert script.main(["--shape", "tiny", "--device", "cpu", "--docs", "10", "--groups", "9",
+                        "--rows", "6", "--tokens", "3", "--batch-rows", "16",
+                        "--out", str(out)]) == 0
+    import json
+
+    result = json.loads(out.read_text())
+    for check in ("prefill_batch_invariance", "prefill_vs_alone", "votes_batch_invariance"):
+        assert result[check]["bitwise"] and result[check]["compared"] > 0, check
+        assert result[check]["max_abs_diff"] == 0.0 < result[check]["max_abs_value"]
+    assert "graphs_vs_eager" not in result  # CUDA only
