@@ -32,30 +32,48 @@ _share_the_cores()
 # Tests that xdist may place one by one, each on whichever worker is free, rather than with the
 # rest of their file (nodeid prefixes): the runbooks, a minute or more each.
 SPREAD_TESTS = ("tests/test_runbooks.py::test_runbook_runs_as_written[",)
+# Files handed out right after the runbooks, in this order: those that took 40 s or more each
+# (-n 0, one math thread, 2 cores), several of them with few tests, which xdist's own order
+# (the most tests first) would leave for the end of the run.
+SLOW_FILES = ("tests/test_facts_build.py", "tests/test_build.py", "tests/test_ray_runner.py",
+              "tests/test_ingest.py", "tests/test_eval_harness.py", "tests/test_step_resume.py",
+              "tests/test_samplers_statistical.py", "tests/test_models.py",
+              "tests/test_preflight.py")
 
 
-def _spread(nodeid: str) -> bool:
-    return nodeid.startswith(SPREAD_TESTS)
+def unit_of(nodeid: str) -> str:
+    """The unit of work of a test under ``--dist loadfile``: its file, or the test itself when
+    it is a spread test."""
+    return nodeid if nodeid.startswith(SPREAD_TESTS) else nodeid.split("::", 1)[0]
+
+
+def schedule_order(nodeids: list[str]) -> list[str]:
+    """``nodeids`` in the order in which their units are handed out: the spread tests (in their
+    own order), then SLOW_FILES, then the other files, the most tests first; a unit's tests
+    stay together and in their order."""
+    sizes: dict[str, int] = {}
+    for nodeid in nodeids:
+        sizes[unit_of(nodeid)] = sizes.get(unit_of(nodeid), 0) + 1
+
+    def key(nodeid: str) -> tuple[int, int]:
+        unit = unit_of(nodeid)
+        if unit != nodeid.split("::", 1)[0]:
+            return (0, 0)
+        if unit in SLOW_FILES:
+            return (1 + SLOW_FILES.index(unit), 0)
+        return (1 + len(SLOW_FILES), -sizes[unit])
+
+    return sorted(nodeids, key=key)  # stable: collection order within equal keys
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On an xdist worker, the collection order is the order in which ``--dist loadfile``
-    hands out its units (see :func:`pytest_xdist_make_scheduler`): the spread tests first, in
-    their own order (the slowest first), then the files with the most tests, as xdist's own
-    ordering would have it. Outside xdist nothing changes."""
+    hands out its units (:func:`schedule_order`, :func:`pytest_xdist_make_scheduler`).
+    Outside xdist nothing changes."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    sizes: dict[str, int] = {}
-    for item in items:
-        unit = _unit(item.nodeid)
-        sizes[unit] = sizes.get(unit, 0) + 1
-    items.sort(key=lambda item: (not _spread(item.nodeid), -sizes[_unit(item.nodeid)]))
-
-
-def _unit(nodeid: str) -> str:
-    """The unit of work of a test under ``--dist loadfile``: its file, or the test itself when
-    it is a spread test."""
-    return nodeid if _spread(nodeid) else nodeid.split("::", 1)[0]
+    position = {nodeid: i for i, nodeid in enumerate(schedule_order([i.nodeid for i in items]))}
+    items.sort(key=lambda item: position[item.nodeid])
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -71,7 +89,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class LoadFileSpreadingScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return _unit(nodeid)
+            return unit_of(nodeid)
 
     # Hand the units out in collection order (pytest_collection_modifyitems above), not
     # sorted by their number of tests, which would put every one-test unit last.
