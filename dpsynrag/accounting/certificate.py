@@ -706,9 +706,7 @@ def _check_plan_events(plan_record: dict[str, Any], config: dict[str, Any],
     plan = plan_from_dict(plan_record)
     if plan is None:
         return
-    recorded_clip = config.get("clip")
-    clip = float(recorded_clip) if isinstance(recorded_clip, int | float) \
-        and not isinstance(recorded_clip, bool) else None
+    clip = _recorded_clip(config)
     if not isinstance(plan, FactsBudgetPlan) and clip is None:
         return  # a token plan's draws need the recorded clip
     try:
@@ -853,9 +851,7 @@ def _check_planned_releases(plan_record: dict[str, Any], config: dict[str, Any],
     plan = plan_from_dict(plan_record)
     if plan is None:
         return
-    recorded_clip = config.get("clip")
-    clip = float(recorded_clip) if isinstance(recorded_clip, int | float) \
-        and not isinstance(recorded_clip, bool) else None
+    clip = _recorded_clip(config)
     try:
         if isinstance(plan, FactsBudgetPlan):
             facts = True
@@ -1172,3 +1168,10 @@ def _corpus_anchors(out: Path) -> int | None:
     except (OSError, KeyError, ValueError):
         return None
     return len({value for value in column.to_pylist() if value is not None})
+
+
+def _recorded_clip(config: Mapping[str, Any]) -> float | None:
+    """The config's clip c as a number, or None where it is missing or not a number."""
+    recorded = config.get("clip")
+    return float(recorded) if isinstance(recorded, int | float) \
+        and not isinstance(recorded, bool) else None
