@@ -50,8 +50,11 @@ How the work is shared (all exact: every row sees exactly the tokens of its own 
   default are tested on CPU with a stand-in capturer.
 * **Continuous batching.** When a group ends (EOS drawn or ``max_new_tokens`` reached), its
   rows leave; waiting groups (in input order) take their place at the next step while the
-  rows computed per step (whole parts, bucketed per lane) stay within ``batch_rows`` (a group
-  joins an empty engine whatever its parts). A lane is compacted when that saves a part.
+  rows computed per step (whole parts, bucketed per lane) stay within ``batch_rows`` and, when
+  ``slot_bytes`` is given (CUDA, ``engine_memory``), every lane's slot buffer after the lanes
+  grow for the admitted groups (once per lane, plus that growth's copy) stays within it, lanes
+  left empty being freed to make room (a group joins an empty engine whatever its parts and
+  slots). A lane is compacted when that saves a part.
 * **Groups larger than ``shard_rows``** (public, default ``batch_rows``). Such a group waits
   until no row is in flight, then runs alone in **shards** of at most ``shard_rows`` of its
   rows (grouped by lane width), one shard in the slots at a time. At each step every shard in
@@ -113,13 +116,15 @@ workloads (checked once against the previous commit). Measured cost on the 2-cor
 
 Memory is bounded by public values for any number and size of groups: at most
 ``batch_rows`` rows in flight (``max_rows``; ``peak_rows`` is the most seen), lanes of at
-most 1.5x their rows' parts (a lane keeps the slots it grew to), the document-KV cache bound
+most 1.5x their rows' parts (a lane keeps the slots it grew to; with ``slot_bytes``, all lanes'
+slots within it but for one group alone, and empty lanes freed), the document-KV cache bound
 (documents and swapped-out shards together; one document's KV may exceed it, a shard never
 does), one packed prefill (a stream of at most ``prefill_tokens`` tokens, or one longer
 document, and its documents' KV), the logits of one chunk, and on CUDA at most
 ``step_graphs.MAX_GRAPHS`` graphs' static buffers. What still depends on the documents is
-the slot width (each row's length, up to the longest document) and, on CPU only, the default
-cache bound (two slots of the widest row per row of ``batch_rows``).
+the slot width (each row's length, up to the longest document; with ``slot_bytes`` it costs
+rows in flight instead) and, on CPU only, the default cache bound (two slots of the widest row
+per row of ``batch_rows``).
 
 Privacy: the engine computes z_n = sum_{d in group} clip_c(logits_d) exactly as DP-SynRAG
 stage (d) defines it (or, with a ``PublicPrior``, each document's public-difference row),
