@@ -23,6 +23,7 @@ from dpsynrag.facts.fact_writer import (
     FactRule,
     absolute_threshold,
     display_phrase,
+    distinct_views,
     keyword_shares,
     missing_facts,
     note_views,
@@ -216,3 +217,17 @@ def test_note_views_name_every_fact_and_differ() -> None:
     assert note_views(bare, 3) == [write_note(bare)]
     with pytest.raises(ValueError):
         note_views(facts, 0)
+
+
+def test_two_clusters_with_the_same_facts_give_each_text_once() -> None:
+    first = ClusterFacts(0, "ulcer", 30, ("omeprazole",), ("pain", "night", "meal"))
+    twin = ClusterFacts(5, "ulcer", 12, ("omeprazole",), ("pain", "night", "meal"))
+    other = ClusterFacts(7, "gout", 20, (), ("toe", "pain"))
+    views = distinct_views([first, twin, other], 3)
+    texts = [text for _, text in views]
+    assert len(texts) == len(set(texts))
+    # the first cluster's copies stay, in order; the twin adds nothing; the other cluster
+    # follows with all of its own
+    assert views[:3] == [("ulcer", text) for text in note_views(first, 3)]
+    assert [text for anchor, text in views if anchor == "gout"] == note_views(other, 3)
+    assert len(views) == 3 + len(note_views(other, 3))

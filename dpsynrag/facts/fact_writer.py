@@ -336,6 +336,18 @@ def note_views(facts: ClusterFacts, n: int = TEXTS_PER_CLUSTER) -> list[str]:
     return list(dict.fromkeys(views))[:n]
 
 
+def distinct_views(facts: Sequence[ClusterFacts], n: int = TEXTS_PER_CLUSTER
+                   ) -> list[tuple[str, str]]:
+    """(anchor, text) of every kept cluster's ``note_views``, in cluster order, each text once
+    (post-processing, free): two clusters can keep the same facts, and a second copy of a text
+    only takes a slot of a reader's top k; the first cluster's copy stays."""
+    first: dict[str, str] = {}
+    for item in facts:
+        for view in note_views(item, n):
+            first.setdefault(view, item.anchor)
+    return [(anchor, view) for view, anchor in first.items()]
+
+
 def write_notes(facts: Sequence[ClusterFacts | None]) -> list[str]:
     """Notes of the kept clusters, in cluster order (dropped clusters are skipped).
 

@@ -47,9 +47,9 @@ from dpsynrag.facts.fact_clusters import (
 from dpsynrag.facts.fact_writer import (
     FactRule,
     display_names,
+    distinct_views,
     estimated_documents,
     keyword_shares,
-    note_views,
     select_facts,
     write_notes,
 )
@@ -125,8 +125,7 @@ def facts_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
         notes = with_released_notes(replies, notes) if ctx.config.writer_keeps_note \
             else replies
     else:  # the template's views of each kept cluster (post-processing, free)
-        views = [(item.anchor, view) for item in written
-                 for view in note_views(item, ctx.config.texts_per_cluster)]
+        views = distinct_views(written, ctx.config.texts_per_cluster)
         anchors, notes = [a for a, _ in views], [v for _, v in views]
         tokens = [len(note.split()) for note in notes]
     return StageResult(texts=notes, tokens=tokens, kept=[True] * len(notes),

@@ -210,7 +210,10 @@ class Lifeline:
             return None
         import importlib.util
 
-        spec = importlib.util.find_spec("ray")
+        try:
+            spec = importlib.util.find_spec("ray")
+        except ValueError:  # a module named ray without a spec (a stand-in): no files to watch
+            return None
         if spec is None or spec.origin is None:
             return None
         # a session of its own (setsid): a signal to the build's process group (Ctrl-C, a
