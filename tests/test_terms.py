@@ -57,6 +57,26 @@ def test_capitals_and_digits_are_kept(terms: list[dict[str, str]]) -> None:
     assert any(t.startswith("covid-19") for t in terms[5])  # digits inside a word
 
 
+def test_a_symptom_list_gives_its_items_whole() -> None:
+    note = ("Carlos Lund, age 67, has been suffering from ringing in the ears, crackling sound "
+            "when breathing, hair loss in circular patches and uncontrollable laughter. "
+            "Diagnosis: gout. Dr. Kim prescribed colchicine tablets twice a day after meals.")
+    [found] = document_terms([note], public_vocabulary(), 12)
+    role = dict(zip(found.terms, found.roles, strict=True))
+    for item in ("ringing in the ears", "crackling sound when breathing",
+                 "hair loss in circular patches", "uncontrollable laughter"):
+        assert role.get(item) == "symptom", (item, role)
+    # a whole item ranks before its own words, the names before every symptom
+    assert found.terms.index("ringing in the ears") < found.terms.index("ears")
+    assert found.terms[:2] == ("gout", "colchicine")
+    # not items: a treatment's words, a person, a date, a clause longer than six tokens
+    assert not [t for t, r in role.items() if r == "symptom" and t.startswith(
+        ("carlos", "age", "colchicine", "tablets", "meals"))]
+    [long] = document_terms(["She reports pain in the upper part of the left side of the back."],
+                            public_vocabulary(), 12)
+    assert not [t for t in long.terms if " the " in t]
+
+
 def test_breaks_and_common_words_are_not_terms(terms: list[dict[str, str]]) -> None:
     everything = set().union(*terms)
     assert not {"45-year-old", "patient", "visited", "2024", "with", "the"} & everything
@@ -163,7 +183,7 @@ def test_a_note_with_roles_names_every_fact() -> None:
                           ("dry cough", "symptom")))
     note = write_note(facts)
     assert note == ("Reported: fever aches. Diagnosis: Influenza. Treatment: Oseltamivir. "
-                    "Symptoms: Dry Cough. Also: Jane Doe.")
+                    "Symptoms: dry cough. Also: Jane Doe.")
     assert missing_facts(facts, note) == []
 
 

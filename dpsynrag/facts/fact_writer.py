@@ -263,6 +263,8 @@ def note_names(facts: ClusterFacts) -> str:
     return role_sentences(facts) if facts.roles else " / ".join(display_names(facts)) + "."
 
 
+#: Roles whose items are descriptions, written as released (lowercase), not as names.
+DESCRIPTION_ROLES = frozenset(("symptom",))
 #: How a note names each released role (public; ``facts.terms.ROLES``).
 ROLE_LABELS = {"diagnosis": "Diagnosis", "title": "Title", "product": "Product",
                "error": "Error", "treatment": "Treatment", "symptom": "Symptoms",
@@ -278,7 +280,10 @@ def role_sentences(facts: ClusterFacts) -> str:
     role_of = {name: role for name, role in facts.roles if role in ROLE_LABELS}
     groups: dict[str, list[str]] = {}
     for name in display_order(facts):
-        groups.setdefault(role_of.get(name, ""), []).append(display_phrase(name))
+        role = role_of.get(name, "")
+        # a description ("ringing in the ears") reads as written; a name in title case
+        groups.setdefault(role, []).append(name if role in DESCRIPTION_ROLES
+                                           else display_phrase(name))
     parts = [f"{ROLE_LABELS[role]}: {', '.join(groups[role])}."
              for role in ROLE_LABELS if role in groups]
     if "" in groups:

@@ -54,6 +54,14 @@ The rule (all constants public, below):
    wordfreq Zipf frequency among the term's words - ``WORD_BONUS`` x (words - 1), then first
    occurrence; name-only prefixes of rule 3 after their full run. The first ``K_e`` distinct
    terms are the document's.
+6. Whole items of a symptom list (``_items``): "has been suffering from ringing in the ears,
+   crackling sound when breathing and hair loss in circular patches" gives the three items
+   whole, with the symptom role, besides the shorter terms of rule 3 ("ears"). A list is
+   cut at punctuation and "and"/"or"; the cue the list follows gives every item its role; an
+   item has 2 to ``MAX_ITEM_WORDS`` tokens, two content words or more, and no stopword but
+   ``ITEM_GLUE`` ("in the", "when", "behind"), no name, number or date. A question paraphrases
+   a whole symptom, not its last noun: a note that writes "ringing in the ears" is found,
+   and told apart from another disease's "pain in the ears", where "ears" alone is not.
 """
 
 from __future__ import annotations
@@ -151,6 +159,15 @@ FORM_WORDS = frozenset((
 ))
 #: Prepositions over which a role reaches past one object word ("diagnosed the patient with").
 OBJECT_PREPOSITIONS = frozenset(("with", "as", "for", "from"))
+#: Longest symptom item, in tokens ("hair loss in circular patches", rule 6).
+MAX_ITEM_WORDS = 6
+#: Stopwords that may stay inside a symptom item ("ringing in the ears", "pain when chewing").
+ITEM_GLUE = frozenset(("in", "on", "at", "of", "the", "a", "an", "when", "after", "before",
+                       "behind", "under", "below", "above", "over", "around", "across",
+                       "along", "between", "during", "while", "into", "to", "from", "by",
+                       "near", "through", "upon", "within"))
+#: The roles whose list items are kept whole (rule 6): descriptions, not names.
+ITEM_ROLES = frozenset(("symptom",))
 
 
 @dataclass(frozen=True)
@@ -327,7 +344,7 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
     best: dict[str, tuple[int, int, float, int, int]] = {}
     roles: dict[str, str] = {}
 
-    def add(piece: list[int], penalty: int) -> None:
+    def add(piece: list[int], penalty: int, given_role: str | None = None) -> None:
         content = [tokens[i].info for i in piece
                    if tokens[i].kind in (_WORDK, _NAMEK, _IDENTK, _SUFFIXK, _INGK)]
         if not content:
@@ -338,11 +355,14 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
         term = " ".join(tokens[i].info.canon for i in piece)
         opened = any(tokens[i].info.is_open for i in piece)
         score = min(t.prior for t in content) - WORD_BONUS * (len(content) - 1)
-        role = roles[term] if term in roles else _role(tokens, piece[0])
+        if term in roles and (roles[term] or given_role is None):
+            role = roles[term]
+        else:  # a whole list item gives its list's role to a term that had none
+            role = given_role if given_role is not None else _role(tokens, piece[0])
         rank = len(ROLES) if penalty else _ROLE_RANK.get(role, len(ROLES))
         key = (rank, 0 if opened else 1 + penalty, score, tokens[piece[0]].start, piece[0])
         if term not in best or key < best[term]:
-            roles.setdefault(term, role)
+            roles[term] = role
             best[term] = key
 
     for run in _runs(tokens):
@@ -357,6 +377,8 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
                 names.pop()
             if names and len(names) < len(piece) and piece[:len(names)] == names:
                 add(names, 1)  # "Lyme disease" -> also "lyme"
+    for piece, role in _items(tokens):
+        add(piece, 0, role)
     ranked = sorted(best, key=lambda term: best[term])[:K_e]
     return DocumentTerms(tuple(ranked), tuple(roles[t] for t in ranked))
 
@@ -396,3 +418,63 @@ def _role(tokens: list[_Tok], first: int) -> str:
                 continue
             break  # another word: the cue, if any, is not this term's
     return ""
+
+
+def _items(tokens: list[_Tok]) -> list[tuple[list[int], str]]:
+    """Whole list items of a symptom list (rule 6), with their role.
+
+    A sentence is cut into segments at punctuation and at "and" / "or". A segment that holds
+    a role cue sets the sentence's current role (its last cue); a report verb or an -ed verb
+    form without a cue ends it. The part of a segment after its last cue, report verb or
+    verb form, without leading or trailing stopwords, is an item when the current role is in
+    ``ITEM_ROLES``, it has 2 to ``MAX_ITEM_WORDS`` tokens and at least two content words,
+    and it holds only ordinary words, -ing forms, dose-form words and ``ITEM_GLUE`` (no
+    name, number, date or person)."""
+    items: list[tuple[list[int], str]] = []
+    role = ""
+    segment: list[int] = []
+
+    def close() -> None:
+        nonlocal role
+        part = list(segment)
+        segment.clear()
+        cut = -1
+        for position, i in enumerate(part):
+            canon = tokens[i].info.canon
+            if canon in ROLE_CUES:
+                role, cut = ROLE_CUES[canon], position
+            elif canon in REPORT_VERBS or (tokens[i].kind == _BREAK and not tokens[i].info.stop
+                                           and canon.endswith("ed")):
+                role, cut = "", position
+        part = part[cut + 1:]
+        while part and tokens[part[0]].info.stop:
+            part.pop(0)
+        while part and tokens[part[-1]].info.stop:
+            part.pop()
+        if role not in ITEM_ROLES or not 2 <= len(part) <= MAX_ITEM_WORDS:
+            return
+        content = 0
+        for i in part:
+            tok = tokens[i]
+            if tok.info.stop:
+                if tok.info.canon not in ITEM_GLUE:
+                    return
+            elif tok.kind in (_WORDK, _INGK) or tok.info.canon in FORM_WORDS:
+                content += 1
+            else:
+                return
+        if content >= 2:
+            items.append((part, role))
+
+    for i, tok in enumerate(tokens):
+        if segment and (tok.sentence != tokens[segment[-1]].sentence):
+            close()
+            role = ""
+        elif segment and tok.clause != tokens[segment[-1]].clause:
+            close()
+        if tok.info.canon in LIST_JOINERS and tok.info.stop:
+            close()
+            continue
+        segment.append(i)
+    close()
+    return items
