@@ -245,8 +245,10 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when present")
     g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                    help="default: bfloat16 on cuda, float32 on cpu")
-    g.add_argument("--runner", choices=["ray", "local"], help="ray (default) or local (one "
-                   "process, no Ray)")
+    g.add_argument("--runner", choices=["auto", "ray", "local"], help="ray (model actors on "
+                   "a Ray cluster), local (one process, no Ray) or auto (default): ray when the "
+                   "build runs the language model (--generate tokens, --writer tokens) or is "
+                   "given a Ray cluster (--ray-address, RAY_ADDRESS), else local")
     g.add_argument("--ray-address", help="attach to a Ray cluster (default: start a local one)")
     g.add_argument("--workers", type=positive_int, help="model actors (default: one per free GPU, "
                    "else 1); CPU actors share one node's free CPUs (runbooks/ray-cluster.md)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import tomllib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -125,7 +126,7 @@ class BuildConfig:
     dtype: str | None = None
     seed: int | None = None
     ray_address: str | None = None
-    runner: str = "ray"
+    runner: str = "auto"  # "ray", "local", or "auto": resolved_runner
     workers: int | None = None
     batch_rows: int | None = None
     # where each private-prediction token is computed from the ledger's uniform: "host" (the
@@ -264,8 +265,8 @@ class BuildConfig:
         if self.on_bad_row == "skip" and self.ingest != "beam":
             raise ConfigError("--on-bad-row skip needs --ingest beam (the in-process reader "
                               "stops at the first bad row)")
-        if self.runner not in ("ray", "local"):
-            raise ConfigError(f"--runner must be 'ray' or 'local', got {self.runner!r}")
+        if self.runner not in ("auto", "ray", "local"):
+            raise ConfigError(f"--runner must be 'auto', 'ray' or 'local', got {self.runner!r}")
         if self.workers is not None and self.workers < 1:
             raise ConfigError("--workers must be a positive integer")
         for name in ("rephrase_prompt", "filter_prompt"):
@@ -312,6 +313,17 @@ class BuildConfig:
     def uses_llm(self) -> bool:
         """Whether the build runs the language model (token mode or the token writer)."""
         return self.generate == "tokens" or self.facts_writer_tokens
+
+    @property
+    def resolved_runner(self) -> str:
+        """``--runner auto`` (the default): Ray where the build runs the language model or is
+        given a Ray cluster (``--ray-address``, ``RAY_ADDRESS``); otherwise one process (a
+        facts build with the template writer only embeds its few texts: a local Ray cluster
+        took longer to start, about 10 s, than the whole rest of a small build)."""
+        if self.runner != "auto":
+            return self.runner
+        attached = self.ray_address is not None or bool(os.environ.get("RAY_ADDRESS"))
+        return "ray" if self.uses_llm or attached else "local"
 
     @property
     def seeded(self) -> bool:
