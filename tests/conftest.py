@@ -100,3 +100,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 @pytest.fixture(autouse=True)
 def _private_config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DPSYNRAG_CONFIG_DIR", str(tmp_path / "dpsynrag-config"))
+
+
+@pytest.fixture
+def one_torch_thread() -> Any:
+    """Torch on one thread for the test: tiny models run fastest so, and stay quick on a busy
+    machine (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -14,7 +14,7 @@ fixed chunks of tokens, attention per document at its own length.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -37,12 +37,7 @@ PUBLIC = PublicPriorSettings(documents="known facts : fever cough", top_k=6, tem
                              candidates=("chest pain",))
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _seqs(seed: int, lengths: Sequence[int] = LENGTHS, vocab: int = 290) -> list[list[int]]:
