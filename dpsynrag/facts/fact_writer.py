@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpsynrag.facts.terms import ITEM_ROLES
+
 __all__ = [
     "ClusterFacts",
     "FactRule",
@@ -263,8 +265,6 @@ def note_names(facts: ClusterFacts) -> str:
     return role_sentences(facts) if facts.roles else " / ".join(display_names(facts)) + "."
 
 
-#: Roles whose items are descriptions, written as released (lowercase), not as names.
-DESCRIPTION_ROLES = frozenset(("symptom",))
 #: How a note names each released role (public; ``facts.terms.ROLES``).
 ROLE_LABELS = {"diagnosis": "Diagnosis", "title": "Title", "product": "Product",
                "error": "Error", "treatment": "Treatment", "symptom": "Symptoms",
@@ -281,8 +281,9 @@ def role_sentences(facts: ClusterFacts) -> str:
     groups: dict[str, list[str]] = {}
     for name in display_order(facts):
         role = role_of.get(name, "")
-        # a description ("ringing in the ears") reads as written; a name in title case
-        groups.setdefault(role, []).append(name if role in DESCRIPTION_ROLES
+        # a description (a whole list item of terms rule 6: "ringing in the ears") reads as
+        # released; a name in title case
+        groups.setdefault(role, []).append(name if role in ITEM_ROLES
                                            else display_phrase(name))
     parts = [f"{ROLE_LABELS[role]}: {', '.join(groups[role])}."
              for role in ROLE_LABELS if role in groups]

@@ -166,7 +166,8 @@ ITEM_GLUE = frozenset(("in", "on", "at", "of", "the", "a", "an", "when", "after"
                        "behind", "under", "below", "above", "over", "around", "across",
                        "along", "between", "during", "while", "into", "to", "from", "by",
                        "near", "through", "upon", "within"))
-#: The roles whose list items are kept whole (rule 6): descriptions, not names.
+#: The roles whose list items are kept whole (rule 6): descriptions, not names (a note writes
+#: them as released, lowercase: ``fact_writer.role_sentences``).
 ITEM_ROLES = frozenset(("symptom",))
 
 
