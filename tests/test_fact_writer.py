@@ -26,6 +26,7 @@ from dpsynrag.facts.fact_writer import (
     distinct_views,
     keyword_shares,
     missing_facts,
+    note_names,
     note_views,
     select_facts,
     write_note,
@@ -213,6 +214,13 @@ def test_note_views_name_every_fact_and_differ() -> None:
     assert missing_facts(facts, views[1]) == []
     assert all("Lyme Disease" in v and "Doxycycline" in v for v in views)
     assert note_views(facts, 1) == [write_note(facts)]
+    five = note_views(facts)  # the default: five distinct views
+    assert len(five) == len(set(five)) == 5 and five[:3] == views
+    assert five[3].endswith("Reported: hike eye.")
+    assert five[4] == "Reported: eye bull hike rash. " + note_names(facts)
+    assert all(missing_facts(facts, v) == [] for v in (five[0], five[1], five[4]))
+    one_keyword = ClusterFacts(5, "gout", 9, (), ("toe",), "Reported")
+    assert len(note_views(one_keyword)) == len(set(note_views(one_keyword)))
     bare = ClusterFacts(4, "e-4471", 12, ("printer",), (), "Reported")  # names only: one view
     assert note_views(bare, 3) == [write_note(bare)]
     with pytest.raises(ValueError):

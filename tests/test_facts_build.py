@@ -18,6 +18,7 @@ from dpsynrag.accounting.corpus_ledger import BudgetRefusedError, CorpusLedger
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.signing import generate_keypair
 from dpsynrag.eval.datasets import make_clinic_dataset, write_clinic_dataset
+from dpsynrag.facts.fact_writer import TEXTS_PER_CLUSTER
 from dpsynrag.pipeline.build import make_plan, run_build
 from dpsynrag.pipeline.config import ConfigError, make_config
 from dpsynrag.pipeline.runners import LocalRunner
@@ -108,7 +109,7 @@ def test_each_kept_cluster_gets_its_views_and_one_text_on_request(clinic: Path,
     _build(clinic, tmp_path)
     rows = pq.read_table(tmp_path / "out" / "corpus.parquet").to_pylist()
     per_cluster = Counter(row["cluster_keyword"] for row in rows)
-    assert max(per_cluster.values()) == 3 and min(per_cluster.values()) >= 1
+    assert max(per_cluster.values()) == TEXTS_PER_CLUSTER and min(per_cluster.values()) >= 1
     assert len({row["text"] for row in rows}) == len(rows)  # no two texts alike
     _build(clinic, tmp_path, name="one", texts_per_cluster=1)
     single = pq.read_table(tmp_path / "one" / "corpus.parquet").to_pylist()

@@ -114,7 +114,7 @@ class BuildConfig:
     # facts with --writer tokens: each corpus text is the writer's reply followed by the
     # cluster's released template note (post-processing of released values: free)
     writer_keeps_note: bool = False
-    texts_per_cluster: int = 3  # facts, template writer: texts per kept cluster (note_views)
+    texts_per_cluster: int = 5  # facts, template writer: texts per kept cluster (note_views)
     allow_large_epsilon: bool = False  # measurement builds above MAX_EPSILON (eval ceilings)
     # facts with --writer tokens: levers of the writer to switch off, comma-separated (the
     # ablation of issue 15; WRITER_LEVERS). Public choices only: the same releases and rho.
