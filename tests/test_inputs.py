@@ -263,6 +263,31 @@ def test_error_non_utf8(tmp_path: Path) -> None:
                                    f"offset {len(SECRET)}")
 
 
+def test_error_lone_surrogate_names_the_place_not_the_text(tmp_path: Path) -> None:
+    """A JSON escape of half a surrogate pair decodes to a str that is not Unicode text: one
+    line naming file, line, field and character, for the text, the unit and the id (and a
+    second text column); a whole pair is an ordinary character."""
+    good = json.dumps({"id": "1", "unit": "u1", "text": "fine"})
+    pair = json.dumps({"id": "2", "unit": "u2", "text": "ok \U0001f600 " + SECRET})
+    for field, place in (("text", "text"), ("unit", "unit"), ("id", "id")):
+        row = {"id": "3", "unit": "u3", "text": SECRET}
+        row[field] = (SECRET if field == "text" else "x") + "\ud800"
+        path = tmp_path / f"{field}.jsonl"
+        path.write_text("\n".join([good, pair, json.dumps(row)]) + "\n", encoding="utf-8")
+        error = error_of(path, unit_column="unit", id_column="id")
+        where = len(SECRET) + 1 if field == "text" else 2
+        assert_one_line_without_secret(error, f"{field}.jsonl", "line 3",
+                                       f"{place} holds an unpaired surrogate U+D800",
+                                       f"character {where}")
+    path = tmp_path / "columns.jsonl"
+    path.write_text(json.dumps({"id": "1", "subject": "a", "body": "b\udfff"}) + "\n",
+                    encoding="utf-8")
+    assert_one_line_without_secret(error_of(path, text_column=("subject", "body")),
+                                   "line 1", "column 'body'", "U+DFFF")
+    path.write_text(pair + "\n", encoding="utf-8")
+    assert read_documents(path).texts == ["ok \U0001f600 " + SECRET]
+
+
 def test_error_text_not_a_string(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "num.jsonl", [{"id": "1", "text": "ok"},
                                                 {"id": "2", "text": 42},

@@ -195,6 +195,20 @@ TextReader = Callable[[BinaryIO, str, Columns, Decoding], Iterator[RawRecord | B
 """A reader of one text-format file: ``(handle, file name, columns, decoding)`` -> items."""
 
 
+def _unicode(text: str, raw: RawRecord, what: str) -> str:
+    """``text`` itself, or an :class:`InputError` when it holds a lone surrogate (a JSON
+    ``"\\ud800"`` escape without its pair): not a Unicode character, it cannot be written as
+    UTF-8, hashed or embedded. The message gives its place, never the text around it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InputError(raw.file, raw.where,
+                         f"{what} holds an unpaired surrogate U+{ord(text[error.start]):04X} "
+                         f"at character {error.start + 1}, which is not valid Unicode; fix "
+                         "the text upstream") from None
+    return text
+
+
 def _check_id(value: Any, raw: RawRecord, what: str) -> str:
     if isinstance(value, BadUtf8):
         raise value.error(raw.file, raw.where)
@@ -202,7 +216,7 @@ def _check_id(value: Any, raw: RawRecord, what: str) -> str:
         found = "null" if value is None else type(value).__name__
         raise InputError(raw.file, raw.where,
                          f"{what} is {found}, expected a string or an integer")
-    text = str(value)
+    text = _unicode(str(value), raw, what)
     if not text.strip():
         raise InputError(raw.file, raw.where, f"{what} is empty")
     return text
@@ -222,7 +236,7 @@ def _joined(parts: TextParts, raw: RawRecord) -> str | None:
             raise InputError(raw.file, raw.where, f"text is {json_type(value)} in column "
                                                   f"{column!r}, expected a string")
         if value.strip():
-            texts.append(value)
+            texts.append(_unicode(value, raw, f"text in column {column!r}"))
     return TEXT_SEPARATOR.join(texts) if texts else None
 
 
@@ -249,7 +263,7 @@ def accept_record(raw: RawRecord, has_unit_column: bool, min_chars: int,
     elif not isinstance(value, str):
         raise InputError(raw.file, raw.where, f"text is {json_type(value)}, expected a string")
     else:
-        text = normalise_text(value)
+        text = normalise_text(_unicode(value, raw, "text"))
         if not text:
             skip = "empty"
         elif len(text) < min_chars:
