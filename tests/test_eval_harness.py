@@ -59,10 +59,13 @@ def test_corpus_metrics_count_a_leaking_corpus(tmp_path: Path) -> None:
     leaky = data.notes[:5]  # a "synthetic" corpus that copies private notes verbatim
     result = measure_corpus(leaky, data, models, k=2, end_to_end=False, synthetic=True)
     assert result["names_in_corpus"] >= 1
-    assert result["verbatim_spans"] > 0
+    assert result["verbatim_spans"] > 0 and result["verbatim_spans_one_note"] > 0
+    # each note's own spans (its patient, date, doctor) are spans of one note alone
+    assert result["verbatim_spans_one_note"] <= result["verbatim_spans"]
     clean = measure_corpus(["nothing private here at all"], data, models, k=2,
                            end_to_end=False, synthetic=True)
     assert clean["names_in_corpus"] == 0 and clean["verbatim_spans"] == 0
+    assert clean["verbatim_spans_one_note"] == 0
 
 
 def test_unknown_methods_are_refused() -> None:

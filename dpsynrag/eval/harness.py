@@ -220,6 +220,10 @@ def measure_corpus(texts: Sequence[str] | None, data: EvalData, models: LazyMode
     if synthetic and texts is not None:
         result["names_in_corpus"] = names_in_corpus(texts, data.names)
         result["verbatim_spans"] = verbatim_spans(texts, data.notes, 8)
+        # the spans that only one private note holds: what a corpus must never copy (a span
+        # many notes share, e.g. two released list items side by side, is not one unit's)
+        result["verbatim_spans_one_note"] = verbatim_spans(texts, data.notes, 8,
+                                                           max_private_frequency=1)
         result["corpus_size"] = len(texts)
     return result
 

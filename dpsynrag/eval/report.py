@@ -40,7 +40,8 @@ __all__ = [
 ]
 
 UTILITY_METRICS = ("accuracy", "recall_at_k", "recall_at_k_weighted")
-LEAKAGE_METRICS = ("leaks_benign", "leaks_attack", "names_in_corpus", "verbatim_spans")
+LEAKAGE_METRICS = ("leaks_benign", "leaks_attack", "names_in_corpus", "verbatim_spans",
+                   "verbatim_spans_one_note")
 STAGES = ("histogram", "retrieval", "prediction", "phrases", "roles", "cluster_facts", "writer")
 _LABELS = {
     "accuracy": "Accuracy",
@@ -50,6 +51,7 @@ _LABELS = {
     "leaks_attack": "Leaks (attack)",
     "names_in_corpus": "Names in corpus",
     "verbatim_spans": "Verbatim spans",
+    "verbatim_spans_one_note": "Verbatim spans of one note",
 }
 _DASH = "–"
 
