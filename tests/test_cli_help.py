@@ -11,6 +11,11 @@ import pytest
 
 from dpsynrag.cli import main
 from dpsynrag.cli.build import build_parser
+from dpsynrag.facts.fact_writer import (
+    MANY_TEXTS_FROM,
+    TEXTS_PER_CLUSTER,
+    TEXTS_PER_CLUSTER_LOW_EPSILON,
+)
 from dpsynrag.pipeline.config import FACTS_DEFAULT_L, TOKENS_RHO_HIST, BuildConfig
 from dpsynrag.pipeline.defaults import DEFAULT_DELTA, DEFAULT_EPSILON
 
@@ -54,8 +59,7 @@ def test_every_option_only_one_mode_reads_says_which() -> None:
 
 @pytest.mark.parametrize("name", ["K", "R", "k", "T", "eps_theta", "rho_mean", "clip",
                                   "max_chars", "K_s", "R_f", "share_phrases", "share_roles",
-                                  "share_hist", "share_tokens", "texts_per_cluster",
-                                  "public_top_k", "epsilon", "delta"])
+                                  "share_hist", "share_tokens", "public_top_k", "epsilon", "delta"])
 def test_build_help_gives_the_configs_defaults(name: str) -> None:
     default = getattr(BuildConfig, name)
     help_text = " ".join(_helps(build_parser())[name].split())
@@ -70,6 +74,8 @@ def test_build_help_gives_the_mode_dependent_defaults() -> None:
     assert helps["keywords"].startswith("tokens: keyword extraction by the LLM (the paper's; "
                                         "default)")
     assert f"default '{BuildConfig.facts_label}'" in helps["facts_label"]
+    assert (f"default: {TEXTS_PER_CLUSTER} at epsilon >= {MANY_TEXTS_FROM:g}, else "
+            f"{TEXTS_PER_CLUSTER_LOW_EPSILON}") in helps["texts_per_cluster"]
 
 
 def test_no_help_names_an_issue_number() -> None:

@@ -22,6 +22,7 @@ from dpsynrag.facts.fact_writer import (
     ClusterFacts,
     FactRule,
     absolute_threshold,
+    default_texts_per_cluster,
     display_phrase,
     distinct_views,
     keyword_shares,
@@ -239,3 +240,18 @@ def test_two_clusters_with_the_same_facts_give_each_text_once() -> None:
     assert views[:3] == [("ulcer", text) for text in note_views(first, 3)]
     assert [text for anchor, text in views if anchor == "gout"] == note_views(other, 3)
     assert len(views) == 3 + len(note_views(other, 3))
+
+
+def test_the_texts_per_cluster_follow_the_public_epsilon_unless_given() -> None:
+    from dpsynrag.pipeline.config import ConfigError, make_config
+
+    assert [default_texts_per_cluster(e) for e in (0.5, 1, 3, 4.99, 5, 10, 20)] == \
+        [3, 3, 3, 3, 5, 5, 5]
+    for epsilon, texts in ((1.0, 3), (3.0, 3), (10.0, 5)):
+        config = make_config(None, {"epsilon": epsilon, "generate": "facts"})
+        assert config.texts_per_cluster is None
+        assert config.resolved_texts_per_cluster == texts
+    given = make_config(None, {"epsilon": 10.0, "generate": "facts", "texts_per_cluster": 2})
+    assert given.resolved_texts_per_cluster == 2
+    with pytest.raises(ConfigError, match="texts-per-cluster"):
+        make_config(None, {"epsilon": 10.0, "generate": "facts", "texts_per_cluster": 0})

@@ -190,7 +190,8 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                    help="facts with the template writer: texts written per kept cluster, each "
                         "naming all its released names (the note, then names-first views; a "
                         "reader answers more often when several retrieved texts agree; free: "
-                        "post-processing; default 5, 1 for one note per cluster)")
+                        "post-processing; default: 5 at epsilon >= 5, else 3; 1 for one note "
+                        "per cluster)")
     g.add_argument("--facts-label", help="facts: public lead word of every note, e.g. "
                    "'Symptoms' (default 'Reported')")
     g = parser.add_argument_group("token-mode stages (facts with --writer tokens reads "

@@ -114,7 +114,9 @@ class BuildConfig:
     # facts with --writer tokens: each corpus text is the writer's reply followed by the
     # cluster's released template note (post-processing of released values: free)
     writer_keeps_note: bool = False
-    texts_per_cluster: int = 5  # facts, template writer: texts per kept cluster (note_views)
+    # facts, template writer: texts per kept cluster (note_views); None: by epsilon
+    # (fact_writer.default_texts_per_cluster)
+    texts_per_cluster: int | None = None
     allow_large_epsilon: bool = False  # measurement builds above MAX_EPSILON (eval ceilings)
     # facts with --writer tokens: levers of the writer to switch off, comma-separated (the
     # ablation of issue 15; WRITER_LEVERS). Public choices only: the same releases and rho.
@@ -190,8 +192,8 @@ class BuildConfig:
             raise ConfigError(f"--generate must be 'tokens' or 'facts', got {self.generate!r}")
         for name in ("K_e", "K_s", "R_f", "texts_per_cluster"):
             value = getattr(self, name)
-            if name == "K_e" and value is None:
-                continue  # the plan's default
+            if name in ("K_e", "texts_per_cluster") and value is None:
+                continue  # the plan's default; the texts by epsilon
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise ConfigError(f"{_flag(name)} must be a positive integer, got {value!r}")
         if not (isinstance(self.share_phrases, int | float)
@@ -313,6 +315,16 @@ class BuildConfig:
     def uses_llm(self) -> bool:
         """Whether the build runs the language model (token mode or the token writer)."""
         return self.generate == "tokens" or self.facts_writer_tokens
+
+    @property
+    def resolved_texts_per_cluster(self) -> int:
+        """``--texts-per-cluster``, or without it the default for this build's epsilon
+        (``facts.fact_writer.default_texts_per_cluster``: 5 from epsilon 5, else 3)."""
+        if self.texts_per_cluster is not None:
+            return self.texts_per_cluster
+        from dpsynrag.facts.fact_writer import default_texts_per_cluster
+
+        return default_texts_per_cluster(self.epsilon)
 
     @property
     def resolved_runner(self) -> str:

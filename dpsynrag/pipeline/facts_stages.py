@@ -125,7 +125,7 @@ def facts_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
         notes = with_released_notes(replies, notes) if ctx.config.writer_keeps_note \
             else replies
     else:  # the template's views of each kept cluster (post-processing, free)
-        views = distinct_views(written, ctx.config.texts_per_cluster)
+        views = distinct_views(written, ctx.config.resolved_texts_per_cluster)
         anchors, notes = [a for a, _ in views], [v for _, v in views]
         tokens = [len(note.split()) for note in notes]
     return StageResult(texts=notes, tokens=tokens, kept=[True] * len(notes),
