@@ -269,7 +269,7 @@ def test_error_lone_surrogate_names_the_place_not_the_text(tmp_path: Path) -> No
     second text column); a whole pair is an ordinary character."""
     good = json.dumps({"id": "1", "unit": "u1", "text": "fine"})
     pair = json.dumps({"id": "2", "unit": "u2", "text": "ok \U0001f600 " + SECRET})
-    for field, place in (("text", "text"), ("unit", "unit"), ("id", "id")):
+    for field in ("text", "unit", "id"):
         row = {"id": "3", "unit": "u3", "text": SECRET}
         row[field] = (SECRET if field == "text" else "x") + "\ud800"
         path = tmp_path / f"{field}.jsonl"
@@ -277,7 +277,7 @@ def test_error_lone_surrogate_names_the_place_not_the_text(tmp_path: Path) -> No
         error = error_of(path, unit_column="unit", id_column="id")
         where = len(SECRET) + 1 if field == "text" else 2
         assert_one_line_without_secret(error, f"{field}.jsonl", "line 3",
-                                       f"{place} holds an unpaired surrogate U+D800",
+                                       f"{field} holds an unpaired surrogate U+D800",
                                        f"character {where}")
     path = tmp_path / "columns.jsonl"
     path.write_text(json.dumps({"id": "1", "subject": "a", "body": "b\udfff"}) + "\n",

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -356,13 +356,10 @@ def note_views(facts: ClusterFacts, n: int = TEXTS_PER_CLUSTER) -> list[str]:
     note = write_note(facts)
     views = [note]
     if facts.keywords:
-        names = note_names(facts)
-        keywords = list(facts.keywords)
-        views.append(f"{names} {facts.label}: {' '.join(keywords)}.")
-        views.append(f"{names} {facts.label}: {' '.join(keywords[::2])}.")
-        if len(keywords) > 1:
-            views.append(f"{names} {facts.label}: {' '.join(keywords[1::2])}.")
-        views.append(f"{facts.label}: {' '.join(keywords[::-1])}. {names}")
+        names, keywords = note_names(facts), facts.keywords
+        names_first = [keywords, keywords[::2], *([keywords[1::2]] if len(keywords) > 1 else [])]
+        views += [f"{names} {facts.label}: {' '.join(shown)}." for shown in names_first]
+        views.append(write_note(replace(facts, keywords=keywords[::-1])))
     return list(dict.fromkeys(views))[:n]
 
 
