@@ -27,7 +27,6 @@ from dpsynrag.facts.fact_writer import (
     distinct_views,
     keyword_shares,
     missing_facts,
-    note_names,
     note_views,
     select_facts,
     write_note,
@@ -207,21 +206,24 @@ def test_note_views_name_every_fact_and_differ() -> None:
     facts = ClusterFacts(3, "lyme disease", 40, ("doxycycline",), ("rash", "hike", "bull", "eye"),
                          "Reported", (("lyme disease", "diagnosis"),
                                       ("doxycycline", "treatment")))
+    names = "Diagnosis: Lyme Disease. Treatment: Doxycycline."
     views = note_views(facts, 3)
     assert views[0] == write_note(facts) and len(views) == len(set(views)) == 3
-    assert views[1] == ("Diagnosis: Lyme Disease. Treatment: Doxycycline. "
-                        "Reported: rash hike bull eye.")
-    assert views[2].endswith("Reported: rash bull.")
-    assert missing_facts(facts, views[1]) == []
-    assert all("Lyme Disease" in v and "Doxycycline" in v for v in views)
+    assert views[1] == f"{names} Reported: rash hike bull eye."
+    assert views[2] == f"Reported: eye bull hike rash. {names}"
     assert note_views(facts, 1) == [write_note(facts)]
     five = note_views(facts)  # the default: five distinct views
     assert len(five) == len(set(five)) == 5 and five[:3] == views
-    assert five[3].endswith("Reported: hike eye.")
-    assert five[4] == "Reported: eye bull hike rash. " + note_names(facts)
-    assert all(missing_facts(facts, v) == [] for v in (five[0], five[1], five[4]))
+    assert five[3] == f"{names} Reported: eye bull hike rash."
+    assert five[4] == f"Reported: bull eye rash hike. {names}"  # rotated by half
+    # every view names every kept fact: the views of one cluster rank together
+    assert all(missing_facts(facts, v) == [] for v in five)
+    assert all(sorted(v.split("Reported: ")[1].split(".")[0].split()) == sorted(facts.keywords)
+               for v in five)
     one_keyword = ClusterFacts(5, "gout", 9, (), ("toe",), "Reported")
-    assert len(note_views(one_keyword)) == len(set(note_views(one_keyword)))
+    assert note_views(one_keyword) == ["Reported: toe. Gout.", "Gout. Reported: toe."]
+    two = ClusterFacts(6, "gout", 9, (), ("toe", "night"), "Reported")  # no rotation of two
+    assert len(note_views(two)) == len(set(note_views(two))) == 4
     bare = ClusterFacts(4, "e-4471", 12, ("printer",), (), "Reported")  # names only: one view
     assert note_views(bare, 3) == [write_note(bare)]
     with pytest.raises(ValueError):
