@@ -73,6 +73,18 @@ def test_unknown_methods_are_refused() -> None:
         _settings(methods=["magic"]).validate()
 
 
+def test_the_reader_instruction_is_the_data_sets_unless_given(tmp_path: Path) -> None:
+    from dpsynrag.eval.harness import load_data
+    from dpsynrag.prompts.rag import DEFAULT_INSTRUCTION
+
+    assert load_data(_settings(), tmp_path / "a").instruction == DEFAULT_INSTRUCTION
+    given = load_data(_settings(instruction="Answer with the product only."), tmp_path / "b")
+    assert given.instruction == "Answer with the product only."
+    for bad in ("", "   ", "two\nlines"):
+        with pytest.raises(EvalError, match="--instruction"):
+            _settings(instruction=bad).validate()
+
+
 def test_query_time_methods_report_accuracy_and_their_composed_total(tmp_path: Path) -> None:
     models = LazyModels(tiny_llm(), HashEmbedder())
     settings = _settings(methods=["dp-rag", "dp-ksa", "sparse-vote"], epsilons=[10.0],

@@ -33,10 +33,10 @@ def add_parser(subparsers: Any) -> None:
                         help="'clinic', 'conditions' or 'films' (generated; see 'dpsynrag "
                              "dataset') or a directory with notes.jsonl and queries.jsonl")
     parser.add_argument("--notes", type=positive_int, default=2000,
-                        help="clinic notes (default 2000)")
+                        help="notes of a generated data set (default 2000)")
     parser.add_argument("--diseases", type=positive_int, default=40,
                         help="clinic diseases (default 40)")
-    parser.add_argument("--seed", type=int, default=0, help="clinic generator seed")
+    parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     parser.add_argument("--epsilons", default="1,3,10", help="comma-separated (default 1,3,10)")
     parser.add_argument("--methods", default="non-rag,rag,dp-synth,dp-synrag",
                         help=f"comma-separated from {', '.join(METHODS)}")
@@ -44,6 +44,11 @@ def add_parser(subparsers: Any) -> None:
                         help="repetitions of each randomised method (default 3)")
     parser.add_argument("--top-k", type=positive_int, default=10,
                         help="texts retrieved per query (default 10)")
+    parser.add_argument("--instruction", default=None,
+                        help="what the reader is asked after the question, the same for "
+                             "private RAG and every corpus (default: 'Answer with the name of "
+                             "the condition only.' for conditions, '... the title of the film "
+                             "only.' for films, '... the name of the disease only.' otherwise)")
     parser.add_argument("--no-end-to-end", action="store_true",
                         help="skip LLM answering (recall@k and corpus leakage only)")
     parser.add_argument("--config", type=Path, help="build TOML for the DP methods")
@@ -101,7 +106,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
         epsilons=epsilons, methods=[m.strip() for m in args.methods.split(",") if m.strip()],
         runs=args.runs, rag_k=args.top_k, end_to_end=not args.no_end_to_end,
         build_config=args.config, build_options=options, n_queries=args.queries,
-        query_options=query_options, query_attack=not args.no_attack)
+        query_options=query_options, query_attack=not args.no_attack,
+        instruction=args.instruction)
     run_eval(settings, args.out, progress=lambda m: print(m, file=sys.stderr, flush=True))
     print(f"report: {args.out / 'results.md'}")
     return ExitCode.OK

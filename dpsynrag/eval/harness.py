@@ -111,6 +111,8 @@ class EvalSettings:
     n_queries: int | None = None
     query_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     query_attack: bool = True
+    # what the reader is asked after the question (None: READER_INSTRUCTIONS or the default)
+    instruction: str | None = None
 
     def validate(self) -> None:
         unknown = [m for m in self.methods if m not in ALL_METHODS]
@@ -121,6 +123,9 @@ class EvalSettings:
             raise EvalError("--epsilons must be finite positive numbers")
         if self.runs < 1 or self.rag_k < 1:
             raise EvalError("--runs and --k must be positive")
+        if self.instruction is not None and (not self.instruction.strip()
+                                             or "\n" in self.instruction):
+            raise EvalError("--instruction must be one non-empty line")
 
         try:  # the build options (--config, --set) are checked before anything runs
             make_config(self.build_config, {**self.build_options, "runner": "local"})
@@ -139,7 +144,14 @@ READER_K = 5
 
 def load_data(settings: EvalSettings, work: Path) -> EvalData:
     """A generator (clinic, conditions or films; deterministic from the seed) or a user
-    directory/JSONL pair."""
+    directory/JSONL pair; ``settings.instruction`` replaces the reader's instruction."""
+    data = _load_data(settings, work)
+    if settings.instruction is not None:
+        data.instruction = settings.instruction
+    return data
+
+
+def _load_data(settings: EvalSettings, work: Path) -> EvalData:
     if settings.dataset in ORDINARY_KINDS:  # --diseases does not apply: 40 answers each
         generated = make_ordinary_dataset(settings.dataset, n_notes=settings.n_notes,
                                           n_queries=settings.n_queries, seed=settings.seed)
