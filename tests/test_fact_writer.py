@@ -29,6 +29,7 @@ from dpsynrag.facts.fact_writer import (
     missing_facts,
     note_views,
     select_facts,
+    spread_views,
     write_note,
     write_notes,
 )
@@ -228,6 +229,25 @@ def test_note_views_name_every_fact_and_differ() -> None:
     assert note_views(bare, 3) == [write_note(bare)]
     with pytest.raises(ValueError):
         note_views(facts, 0)
+
+
+def test_spread_views_differ_in_their_keywords_below_epsilon_five() -> None:
+    facts = ClusterFacts(3, "lyme disease", 40, ("doxycycline",), ("rash", "hike", "bull", "eye"),
+                         "Reported", (("lyme disease", "diagnosis"),
+                                      ("doxycycline", "treatment")))
+    names = "Diagnosis: Lyme Disease. Treatment: Doxycycline."
+    spread = note_views(facts, spread=True)
+    assert spread == [write_note(facts), f"{names} Reported: rash hike bull eye.",
+                      f"{names} Reported: rash bull.", f"{names} Reported: hike eye.",
+                      f"Reported: eye bull hike rash. {names}"]
+    assert note_views(facts, 1, spread=True) == note_views(facts, 1)  # the note first, both
+    assert all("Lyme Disease" in v and "Doxycycline" in v for v in spread)
+    assert [spread_views(e) for e in (0.5, 1, 3, 4.99, 5, 10, 20)] == \
+        [True, True, True, True, False, False, False]
+    bare = ClusterFacts(4, "e-4471", 12, ("printer",), (), "Reported")
+    assert note_views(bare, spread=True) == [write_note(bare)]
+    views = distinct_views([facts], 3, spread=True)
+    assert [text for _, text in views] == spread[:3]
 
 
 def test_two_clusters_with_the_same_facts_give_each_text_once() -> None:

@@ -114,6 +114,26 @@ def test_each_kept_cluster_gets_its_views_and_one_text_on_request(clinic: Path,
     _build(clinic, tmp_path, name="one", texts_per_cluster=1)
     single = pq.read_table(tmp_path / "one" / "corpus.parquet").to_pylist()
     assert single and set(Counter(row["cluster_keyword"] for row in single).values()) == {1}
+    # at epsilon >= 5 a cluster's texts hold the same keywords (they rank together); below,
+    # the spread views hold different ones (facts.fact_writer.spread_views)
+    assert _keyword_sets(rows) and all(len(sets) == 1 for sets in _keyword_sets(rows).values())
+    low = tmp_path / "low"
+    low.mkdir()
+    _build(clinic, low, epsilon=3.0, texts_per_cluster=TEXTS_PER_CLUSTER)
+    spread = _keyword_sets(pq.read_table(low / "out" / "corpus.parquet").to_pylist())
+    assert any(len(sets) > 1 for sets in spread.values())
+
+
+def _keyword_sets(rows: list[dict]) -> dict[str, set[tuple[str, ...]]]:
+    """Per cluster, the distinct sets of keywords of its texts (texts without keywords left
+    out)."""
+    sets: dict[str, set[tuple[str, ...]]] = {}
+    for row in rows:
+        _, sep, rest = row["text"].partition("Reported: ")
+        if sep:
+            words = tuple(sorted(rest.split(".")[0].split()))
+            sets.setdefault(row["cluster_keyword"], set()).add(words)
+    return sets
 
 
 def test_a_resumed_facts_build_draws_nothing_new(clinic: Path, tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "keyword_shares",
     "missing_facts",
     "select_facts",
+    "spread_views",
     "write_note",
     "write_notes",
 ]
@@ -336,47 +337,67 @@ def default_texts_per_cluster(epsilon: float) -> int:
     return TEXTS_PER_CLUSTER if epsilon >= MANY_TEXTS_FROM else TEXTS_PER_CLUSTER_LOW_EPSILON
 
 
-def note_views(facts: ClusterFacts, n: int = TEXTS_PER_CLUSTER) -> list[str]:
-    """Up to ``n`` distinct texts of one cluster's kept facts (post-processing, free), each
-    naming every kept name and every kept keyword, in this order: the note (``write_note``);
-    the names first, then the keywords; the note with its keywords reversed; the names first,
-    then the keywords reversed; the note with its keywords rotated by half their number.
+def spread_views(epsilon: float) -> bool:
+    """Whether a build at ``epsilon`` writes the spread views (``note_views``): below
+    MANY_TEXTS_FROM, a function of the public epsilon only. With few, noisier clusters a
+    retriever's top ten must hold more distinct clusters, and views that hold different
+    keywords rank apart; with richer clusters views that agree fill the reader's top five.
+    Measured at epsilon 1 (one run each, three texts): recall@10 conditions 0.475, films
+    0.35 with the agreeing views against 0.542 +- 0.029 and 0.433 +- 0.038 with the spread
+    ones (3 runs)."""
+    return epsilon < MANY_TEXTS_FROM
 
-    A private corpus holds many documents per frequent answer, and a small reader that sees
-    several of its top five agree answers from them; texts of other clusters among the five
-    pull it away (the packaged 135M reader most often names the last text's answer). Views
-    that hold the same words embed alike and rank together, so a cluster's texts fill the
-    reader's top five. Measured with the packaged reader at epsilon 10, the released facts of
-    one build per set re-written (40 queries each; accuracy / recall@10): these views 0.40 /
-    0.775 (clinic), 0.575 / 0.875 (conditions), 0.55 / 0.85 (films) against 0.275 / 0.775,
-    0.35 / 0.875 and 0.425 / 0.825 with the earlier views, whose third and fourth held only
-    the keywords at even or odd places. Before that, one note per cluster had given 0.225
-    (conditions) and 0.125 (films)."""
+
+def note_views(facts: ClusterFacts, n: int = TEXTS_PER_CLUSTER, *, spread: bool = False
+               ) -> list[str]:
+    """Up to ``n`` distinct texts of one cluster's kept facts (post-processing, free). Every
+    view names every kept name.
+
+    The agreeing views (the default) each hold every kept keyword too, in this order: the note
+    (``write_note``); the names first, then the keywords; the note with its keywords reversed;
+    the names first, then the keywords reversed; the note with its keywords rotated by half
+    their number. A private corpus holds many documents per frequent answer, and a small
+    reader that sees several of its top five agree answers from them; texts of other clusters
+    among the five pull it away (the packaged 135M reader most often names the last text's
+    answer). Views that hold the same words embed alike and rank together, so a cluster's
+    texts fill the reader's top five. Measured with the packaged reader at epsilon 10, the
+    released facts of one build per set re-written (40 queries each; accuracy / recall@10):
+    0.40 / 0.775 (clinic), 0.575 / 0.875 (conditions), 0.55 / 0.85 (films) against 0.275 /
+    0.775, 0.35 / 0.875 and 0.425 / 0.825 with the spread views.
+
+    The spread views (``spread=True``; ``spread_views``) differ in their keywords: the note;
+    the names first, then every keyword; the names, then the keywords at even places; the
+    names, then those at odd places; the note with its keywords reversed."""
     if n < 1:
         raise ValueError("a cluster needs at least one text")
     keywords = facts.keywords
-    orders = [keywords, keywords[::-1]]
-    if len(keywords) > 2:
-        half = len(keywords) // 2
-        orders.append((*keywords[half:], *keywords[:half]))
     names = note_names(facts)
     views = [write_note(facts)]
-    if keywords:
+    if keywords and spread:
+        shown = [keywords, keywords[::2], *([keywords[1::2]] if len(keywords) > 1 else [])]
+        views += [f"{names} {facts.label}: {' '.join(words)}." for words in shown]
+        views.append(write_note(replace(facts, keywords=keywords[::-1])))
+    elif keywords:
+        reverse = keywords[::-1]
+        half = len(keywords) // 2
         views += [f"{names} {facts.label}: {' '.join(keywords)}.",
-                  write_note(replace(facts, keywords=orders[1])),
-                  f"{names} {facts.label}: {' '.join(orders[1])}.",
-                  *(write_note(replace(facts, keywords=order)) for order in orders[2:])]
+                  write_note(replace(facts, keywords=reverse)),
+                  f"{names} {facts.label}: {' '.join(reverse)}."]
+        if len(keywords) > 2:  # rotated by half (for two keywords: the reversed order)
+            views.append(write_note(replace(facts, keywords=(*keywords[half:],
+                                                             *keywords[:half]))))
     return list(dict.fromkeys(views))[:n]
 
 
-def distinct_views(facts: Sequence[ClusterFacts], n: int = TEXTS_PER_CLUSTER
-                   ) -> list[tuple[str, str]]:
-    """(anchor, text) of every kept cluster's ``note_views``, in cluster order, each text once
-    (post-processing, free): two clusters can keep the same facts, and a second copy of a text
-    only takes a slot of a reader's top k; the first cluster's copy stays."""
+def distinct_views(facts: Sequence[ClusterFacts], n: int = TEXTS_PER_CLUSTER, *,
+                   spread: bool = False) -> list[tuple[str, str]]:
+    """(anchor, text) of every kept cluster's ``note_views`` (``spread``: which views), in
+    cluster order, each text once (post-processing, free): two clusters can keep the same
+    facts, and a second copy of a text only takes a slot of a reader's top k; the first
+    cluster's copy stays."""
     first: dict[str, str] = {}
     for item in facts:
-        for view in note_views(item, n):
+        for view in note_views(item, n, spread=spread):
             first.setdefault(view, item.anchor)
     return [(anchor, view) for view, anchor in first.items()]
 

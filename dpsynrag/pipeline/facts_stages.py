@@ -51,6 +51,7 @@ from dpsynrag.facts.fact_writer import (
     estimated_documents,
     keyword_shares,
     select_facts,
+    spread_views,
     write_notes,
 )
 from dpsynrag.facts.phrases import document_phrases
@@ -125,7 +126,8 @@ def facts_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
         notes = with_released_notes(replies, notes) if ctx.config.writer_keeps_note \
             else replies
     else:  # the template's views of each kept cluster (post-processing, free)
-        views = distinct_views(written, ctx.config.resolved_texts_per_cluster)
+        views = distinct_views(written, ctx.config.resolved_texts_per_cluster,
+                               spread=spread_views(ctx.config.epsilon))
         anchors, notes = [a for a, _ in views], [v for _, v in views]
         tokens = [len(note.split()) for note in notes]
     return StageResult(texts=notes, tokens=tokens, kept=[True] * len(notes),
