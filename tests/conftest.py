@@ -1,5 +1,5 @@
 """Shared test set-up: no test writes to the real config directory (keys, corpus ledgers);
-under pytest-xdist (``make test`` runs two workers) each worker's math libraries get their
+under pytest-xdist (``make test`` runs three workers) each worker's math libraries get their
 share of the cores, set before torch is imported, and ``--dist loadfile`` keeps each test file
 on one worker except the runbooks, which spread over the workers and start first."""
 

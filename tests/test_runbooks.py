@@ -3,7 +3,7 @@
 The convention is in runbooks/README.md. The runner's own behaviour (parsing, one shell for
 all blocks, failure reports) is tested first on small synthetic runbooks; then every
 ``runbooks/*.md`` except the README runs against 120 fictitious clinic notes, generated once
-per process. Each runbook is a test of its own: under ``make test`` the two xdist workers run
+per process. Each runbook is a test of its own: under ``make test`` the xdist workers run
 one runbook each at a time, the slowest first (tests/conftest.py).
 """
 
