@@ -85,6 +85,22 @@ def test_the_reader_instruction_is_the_data_sets_unless_given(tmp_path: Path) ->
             _settings(instruction=bad).validate()
 
 
+def test_a_rerun_with_other_settings_is_refused_not_mixed(tmp_path: Path) -> None:
+    from dpsynrag.eval.harness import SETTINGS_FILE, _check_resumable
+
+    report = tmp_path / "report"
+    (report / "runs").mkdir(parents=True)
+    _check_resumable(_settings(), report)
+    assert (report / SETTINGS_FILE).is_file()
+    (report / "runs" / "rag-epsinf-run0.json").write_text("{}")
+    _check_resumable(_settings(), report)  # the same settings resume
+    _check_resumable(_settings(runs=5, epsilons=[1.0, 10.0]), report)  # more runs: resume
+    with pytest.raises(EvalError, match="other settings \\(instruction\\)"):
+        _check_resumable(_settings(instruction="Answer with the product only."), report)
+    with pytest.raises(EvalError, match="build_options, seed"):
+        _check_resumable(_settings(seed=3, build_options={"K_e": 2}), report)
+
+
 def test_query_time_methods_report_accuracy_and_their_composed_total(tmp_path: Path) -> None:
     models = LazyModels(tiny_llm(), HashEmbedder())
     settings = _settings(methods=["dp-rag", "dp-ksa", "sparse-vote"], epsilons=[10.0],

@@ -389,6 +389,34 @@ def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Runner, models
     return result
 
 
+#: The settings a finished run's result depends on (``--methods``, ``--epsilons`` and
+#: ``--runs`` may grow between reruns: each run is stored under its own name).
+RUN_SETTINGS = ("dataset", "n_notes", "n_diseases", "seed", "rag_k", "end_to_end",
+                "build_config", "build_options", "dp_synth_batch", "n_queries", "query_options",
+                "query_attack", "instruction")
+SETTINGS_FILE = "run-settings.json"
+
+
+def _check_resumable(settings: EvalSettings, report_dir: Path) -> None:
+    """Refuse a rerun into ``report_dir`` whose stored runs were made with other settings
+    (they would be mixed with new ones in one table); record the settings on a first run."""
+    values = asdict(settings)
+    current = {name: (str(values[name]) if isinstance(values[name], Path) else values[name])
+               for name in RUN_SETTINGS}
+    current = json.loads(json.dumps(current, sort_keys=True))  # tuples as lists, as stored
+    path = report_dir / SETTINGS_FILE
+    if path.exists():
+        stored = json.loads(path.read_text())
+        changed = sorted(name for name in RUN_SETTINGS if stored.get(name) != current[name])
+        if changed:
+            raise EvalError(f"{report_dir}: its runs were made with other settings "
+                            f"({', '.join(changed)}); use another -o, or remove the directory")
+        return
+    if any((report_dir / "runs").iterdir()):
+        return  # a report from before this check: nothing to compare with
+    path.write_text(json.dumps(current, indent=1, sort_keys=True))
+
+
 def run_eval(settings: EvalSettings, report_dir: Path, *, models: LazyModels | None = None,
              runner: Runner | None = None,
              progress: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
@@ -403,6 +431,7 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, models: LazyModels | N
     report_dir.mkdir(parents=True, exist_ok=True)
     work = report_dir / "work"
     (report_dir / "runs").mkdir(exist_ok=True)
+    _check_resumable(settings, report_dir)
     data = load_data(settings, work)
     if models is None:
         models = LazyModels(settings.build_options.get("model"),
