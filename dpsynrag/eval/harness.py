@@ -397,13 +397,16 @@ RUN_SETTINGS = ("dataset", "n_notes", "n_diseases", "seed", "rag_k", "end_to_end
 SETTINGS_FILE = "run-settings.json"
 
 
+def _public_settings(settings: EvalSettings) -> dict[str, Any]:
+    """The settings as the report writes them (paths as strings)."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()}
+
+
 def _check_resumable(settings: EvalSettings, report_dir: Path) -> None:
     """Refuse a rerun into ``report_dir`` whose stored runs were made with other settings
     (they would be mixed with new ones in one table); record the settings on a first run."""
-    values = asdict(settings)
-    current = {name: (str(values[name]) if isinstance(values[name], Path) else values[name])
-               for name in RUN_SETTINGS}
-    current = json.loads(json.dumps(current, sort_keys=True))  # tuples as lists, as stored
+    public = _public_settings(settings)
+    current = json.loads(json.dumps({name: public[name] for name in RUN_SETTINGS}))  # as stored
     path = report_dir / SETTINGS_FILE
     if path.exists():
         stored = json.loads(path.read_text())
@@ -491,9 +494,8 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, models: LazyModels | N
                 entry["runs"].append(result)
                 progress(f"{label}: done in {result['wall_seconds']:.0f} s")
             entries.append(entry)
-    settings_public = {k: (str(v) if isinstance(v, Path) else v)
-                       for k, v in asdict(settings).items()}
-    results = {"dataset": data.description, "settings": settings_public, "methods": entries}
+    results = {"dataset": data.description, "settings": _public_settings(settings),
+               "methods": entries}
     (report_dir / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True))
     write_markdown(results, report_dir / "results.md")
     write_plots(results, report_dir)

@@ -371,21 +371,24 @@ def note_views(facts: ClusterFacts, n: int = TEXTS_PER_CLUSTER, *, spread: bool 
     if n < 1:
         raise ValueError("a cluster needs at least one text")
     keywords = facts.keywords
+    if not keywords:
+        return [write_note(facts)]
     names = note_names(facts)
-    views = [write_note(facts)]
-    if keywords and spread:
-        shown = [keywords, keywords[::2], *([keywords[1::2]] if len(keywords) > 1 else [])]
-        views += [f"{names} {facts.label}: {' '.join(words)}." for words in shown]
-        views.append(write_note(replace(facts, keywords=keywords[::-1])))
-    elif keywords:
-        reverse = keywords[::-1]
-        half = len(keywords) // 2
-        views += [f"{names} {facts.label}: {' '.join(keywords)}.",
-                  write_note(replace(facts, keywords=reverse)),
-                  f"{names} {facts.label}: {' '.join(reverse)}."]
-        if len(keywords) > 2:  # rotated by half (for two keywords: the reversed order)
-            views.append(write_note(replace(facts, keywords=(*keywords[half:],
-                                                             *keywords[:half]))))
+
+    def note(words: Sequence[str]) -> str:
+        return write_note(replace(facts, keywords=tuple(words)))
+
+    def names_first(words: Sequence[str]) -> str:
+        return f"{names} {facts.label}: {' '.join(words)}."
+
+    reverse = keywords[::-1]
+    if spread:
+        views = [note(keywords), names_first(keywords), names_first(keywords[::2]),
+                 *([names_first(keywords[1::2])] if len(keywords) > 1 else []), note(reverse)]
+    else:
+        half = len(keywords) // 2  # rotated by half (for two keywords: the reversed order)
+        views = [note(keywords), names_first(keywords), note(reverse), names_first(reverse),
+                 *([note((*keywords[half:], *keywords[:half]))] if len(keywords) > 2 else [])]
     return list(dict.fromkeys(views))[:n]
 
 
