@@ -13,12 +13,14 @@ import pytest
 from dpsynrag.eval.datasets import _english_or_plural, load_qa_jsonl
 from dpsynrag.eval.datasets_ordinary import (
     CONDITION_TEMPLATES,
+    CONDITION_TEMPLATES_FRESH,
     CONDITION_TEMPLATES_HELDOUT,
     CONDITIONS,
     FILM_TEMPLATES,
+    FILM_TEMPLATES_FRESH,
     FILM_TEMPLATES_HELDOUT,
     PLOT_ELEMENTS,
-    TemplateSet,
+    TEMPLATE_VARIANTS,
     make_conditions_dataset,
     make_films_dataset,
     make_ordinary_dataset,
@@ -32,6 +34,10 @@ from dpsynrag.eval.metrics import contains_answer
 from dpsynrag.io.reader import read_documents
 
 WRITERS = {"conditions": write_conditions_dataset, "films": write_films_dataset}
+TEMPLATES = {"conditions": {"dev": CONDITION_TEMPLATES, "heldout": CONDITION_TEMPLATES_HELDOUT,
+                            "fresh": CONDITION_TEMPLATES_FRESH},
+             "films": {"dev": FILM_TEMPLATES, "heldout": FILM_TEMPLATES_HELDOUT,
+                       "fresh": FILM_TEMPLATES_FRESH}}
 LAY = {phrase: lay for phrase, lay in PLOT_ELEMENTS}
 
 
@@ -117,9 +123,10 @@ def test_zipf_counts_properties(n_notes: int) -> None:
 
 
 @pytest.mark.parametrize("kind", ["conditions", "films"])
-@pytest.mark.parametrize("heldout", [False, True])
-def test_queries_never_give_the_answer_away(kind: str, heldout: bool) -> None:
-    data = make_ordinary_dataset(kind, n_notes=600, n_queries=200, seed=2, heldout=heldout)
+@pytest.mark.parametrize("variant", [{}, {"heldout": True}, {"templates": "heldout"},
+                                     {"templates": "fresh"}])
+def test_queries_never_give_the_answer_away(kind: str, variant: dict) -> None:
+    data = make_ordinary_dataset(kind, n_notes=600, n_queries=200, seed=2, **variant)
     answers = [a for a, _, _, _ in _answers(data)]
     for q in data.queries:
         assert q.answer.lower() not in q.question.lower()
@@ -195,21 +202,55 @@ def test_film_titles_are_ordinary_words(films) -> None:
         assert len({f.title for f in other.films}) == 40
 
 
-@pytest.mark.parametrize("normal,heldout,make", [
-    (CONDITION_TEMPLATES, CONDITION_TEMPLATES_HELDOUT, make_conditions_dataset),
-    (FILM_TEMPLATES, FILM_TEMPLATES_HELDOUT, make_films_dataset)])
-def test_heldout_templates_are_separate(normal: TemplateSet, heldout: TemplateSet, make) -> None:
-    assert len(normal.notes) >= 8 and len(heldout.notes) >= 4 and len(heldout.queries) >= 4
-    assert not set(normal.notes) & set(heldout.notes)
-    assert not set(normal.queries) & set(heldout.queries)
-    plain, held = make(n_notes=300, seed=4), make(n_notes=300, seed=4, heldout=True)
-    assert held.heldout and held.describe()["heldout"] is True
-    for data, own, other in ((plain, normal, heldout), (held, heldout, normal)):
-        assert all(_matches(n.text, own.notes) and not _matches(n.text, other.notes)
-                   for n in data.notes)
-        assert all(_matches(q.question, own.queries) for q in data.queries)
-    used = Counter(next(t for t in normal.notes if _regex(t).match(n.text)) for n in plain.notes)
-    assert len(used) == len(normal.notes)
+@pytest.mark.parametrize("kind", ["conditions", "films"])
+def test_template_variants_are_separate(kind: str) -> None:
+    sets = TEMPLATES[kind]
+    assert len(sets["dev"].notes) >= 8
+    assert len(sets["heldout"].notes) >= 4 and len(sets["heldout"].queries) >= 4
+    assert len(sets["fresh"].notes) >= 6 and len(sets["fresh"].queries) >= 5
+    for a in TEMPLATE_VARIANTS:
+        for b in TEMPLATE_VARIANTS:
+            if a < b:
+                assert not set(sets[a].notes) & set(sets[b].notes), (a, b)
+                assert not set(sets[a].queries) & set(sets[b].queries), (a, b)
+    made = {"dev": make_ordinary_dataset(kind, n_notes=300, seed=4),
+            "heldout": make_ordinary_dataset(kind, n_notes=300, seed=4, heldout=True),
+            "fresh": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
+                                           templates="fresh")}
+    for variant, data in made.items():
+        own = sets[variant]
+        others = [sets[v] for v in TEMPLATE_VARIANTS if v != variant]
+        assert data.templates == variant and data.heldout == (variant == "heldout")
+        assert data.describe()["templates"] == variant
+        assert data.describe()["heldout"] is (variant == "heldout")
+        for n in data.notes:
+            assert _matches(n.text, own.notes), n.text
+            assert not any(_matches(n.text, o.notes) for o in others), n.text
+        for q in data.queries:
+            assert _matches(q.question, own.queries), q.question
+            assert not any(_matches(q.question, o.queries) for o in others), q.question
+        used = Counter(next(t for t in own.notes if _regex(t).match(n.text))
+                       for n in data.notes)
+        assert len(used) == len(own.notes)  # every note template is used
+    assert {next(t for t in sets["fresh"].queries if _regex(t).match(q.question))
+            for q in made["fresh"].queries} == set(sets["fresh"].queries)
+
+
+@pytest.mark.parametrize("kind", ["conditions", "films"])
+def test_heldout_flag_is_the_heldout_variant(tmp_path: Path, kind: str) -> None:
+    write = WRITERS[kind]
+    a = write(tmp_path / "a", n_notes=120, seed=3, heldout=True)
+    b = write(tmp_path / "b", n_notes=120, seed=3, templates="heldout")
+    c = write(tmp_path / "c", n_notes=120, seed=3, heldout=True, templates="heldout")
+    for key in a:
+        assert a[key].read_bytes() == b[key].read_bytes() == c[key].read_bytes()
+    dev = make_ordinary_dataset(kind, n_notes=120, seed=3)
+    assert dev == make_ordinary_dataset(kind, n_notes=120, seed=3, templates="dev")
+    assert dev.templates == "dev" and not dev.heldout
+    with pytest.raises(ValueError, match="contradicts"):
+        make_ordinary_dataset(kind, n_notes=120, heldout=True, templates="fresh")
+    with pytest.raises(ValueError, match="templates must be one of"):
+        make_ordinary_dataset(kind, n_notes=120, templates="new")
 
 
 @pytest.mark.parametrize("kind", ["conditions", "films"])
@@ -254,6 +295,39 @@ def test_dataset_command(tmp_path: Path, capsys) -> None:
         assert (tmp_path / "f" / path.name).read_bytes() == path.read_bytes()
     assert main(["dataset", "clinic", "-o", str(tmp_path / "x"), "--heldout"]) != 0
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("kind", ["conditions", "films"])
+def test_dataset_command_fresh_templates(tmp_path: Path, kind: str, capsys) -> None:
+    from dpsynrag.cli import main
+
+    assert main(["dataset", kind, "-o", str(tmp_path / "f"), "--notes", "80", "--seed", "11",
+                 "--templates", "fresh"]) == 0
+    ref = WRITERS[kind](tmp_path / "ref", n_notes=80, seed=11, templates="fresh")
+    for path in ref.values():
+        assert (tmp_path / "f" / path.name).read_bytes() == path.read_bytes()
+    described = json.loads((tmp_path / "f" / f"{kind}.json").read_text())
+    assert described["templates"] == "fresh" and described["heldout"] is False
+    assert main(["dataset", kind, "-o", str(tmp_path / "h"), "--notes", "80",
+                 "--templates", "heldout", "--heldout"]) == 0
+    assert json.loads((tmp_path / "h" / f"{kind}.json").read_text())["templates"] == "heldout"
+    capsys.readouterr()
+    assert main(["dataset", kind, "-o", str(tmp_path / "x"), "--templates", "fresh",
+                 "--heldout"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error: --heldout contradicts --templates fresh" in err[0]
+    assert main(["dataset", "clinic", "-o", str(tmp_path / "x"), "--templates", "fresh"]) == 2
+    assert not (tmp_path / "x").exists()
+
+
+def test_dataset_help_says_fresh_is_for_a_final_measurement(capsys) -> None:
+    from dpsynrag.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["dataset", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--templates {dev,heldout,fresh}" in text
+    assert "fresh: templates kept unread for a final measurement only" in text
 
 
 def test_eval_harness_generates_the_kinds(tmp_path: Path) -> None:

@@ -38,9 +38,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--queries", type=positive_int, default=None,
                         help="queries (default one per disease, issue, condition or film)")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    parser.add_argument("--templates", choices=["dev", "heldout", "fresh"], default=None,
+                        help="'conditions' and 'films' only: the note and query templates "
+                             "(default dev, the set to tune on); heldout: the older held-out "
+                             "set; fresh: templates kept unread for a final measurement only, "
+                             "never for tuning")
     parser.add_argument("--heldout", action="store_true",
-                        help="'conditions' and 'films' only: use the held-out note and query "
-                             "templates (for a final measurement)")
+                        help="'conditions' and 'films' only: the same as --templates heldout")
     parser.set_defaults(handler=run_dataset)
 
 
@@ -50,12 +54,15 @@ def run_dataset(args: argparse.Namespace) -> int:
     from dpsynrag.eval.datasets import write_clinic_dataset, write_support_dataset
     from dpsynrag.eval.datasets_ordinary import ORDINARY_KINDS, make_ordinary_dataset, save_dataset
 
-    if args.heldout and args.kind not in ORDINARY_KINDS:
-        raise CliError(f"--heldout applies to {' and '.join(ORDINARY_KINDS)} only")
+    if args.heldout and args.templates not in (None, "heldout"):
+        raise CliError(f"--heldout contradicts --templates {args.templates}: give one of them")
+    for given, option in ((args.heldout, "--heldout"), (args.templates, "--templates")):
+        if given and args.kind not in ORDINARY_KINDS:
+            raise CliError(f"{option} applies to {' and '.join(ORDINARY_KINDS)} only")
     if args.kind in ORDINARY_KINDS:
         data = make_ordinary_dataset(args.kind, n_notes=args.notes or 4000,
                                      n_queries=args.queries, seed=args.seed,
-                                     heldout=args.heldout)
+                                     heldout=args.heldout, templates=args.templates)
         paths = save_dataset(data, args.out)
     elif args.kind == "support":
         paths = write_support_dataset(args.out, n_tickets=args.notes or 2000,

@@ -29,8 +29,11 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   contains no answer at all: checked in code, generation fails otherwise.
 * Film titles come from word lists; every token is an English word (english-words, plurals
   allowed) or a number, titles are unique and none contains another.
-* ``heldout=True`` swaps in separate note and query templates (never used otherwise), for a
-  final measurement on wording no rule was tuned on.
+* ``templates`` picks the note and query templates: ``"dev"`` (the default, for tuning),
+  ``"heldout"`` (separate templates, once kept for a final measurement; they have since been
+  read while tuning) or ``"fresh"`` (separate again, never to be read by whoever tunes the
+  system: for a final measurement only). ``heldout=True`` is the older spelling of
+  ``templates="heldout"``.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 
@@ -58,11 +61,14 @@ from dpsynrag.eval.metrics import contains_answer
 __all__ = [
     "CONDITIONS",
     "CONDITION_TEMPLATES",
+    "CONDITION_TEMPLATES_FRESH",
     "CONDITION_TEMPLATES_HELDOUT",
     "FILM_TEMPLATES",
+    "FILM_TEMPLATES_FRESH",
     "FILM_TEMPLATES_HELDOUT",
     "ORDINARY_KINDS",
     "PLOT_ELEMENTS",
+    "TEMPLATE_VARIANTS",
     "Condition",
     "ConditionsDataset",
     "Film",
@@ -75,12 +81,14 @@ __all__ = [
     "min_notes",
     "save_dataset",
     "shared_words",
+    "template_variant",
     "write_conditions_dataset",
     "write_films_dataset",
     "zipf_counts",
 ]
 
 ORDINARY_KINDS = ("conditions", "films")
+TEMPLATE_VARIANTS = ("dev", "heldout", "fresh")
 ZIPF_OFFSET = 10.0
 ZIPF_EXPONENT = 2.35
 N_DOCTORS = 8
@@ -418,6 +426,38 @@ CONDITION_TEMPLATES_HELDOUT = TemplateSet(notes=(
     "What would a doctor call {symptoms}?",
     "Lately: {symptoms}. Which diagnosis fits?",
 ))
+# Fresh: for a final measurement only; whoever tunes the system must not read these.
+CONDITION_TEMPLATES_FRESH = TemplateSet(notes=(
+    "{date}, surgery list of Dr. {doctor}. S: {name} ({age}y), troubled by {symptoms}. "
+    "O: examined, obs charted. Most likely: {condition}. Rx: {treatment}; review in two "
+    "weeks.",
+    "ED attendance {date} - {condition}. {name}, {age}, arrived by own transport with "
+    "{symptoms}. Reviewed by Dr. {doctor}; {treatment} commenced, home with safety-netting "
+    "advice.",
+    "Pharmacy consultation, {date}. Counselled {name} (age {age}) on {treatment} for "
+    "{condition}, as per Dr. {doctor}. Patient still mentions {symptoms}.",
+    "Handover {date}, bay four: {name}, {age}. Issues: (1) {symptoms}; (2) known "
+    "{condition}, under Dr. {doctor}; (3) on {treatment}, obs due this evening. "
+    "Family aware.",
+    "Portal message from {name} ({age}), {date}: \"I have had {symptoms}, should I "
+    "worry?\" Reply from Dr. {doctor}: going by your message this sounds like {condition}; "
+    "I have sent {treatment} to your pharmacy.",
+    "Re: {condition} - follow-up {date}. {name}, {age}, back with Dr. {doctor} after "
+    "{treatment}. Originally troubled by {symptoms}; much better now.",
+    "Problem list for {name} (age {age}), updated {date} by Dr. {doctor}. Active problem: "
+    "{condition}. Symptoms: {symptoms}. Current medication or measures: {treatment}.",
+    "Home visit {date}. Called out to {name}, {age}, in bed with {symptoms}. Dr. {doctor} put "
+    "it down to {condition} and left {treatment} with the family.",
+), queries=(
+    "Posting here as my GP is booked up for weeks: {symptoms}. What's the likely culprit?",
+    "{asker} here, otherwise healthy. Since last month: {symptoms}. What does this usually "
+    "turn out to be?",
+    "Quick question from {asker}: {symptoms}. What do GPs usually find behind that?",
+    "My partner keeps telling me to get checked. The list so far: {symptoms}. What might be "
+    "behind it?",
+    "Anyone else had {symptoms}? What did it end up being for you?",
+    "Symptom checker entry: {symptoms}. Most probable cause?",
+))
 
 # ------------------------------------------------------------------ films
 _ADJECTIVES = (
@@ -549,6 +589,33 @@ FILM_TEMPLATES_HELDOUT = TemplateSet(notes=(
     "There was a movie with {plot}; what is it called?",
     "I can't recall a title: a {genre} with {plot}. Any idea?",
 ))
+# Fresh: for a final measurement only; whoever tunes the system must not read these.
+FILM_TEMPLATES_FRESH = TemplateSet(notes=(
+    "{title} ({genre}) - {stars} of 5 from {name}, {date}. {director} juggles {plot} and "
+    "mostly lands it.",
+    "Cinema club newsletter, {date}. Our next screening, put forward by member {name}: "
+    "{title}. Expect {plot} in this {genre} by {director}.",
+    "Text from {name}, {date}: put {title} on ur list!! {genre}, {plot}... {stars} outta 5 "
+    "lol",
+    "Video shop ledger {date} | member: {name} | item: {title} | shelf: {genre} | blurb: "
+    "{plot} | staff score: {stars}",
+    "Festival programme, screening on {date}. {director} returns with a {genre} in which "
+    "{plot} collide. Tickets for {title} sold out first, says volunteer {name}.",
+    "Asked what stuck with them this year, {name} named {title} without hesitating: {plot}, "
+    "all in one {genre}. ({date})",
+    "Forum thread on {genre} recs, reply from {name} ({date}): want {plot}? Then {title} by "
+    "{director} is your film.",
+    "In-flight entertainment, {date}: {name} spent the long haul with {title} ({director}, "
+    "{genre}). On screen: {plot}; {stars} of 5 from seat 32C.",
+), queries=(
+    "Help me out, it's driving me mad: a {genre} with {plot}. Title?",
+    "{asker} asking for my dad, who keeps going on about a film with {plot}. Anyone know what "
+    "it is?",
+    "Cinema quiz tonight: which {genre} combines {plot}?",
+    "Searching for a movie I half remember: {plot}. Any clue what it's titled?",
+    "Film trivia from {asker}: a {genre} packing in {plot}. Which one is it?",
+    "Is there a {genre} out there where {plot} show up?",
+))
 
 
 # ------------------------------------------------------------------ data classes
@@ -594,11 +661,16 @@ class ConditionsDataset:
     """Conditions, notes and queries of one generated ``conditions`` set."""
 
     seed: int
-    heldout: bool
+    templates: str
     conditions: tuple[Condition, ...]
     notes: tuple[OrdinaryNote, ...]
     queries: tuple[QAItem, ...]
     kind: str = "conditions"
+
+    @property
+    def heldout(self) -> bool:
+        """Whether the held-out templates were used."""
+        return self.templates == "heldout"
 
     def describe(self) -> dict[str, Any]:
         """The public description written to ``conditions.json``."""
@@ -614,11 +686,16 @@ class FilmsDataset:
     """Films, notes and queries of one generated ``films`` set."""
 
     seed: int
-    heldout: bool
+    templates: str
     films: tuple[Film, ...]
     notes: tuple[OrdinaryNote, ...]
     queries: tuple[QAItem, ...]
     kind: str = "films"
+
+    @property
+    def heldout(self) -> bool:
+        """Whether the held-out templates were used."""
+        return self.templates == "heldout"
 
     def describe(self) -> dict[str, Any]:
         """The public description written to ``films.json``."""
@@ -630,7 +707,7 @@ class FilmsDataset:
 
 def _header(data: ConditionsDataset | FilmsDataset) -> dict[str, Any]:
     return {"generator": f"dpsynrag.eval.datasets_ordinary/{data.kind}-v1", "seed": data.seed,
-            "heldout": data.heldout, "n_notes": len(data.notes),
+            "heldout": data.heldout, "templates": data.templates, "n_notes": len(data.notes),
             "n_queries": len(data.queries)}
 
 
@@ -765,9 +842,23 @@ def _make_queries(rng: np.random.Generator, people: _Names, *, answers: Sequence
     return queries
 
 
+def template_variant(templates: str | None = None, heldout: bool = False) -> str:
+    """The template variant to use: ``templates`` if given (one of
+    :data:`TEMPLATE_VARIANTS`), else ``"heldout"`` or ``"dev"`` by the older ``heldout``
+    flag. ``heldout=True`` with another variant is an error."""
+    if templates is None:
+        return "heldout" if heldout else "dev"
+    if templates not in TEMPLATE_VARIANTS:
+        raise ValueError(f"templates must be one of {', '.join(TEMPLATE_VARIANTS)}")
+    if heldout and templates != "heldout":
+        raise ValueError(f"heldout=True contradicts templates={templates!r}")
+    return templates
+
+
 # ------------------------------------------------------------------ conditions generator
 def make_conditions_dataset(*, n_notes: int = 4000, n_queries: int | None = None,
-                            seed: int = 0, heldout: bool = False) -> ConditionsDataset:
+                            seed: int = 0, heldout: bool = False,
+                            templates: str | None = None) -> ConditionsDataset:
     """Generate ``n_notes`` doctor notes about the 40 :data:`CONDITIONS` and the queries.
 
     One note per patient; see the module docstring for the rules. Deterministic in all
@@ -775,7 +866,9 @@ def make_conditions_dataset(*, n_notes: int = 4000, n_queries: int | None = None
     """
     _validate(n_notes, n_queries)
     _check_conditions()
-    templates = CONDITION_TEMPLATES_HELDOUT if heldout else CONDITION_TEMPLATES
+    variant = template_variant(templates, heldout)
+    chosen = {"dev": CONDITION_TEMPLATES, "heldout": CONDITION_TEMPLATES_HELDOUT,
+              "fresh": CONDITION_TEMPLATES_FRESH}[variant]
     rng = np.random.default_rng(seed)
     ranks, shares, counts = _frequencies(n_notes, len(CONDITIONS), rng)
     people = _Names(rng)
@@ -788,7 +881,7 @@ def make_conditions_dataset(*, n_notes: int = 4000, n_queries: int | None = None
         patient = people.new()
         by_answer.setdefault(int(c), []).append(patient)
         clinical = [symptoms[int(s)][0] for s in rng.permutation(len(symptoms))]
-        text = _pick(rng, templates.notes).format(
+        text = _pick(rng, chosen.notes).format(
             name=patient, age=int(rng.integers(18, 90)), date=_random_day(rng),
             symptoms=_join(clinical), doctor=_pick(rng, doctors), condition=name,
             treatment=treatment)
@@ -802,8 +895,8 @@ def make_conditions_dataset(*, n_notes: int = 4000, n_queries: int | None = None
     queries = _make_queries(
         rng, people, answers=[c[0] for c in CONDITIONS],
         lay=[[lay for _, lay in c[2]] for c in CONDITIONS], fields=[{} for _ in CONDITIONS],
-        slot="symptoms", by_answer=by_answer, n_queries=n_queries, templates=templates.queries)
-    return ConditionsDataset(seed=seed, heldout=heldout, conditions=conditions,
+        slot="symptoms", by_answer=by_answer, n_queries=n_queries, templates=chosen.queries)
+    return ConditionsDataset(seed=seed, templates=variant, conditions=conditions,
                              notes=tuple(notes), queries=tuple(queries))
 
 
@@ -882,14 +975,16 @@ def _plot_sets(titles: Sequence[str], rng: np.random.Generator) -> list[tuple[in
 
 
 def make_films_dataset(*, n_notes: int = 4000, n_queries: int | None = None, seed: int = 0,
-                       heldout: bool = False) -> FilmsDataset:
+                       heldout: bool = False, templates: str | None = None) -> FilmsDataset:
     """Generate 40 invented films, ``n_notes`` viewer notes and the queries.
 
     One note per viewer; see the module docstring for the rules. Deterministic in all
     arguments (public synthetic data, not DP noise).
     """
     _validate(n_notes, n_queries)
-    templates = FILM_TEMPLATES_HELDOUT if heldout else FILM_TEMPLATES
+    variant = template_variant(templates, heldout)
+    chosen = {"dev": FILM_TEMPLATES, "heldout": FILM_TEMPLATES_HELDOUT,
+              "fresh": FILM_TEMPLATES_FRESH}[variant]
     rng = np.random.default_rng(seed)
     n_films = 40
     titles = _titles(n_films, rng)
@@ -907,7 +1002,7 @@ def make_films_dataset(*, n_notes: int = 4000, n_queries: int | None = None, see
         viewer = people.new()
         by_answer.setdefault(f, []).append(viewer)
         plot = [PLOT_ELEMENTS[plots[f][int(e)]][0] for e in rng.permutation(len(plots[f]))]
-        text = _pick(rng, templates.notes).format(
+        text = _pick(rng, chosen.notes).format(
             name=viewer, title=titles[f], date=_random_day(rng), genre=genres[f],
             plot=_join(plot), director=director_of[f], stars=int(rng.integers(2, 6)))
         notes.append(OrdinaryNote(id=f"note-{k + 1:0{width}d}", text=text,
@@ -921,20 +1016,21 @@ def make_films_dataset(*, n_notes: int = 4000, n_queries: int | None = None, see
     queries = _make_queries(
         rng, people, answers=titles, lay=[[PLOT_ELEMENTS[e][1] for e in p] for p in plots],
         fields=[{"genre": g} for g in genres], slot="plot", by_answer=by_answer,
-        n_queries=n_queries, templates=templates.queries)
-    return FilmsDataset(seed=seed, heldout=heldout, films=films, notes=tuple(notes),
+        n_queries=n_queries, templates=chosen.queries)
+    return FilmsDataset(seed=seed, templates=variant, films=films, notes=tuple(notes),
                         queries=tuple(queries))
 
 
 # ------------------------------------------------------------------ files
 def make_ordinary_dataset(kind: str, *, n_notes: int = 4000, n_queries: int | None = None,
-                          seed: int = 0, heldout: bool = False
+                          seed: int = 0, heldout: bool = False, templates: str | None = None
                           ) -> ConditionsDataset | FilmsDataset:
     """:func:`make_conditions_dataset` or :func:`make_films_dataset` by ``kind``."""
     if kind not in ORDINARY_KINDS:
         raise ValueError(f"kind must be one of {', '.join(ORDINARY_KINDS)}")
     make = make_conditions_dataset if kind == "conditions" else make_films_dataset
-    return make(n_notes=n_notes, n_queries=n_queries, seed=seed, heldout=heldout)
+    return make(n_notes=n_notes, n_queries=n_queries, seed=seed, heldout=heldout,
+                templates=templates)
 
 
 def save_dataset(data: ConditionsDataset | FilmsDataset, out_dir: Path | str) -> dict[str, Path]:
@@ -959,17 +1055,20 @@ def save_dataset(data: ConditionsDataset | FilmsDataset, out_dir: Path | str) ->
 
 def write_conditions_dataset(out_dir: Path | str, *, n_notes: int = 4000,
                              n_queries: int | None = None, seed: int = 0,
-                             heldout: bool = False) -> dict[str, Path]:
+                             heldout: bool = False,
+                             templates: str | None = None) -> dict[str, Path]:
     """Generate a ``conditions`` set and write it (keys ``notes``, ``queries``,
     ``conditions``). Same arguments, same bytes."""
     return save_dataset(make_conditions_dataset(n_notes=n_notes, n_queries=n_queries,
-                                                seed=seed, heldout=heldout), out_dir)
+                                                seed=seed, heldout=heldout,
+                                                templates=templates), out_dir)
 
 
 def write_films_dataset(out_dir: Path | str, *, n_notes: int = 4000,
                         n_queries: int | None = None, seed: int = 0,
-                        heldout: bool = False) -> dict[str, Path]:
+                        heldout: bool = False,
+                        templates: str | None = None) -> dict[str, Path]:
     """Generate a ``films`` set and write it (keys ``notes``, ``queries``, ``films``). Same
     arguments, same bytes."""
     return save_dataset(make_films_dataset(n_notes=n_notes, n_queries=n_queries, seed=seed,
-                                           heldout=heldout), out_dir)
+                                           heldout=heldout, templates=templates), out_dir)
