@@ -238,3 +238,23 @@ def test_naming_roles_share_the_first_anchor_priority_so_the_rarer_name_anchors(
     joined = {order[r]: m for r, m in enumerate(members)}
     assert joined["e-4685"] == [0, 3] and joined["e-1111"] == [1] and joined["restart"] == [2]
     assert joined["oseltamivir"] == []  # a treatment never outranks a naming role
+
+
+def test_verb_forms_end_terms_and_a_cue_verb_announces_in_any_person() -> None:
+    notes = ["Dr. Oyelaran suspects gout and prescribes colchicine.",
+             "Maria Lopez told her sister that Copper Lantern was worth a ticket.",
+             "We finally caught Copper Lantern at the drive-in tonight.",
+             "The nurse has begun amoxicillin for the ear infection.",
+             "Hair loss in circular patches and itching of the scalp."]
+    found = [dict(zip(d.terms, d.roles, strict=True))
+             for d in document_terms(notes, public_vocabulary(), 12)]
+    assert found[0]["gout"] == "diagnosis"  # "suspects" is the cue "suspected"
+    assert found[0]["colchicine"] == "treatment"
+    assert not [t for t in found[0] if "suspects" in t or "prescribes" in t]
+    assert "copper lantern" in found[1] and not [t for t in found[1] if "told" in t]
+    assert "copper lantern" in found[2]  # "finally", "caught" and "tonight" end terms
+    assert not [t for t in found[2] if t.split()[0] in ("finally", "caught")
+                or t.endswith("tonight")]
+    assert "amoxicillin" in found[3] and not [t for t in found[3] if "begun" in t]
+    # a noun's plural is no cue: "patches" is not the treatment cue "patch"
+    assert "treatment" not in found[4].values()

@@ -71,6 +71,7 @@ from dpsynrag.facts.fact_clusters import anchor_clusters, fact_counts, fact_doma
 from dpsynrag.facts.fact_writer import FactRule, select_facts, write_notes
 from dpsynrag.facts.phrases import document_phrases
 from dpsynrag.facts.roles import role_priority
+from dpsynrag.facts.term_choice import CANDIDATES, first_terms, released_choices
 from dpsynrag.facts.terms import document_terms
 from dpsynrag.io.output_files import CORPUS_FILE
 from dpsynrag.io.reader import read_documents
@@ -323,19 +324,24 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     vocab = public_vocabulary()
     keywords = fact_keywords(data.notes, vocab, config.K_s)
     roles: dict[str, str] | None = None
+    candidates = None
     if config.facts_items == "terms":
-        terms = document_terms(data.notes, vocab, plan.K_e)
-        phrases = [list(t.terms) for t in terms]
-        pairs = Counter((term, role) for t in terms
-                        for term, role in zip(t.terms, t.roles, strict=True) if role)
-        roles = {}
-        for (term, role), _ in sorted(pairs.items(), key=lambda item: -item[1]):
-            roles.setdefault(term, role)  # the most frequent role of each term (exact)
+        candidates = document_terms(data.notes, vocab, CANDIDATES)
+        phrases = [list(first_terms(t, plan.K_e).terms) for t in candidates]
     else:
         phrases = document_phrases(data.notes, vocab, plan.K_e)
     phrase_count = Counter(p for items in phrases for p in set(items))
     tau = plan.tau_A
     anchors = {p: c for p, c in phrase_count.items() if c >= tau}
+    if candidates is not None:  # as the build: choose again among the anchors, then by role
+        terms = released_choices(candidates, anchors, plan.K_e)
+        pairs = Counter((term, role) for t in terms
+                        for term, role in zip(t.terms, t.roles, strict=True) if role)
+        roles = {}
+        for (term, role), _ in sorted(pairs.items(), key=lambda item: -item[1]):
+            roles.setdefault(term, role)  # the most frequent role of each term (exact)
+        phrases = [list(t.terms) for t in released_choices(candidates, anchors, plan.K_e,
+                                                             roles)]
     keyword_count = Counter(w for items in keywords for w in set(items))
     top = [w for w, _ in keyword_count.most_common(config.R_f)]
     domain = fact_domain(anchors, top)

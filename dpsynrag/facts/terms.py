@@ -20,11 +20,13 @@ The rule (all constants public, below):
    apostrophes, hyphens, underscores or dots; a clause is a stretch of tokens separated by
    whitespace only (punctuation and blank lines end it); a sentence ends at . ! ? or a line
    break (not after "Dr", "Mrs", ...).
-2. *Breaks* end a term: stopwords, role cue words (``ROLE_CUES``), calendar words
-   (``DATE_WORDS``), dose forms and schedules (``FORM_WORDS``: "tablets", "twice"), titles of
+2. *Breaks* end a term: stopwords, role cue words (``ROLE_CUES``, their third-person forms
+   included: ``cue_of``), calendar words (``DATE_WORDS``), adverbs of time and manner
+   (``ADVERBS``), dose forms and schedules (``FORM_WORDS``: "tablets", "twice"), titles of
    people (``HONORIFICS``) and the capitalised name right after one ("Dr. Jane Doe": a
    person, never a term), lowercase verb forms in -ed or -ing whose stem is in V ("visited",
-   "presenting"), common report verbs (``REPORT_VERBS``), tokens mixing digits and letters
+   "presenting"), common report verbs and irregular past forms (``REPORT_VERBS``,
+   ``IRREGULAR_VERBS``: "told", "begun"), tokens mixing digits and letters
    that are not identifier-shaped ("45-year-old"). An -ing form right after a word ends the
    term instead of breaking it when the clause (or the list item: "and", "or") ends there
    ("food poisoning"; "pain radiating to" breaks). A capital letter or a letter with one or
@@ -66,6 +68,7 @@ The rule (all constants public, below):
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -75,7 +78,7 @@ from dpsynrag.transforms.keywords import _check_k, inflected_form
 from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
 
 __all__ = ["COMMON_ZIPF", "MAX_WORDS", "NAMING_ROLES", "ROLES", "ROLE_CUES", "DocumentTerms",
-           "document_terms"]
+           "cue_of", "document_terms"]
 
 #: Longest term, in tokens.
 MAX_WORDS = 4
@@ -127,6 +130,32 @@ ROLES: tuple[str, ...] = ("diagnosis", "title", "product", "error", "treatment",
 #: before a template word tagged as a product: "restart the app", "the log shows error X").
 NAMING_ROLES = frozenset({"diagnosis", "title", "product", "error"})
 _ROLE_RANK = {role: 0 if role in NAMING_ROLES else r for r, role in enumerate(ROLES)}
+#: Past forms of common irregular English verbs, and forms of common verbs of saying and
+#: judging (public grammar, not data): like the -ed forms, they end a term ("Ivan
+#: told friends", "finally caught X", "have begun ibuprofen"). Forms that are often
+#: adjectives or nouns of a term ("broken", "frozen", "stolen", "lost", "left", "cut", "shot",
+#: "set") are not listed.
+IRREGULAR_VERBS = frozenset((
+    "told", "tells", "caught", "catches", "built", "builds", "begun", "began", "begins",
+    "brought", "brings", "bought", "buys", "taught", "teaches", "sought", "seeks", "fought",
+    "spoke", "spoken", "speaks", "chose", "chosen", "chooses", "drove", "driven", "ate",
+    "eaten", "drank", "ran", "sang", "sung", "swam", "knew", "known", "knows", "grew",
+    "grown", "threw", "thrown", "flew", "drew", "showed", "shown", "became", "become",
+    "becomes", "meant", "means", "met", "meets", "paid", "pays", "sent", "sends", "spent",
+    "spends", "slept", "sold", "sells", "heard", "hears", "understood", "stood", "sat",
+    "won", "wore", "rode", "rose", "woke", "forgot", "forgotten", "forgave", "gotten",
+    "done", "did", "does", "gone", "seen", "held", "holds", "dealt", "dug", "hung", "fled",
+    "found", "finds", "put", "puts", "let", "lets", "led", "leads", "gives", "believe",
+    "believes", "agree", "agrees", "suggests", "indicates", "reveals", "mentions",
+    "explains", "adds", "states", "concludes", "decides",
+))
+#: Adverbs of time and manner that end a term ("finally caught X", public).
+ADVERBS = frozenset((
+    "finally", "recently", "suddenly", "usually", "really", "previously", "currently",
+    "initially", "eventually", "actually", "apparently", "probably", "possibly",
+    "certainly", "clearly", "quickly", "slowly", "gradually", "immediately", "later",
+    "soon", "lately", "often", "sometimes", "always", "tonight",
+))
 #: Common report verbs that end a term (public).
 REPORT_VERBS = frozenset((
     "has", "had", "have", "is", "was", "were", "are", "came", "comes", "come", "went", "goes",
@@ -134,6 +163,7 @@ REPORT_VERBS = frozenset((
     "gets", "got", "keeps", "kept", "feels", "felt", "seems", "visit", "visits", "agreed",
     "thinks", "thought", "loved", "loves", "liked", "likes", "hated", "enjoyed", "wrote",
     "writes", "asks", "asked", "tried", "tries", "wants", "needs", "made", "makes", "gave",
+    *IRREGULAR_VERBS,
 ))
 #: Words that join the items of a list: a cue before the list holds for every item.
 LIST_JOINERS = frozenset(("and", "or"))
@@ -169,6 +199,20 @@ ITEM_GLUE = frozenset(("in", "on", "at", "of", "the", "a", "an", "when", "after"
 #: The roles whose list items are kept whole (rule 6): descriptions, not names (a note writes
 #: them as released, lowercase: ``fact_writer.role_sentences``).
 ITEM_ROLES = frozenset(("symptom",))
+
+
+@functools.cache
+def cue_of(canon: str) -> str | None:
+    """The role a cue word announces (``ROLE_CUES``), the third-person form of a cue verb
+    included ("suspects" as "suspected", "watches" as "watched": the -ed form is a cue); None
+    for any other word ("patches" is no form of the cue "patch")."""
+    role = ROLE_CUES.get(canon)
+    if role is None and len(canon) > 3 and canon.endswith("s") and not canon.endswith("ss"):
+        for stem in (canon[:-2], canon[:-1]) if canon.endswith("es") else (canon[:-1],):
+            role = ROLE_CUES.get(stem + "ed") or ROLE_CUES.get(stem + "d")
+            if role is not None:
+                break
+    return role
 
 
 @dataclass(frozen=True)
@@ -259,7 +303,7 @@ def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool
         return _SUFFIXK  # "B12", "D3"
     if tok.stop:
         return _GLUEK if (canon in NAME_GLUE or (capital and not initial)) else _BREAK
-    if canon in ROLE_CUES or canon in DATE_WORDS or canon in FORM_WORDS:
+    if cue_of(canon) or canon in DATE_WORDS or canon in FORM_WORDS or canon in ADVERBS:
         return _BREAK
     if (initial or not capital) and verb_form(canon):
         return _INGK if canon.endswith("ing") and canon not in REPORT_VERBS else _BREAK
@@ -402,7 +446,7 @@ def _role(tokens: list[_Tok], first: int) -> str:
                 break  # "X, to be seen again": not a list
             in_item = True
         canon = tokens[j].info.canon
-        role = ROLE_CUES.get(canon)
+        role = cue_of(canon)
         if role is not None:
             return role
         if tokens[j].kind == _HONORK:
@@ -442,8 +486,9 @@ def _items(tokens: list[_Tok]) -> list[tuple[list[int], str]]:
         cut = -1
         for position, i in enumerate(part):
             canon = tokens[i].info.canon
-            if canon in ROLE_CUES:
-                role, cut = ROLE_CUES[canon], position
+            cue = cue_of(canon)
+            if cue is not None:
+                role, cut = cue, position
             elif canon in REPORT_VERBS or (tokens[i].kind == _BREAK and not tokens[i].info.stop
                                            and canon.endswith("ed")):
                 role, cut = "", position

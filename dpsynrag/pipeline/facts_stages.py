@@ -11,9 +11,12 @@ resumed build reads released values back and never redraws them):
     open-vocabulary phrases (``facts.phrases``, ``--facts-items open``), a rule of that
     document alone -> DP partition selection (``accounting.partition_selection``):
     delta_A-approximately rho_A-zCDP, rho_A = K_e / (2 sigma_A^2) -> released phrases A;
+    with terms, each document then chooses its K_e terms again among its candidates in A
+    (``facts.term_choice``: a rule of the document and released values, free);
 (f1r) with terms: the role histogram of A (``facts.roles``: one (term, role) pair per
     term of a document, l2 sensitivity sqrt(K_e)) -> rho_R = K_e / (2 sigma_R^2); each term's
-    role is post-processing;
+    role is post-processing, and each document chooses its K_e terms once more, the terms
+    of a released naming role first;
 (f2) clusters anchored on A, each document in at most L clusters, by released role then
     rarest anchor first (a rule of the document and released values) -> one noisy
     histogram per cluster over the public domain D = A u W: each document adds at most
@@ -56,6 +59,7 @@ from dpsynrag.facts.fact_writer import (
 )
 from dpsynrag.facts.phrases import document_phrases
 from dpsynrag.facts.roles import release_roles, role_priority, term_roles
+from dpsynrag.facts.term_choice import CANDIDATES, first_terms, released_choices
 from dpsynrag.facts.terms import DocumentTerms, document_terms
 from dpsynrag.pipeline.config import ablated_levers
 from dpsynrag.pipeline.context import BuildContext, StageResult
@@ -90,13 +94,15 @@ class ReleasedKeywords(NamedTuple):
 
 class ReleasedPhrases(NamedTuple):
     """(f1): each document's phrases or terms (private), the released phrases A, and, with
-    ``--facts-items terms``, each document's terms with their roles (private) and the
-    released role of each term of A (post-processing of the role histogram)."""
+    ``--facts-items terms``, each document's terms with their roles chosen among its
+    released candidates (private; ``facts.term_choice``), the released role of each term of A
+    (post-processing of the role histogram) and each document's candidates (private)."""
 
     per_document: list[list[str]]
     released: dict[str, int]
     terms: list[DocumentTerms] | None = None
     roles: dict[str, str] | None = None
+    candidates: list[DocumentTerms] | None = None
 
 
 class FactClusters(NamedTuple):
@@ -168,17 +174,17 @@ def released_phrases(ctx: BuildContext, texts: list[str], vocab: PublicVocabular
     # mpmath (60-digit tails): loaded for the facts mode only
     from dpsynrag.accounting.partition_selection import phrase_counts, release_partitions
 
-    terms: list[DocumentTerms] | None = None
+    candidates: list[DocumentTerms] | None = None
     if ctx.config.facts_items == "terms":
         def extract_terms() -> list[list[list[str]]]:
             found = _per_document(ctx, "(f1) terms", texts,
-                                  lambda: document_terms(texts, vocab, ctx.plan.K_e))
+                                  lambda: document_terms(texts, vocab, CANDIDATES))
             return [item.as_json() for item in found]
 
         stage = "f1_terms"
-        terms = [DocumentTerms.from_json(pairs) for pairs
-                 in ctx.state.checkpoint("terms", extract_terms, stage=stage)]
-        doc_phrases = [list(item.terms) for item in terms]
+        candidates = [DocumentTerms.from_json(pairs) for pairs
+                      in ctx.state.checkpoint("term-candidates", extract_terms, stage=stage)]
+        doc_phrases = [list(first_terms(item, ctx.plan.K_e).terms) for item in candidates]
     else:
         def extract() -> list[list[str]]:
             return _per_document(ctx, "(f1) phrases", texts,
@@ -191,7 +197,13 @@ def released_phrases(ctx: BuildContext, texts: list[str], vocab: PublicVocabular
         released = release_partitions(ctx.ledger, PHRASES_KEY, counts,
                                       max_items=ctx.plan.K_e, sigma=ctx.plan.sigma_A,
                                       delta=ctx.plan.delta_phrases)
-    return ReleasedPhrases(doc_phrases, released, terms)
+    if candidates is None:
+        return ReleasedPhrases(doc_phrases, released)
+    # each document's K_e terms again, among its released candidates (facts.term_choice:
+    # a rule of the document and released values)
+    terms = released_choices(candidates, released, ctx.plan.K_e)
+    return ReleasedPhrases([list(item.terms) for item in terms], released, terms, None,
+                           candidates)
 
 
 def released_roles(ctx: BuildContext, phrases: ReleasedPhrases) -> ReleasedPhrases:
@@ -205,7 +217,11 @@ def released_roles(ctx: BuildContext, phrases: ReleasedPhrases) -> ReleasedPhras
         noisy = release_roles(ctx.ledger, phrases.terms, released, K_e=ctx.plan.K_e,
                               sigma=ctx.plan.sigma_R)
         roles = dict(term_roles(noisy, released, ctx.plan.sigma_R))
-    return phrases._replace(roles=roles)
+    if phrases.candidates is None:
+        return phrases._replace(roles=roles)
+    # the released roles choose again: a term a reader asks for is never cut
+    chosen = released_choices(phrases.candidates, phrases.released, ctx.plan.K_e, roles)
+    return phrases._replace(per_document=[list(item.terms) for item in chosen], roles=roles)
 
 
 def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: ReleasedKeywords

@@ -1,0 +1,81 @@
+"""Facts mode: which of its terms a document uses once the terms A are released.
+
+Before the release of A, a document offers the first ``K_e`` of its candidate terms in the
+order of the public prior (``facts.terms``, rule 5). Many of those cannot be used afterwards:
+a patient's or a doctor's name, a phrase only this note writes. The role histogram and the
+fact clusters then see fewer than ``K_e`` useful terms of that document, and the term it is
+about may have been cut: on notes that name the diagnosis without a cue word ("the nurse
+and Dr. Doe agree on ear infection"), the symptoms and the names filled the ``K_e`` places.
+
+After the release, ``released_choice`` picks the document's ``K_e`` terms again, among its
+candidates (the first ``CANDIDATES`` of the same public order) that are in A:
+
+1. with released roles, the terms whose *released* role names what a record is about
+   (``NAMING_ROLES``) first;
+2. then by the role the document itself gives the term (its cue, ``facts.terms`` rule 4),
+   in the public order of ``ROLES``, terms without a cue last;
+3. terms without a cue by their released count, smallest first: a term written in many
+   documents is a template's words ("discharge summary", "referral letter"), not what one
+   record is about;
+4. then the public prior order.
+
+**Privacy.** The choice reads one document's candidates (a rule of that document alone) and
+released values only (A with its noisy counts, the released roles): it is post-processing
+of those releases applied per document. Adding or removing one document changes its own
+chosen terms and no other document's, and each document still holds at most ``K_e``
+distinct terms, each with one role. So the sensitivities of the releases that read the
+choice are those stated for ``K_e`` terms per document: the role histogram (sqrt(K_e),
+``facts.roles``) and the fact histograms (K_e + K_s items in each of at most L clusters,
+``facts.fact_clusters``). Their costs are conditional on the released values the choice
+reads (adaptive composition with the charges of those releases). Nothing here is logged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from dpsynrag.facts.terms import NAMING_ROLES, ROLES, DocumentTerms
+
+__all__ = ["CANDIDATES", "first_terms", "released_choice", "released_choices"]
+
+#: How many candidate terms per document (public prior order) the choice after the release
+#: may pick from.
+CANDIDATES = 48
+
+_CUE_RANK = {role: 0 if role in NAMING_ROLES else rank for rank, role in enumerate(ROLES)}
+_NO_CUE = len(ROLES)
+
+
+def first_terms(candidates: DocumentTerms, K_e: int) -> DocumentTerms:
+    """The document's first ``K_e`` candidates: its terms before any release."""
+    return DocumentTerms(candidates.terms[:K_e], candidates.roles[:K_e])
+
+
+def released_choice(candidates: DocumentTerms, released: Mapping[str, int], K_e: int,
+                    roles: Mapping[str, str] | None = None) -> DocumentTerms:
+    """The document's ``K_e`` terms among its candidates in ``released`` (module docstring).
+
+    ``released`` maps each released term to its released noisy count; ``roles`` is each
+    term's released role (``facts.roles.term_roles``), or None before the role release.
+    """
+    if K_e < 1:
+        raise ValueError(f"K_e must be a positive integer, got {K_e!r}")
+
+    def order(position: int) -> tuple[int, int, int, int]:
+        term, cue = candidates.terms[position], candidates.roles[position]
+        naming = 0 if roles is not None and roles.get(term) in NAMING_ROLES else 1
+        cue_rank = _CUE_RANK.get(cue, _NO_CUE)
+        count = int(released[term]) if cue_rank == _NO_CUE else 0
+        return naming, cue_rank, count, position
+
+    usable = [p for p, term in enumerate(candidates.terms) if term in released]
+    chosen = sorted(usable, key=order)[:K_e]
+    return DocumentTerms(tuple(candidates.terms[p] for p in chosen),
+                         tuple(candidates.roles[p] for p in chosen))
+
+
+def released_choices(candidates: Sequence[DocumentTerms], released: Mapping[str, int],
+                     K_e: int, roles: Mapping[str, str] | None = None
+                     ) -> list[DocumentTerms]:
+    """``released_choice`` for each document."""
+    return [released_choice(item, released, K_e, roles) for item in candidates]
