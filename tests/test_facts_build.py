@@ -443,3 +443,15 @@ def test_a_measurement_build_above_the_epsilon_bound_does_not_verify(clinic: Pat
     _build(clinic, tmp_path, epsilon=40.0, allow_large_epsilon=True)
     problems = verify_output(tmp_path / "out", tmp_path / "key.pem.pub")
     assert [p for p in problems if "above 30" in p and "not for release" in p] == problems
+
+
+def test_a_facts_state_made_by_other_facts_rules_is_not_resumed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import dpsynrag.pipeline.config as config_module
+
+    before = make_config(None, {}).fingerprint()
+    tokens = make_config(None, {"generate": "tokens"}).fingerprint()
+    monkeypatch.setattr(config_module, "FACTS_RULES_VERSION",
+                        config_module.FACTS_RULES_VERSION + 1)
+    assert make_config(None, {}).fingerprint() != before
+    assert make_config(None, {"generate": "tokens"}).fingerprint() == tokens

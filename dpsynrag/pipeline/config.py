@@ -38,6 +38,11 @@ NATURAL_CLIP = 0.5
 FACTS_DEFAULT_L = 1
 # the token mode's rho_hist when --rho-hist is not given (the paper's Table 6)
 TOKENS_RHO_HIST = 0.1
+#: The version of the facts rules that decide which documents a release reads (a document's
+#: terms and its clusters). Raise it with any change to those rules: a facts state directory
+#: made under another version is refused, not resumed (``BuildConfig.fingerprint``).
+#: 2: terms chosen again among the released candidates (``facts.term_choice``).
+FACTS_RULES_VERSION = 2
 
 
 class ConfigError(ValueError):
@@ -298,7 +303,13 @@ class BuildConfig:
         return options
 
     def fingerprint(self) -> str:
+        """The state directory's key: the released options and, for a facts build, the
+        version of the facts rules (``FACTS_RULES_VERSION``). A state made by other rules is
+        refused, not resumed: the clusters released before an interruption and those after it
+        must come from one membership rule, or a document could join more than L clusters."""
         canonical = json.dumps(self.released_options(), sort_keys=True, separators=(",", ":"))
+        if self.generate == "facts":
+            canonical += f"|facts-rules:{FACTS_RULES_VERSION}"
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     @property

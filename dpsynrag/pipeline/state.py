@@ -116,8 +116,8 @@ class BuildState:
             self.close()
             raise StateError(
                 f"{self.directory}: this state directory belongs to a build with a different "
-                "configuration; rerun with the same options, or use a new --state-dir (a "
-                "fresh build spends a fresh budget)")
+                "configuration (or made by another version of the facts rules); rerun with the "
+                "same options, or use a new --state-dir (a fresh build spends a fresh budget)")
         self._meta = meta
         #: seconds per build stage in this run (loading or computing), for the summary
         self.stage_seconds: dict[str, float] = {}
