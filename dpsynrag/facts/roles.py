@@ -33,7 +33,7 @@ from dpsynrag.accounting.noise import discrete_gaussian
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.facts.fact_clusters import domain_fingerprint
 from dpsynrag.facts.fact_writer import absolute_threshold
-from dpsynrag.facts.terms import NAMING_ROLES, ROLES, DocumentTerms
+from dpsynrag.facts.terms import ROLE_RANK, ROLES, DocumentTerms
 
 __all__ = ["KEY", "MECHANISM", "STAGE", "release_roles", "role_charge",
            "role_counts", "role_priority", "term_roles"]
@@ -118,5 +118,4 @@ def role_priority(roles: Mapping[str, str]) -> dict[str, int]:
     product ("the log shows error E-4685", "restart the app") gather tickets of many error
     codes into one cluster that named none of them. Every other role follows in its
     public order in ``ROLES`` (a treatment before a symptom)."""
-    return {term: 0 if role in NAMING_ROLES else ROLES.index(role)
-            for term, role in roles.items()}
+    return {term: ROLE_RANK[role] for term, role in roles.items()}

@@ -34,16 +34,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from dpsynrag.facts.terms import NAMING_ROLES, ROLES, DocumentTerms
+from dpsynrag.facts.terms import NAMING_ROLES, NO_ROLE_RANK, ROLE_RANK, DocumentTerms
 
 __all__ = ["CANDIDATES", "first_terms", "released_choice", "released_choices"]
 
 #: How many candidate terms per document (public prior order) the choice after the release
 #: may pick from.
 CANDIDATES = 48
-
-_CUE_RANK = {role: 0 if role in NAMING_ROLES else rank for rank, role in enumerate(ROLES)}
-_NO_CUE = len(ROLES)
 
 
 def first_terms(candidates: DocumentTerms, K_e: int) -> DocumentTerms:
@@ -64,8 +61,8 @@ def released_choice(candidates: DocumentTerms, released: Mapping[str, int], K_e:
     def order(position: int) -> tuple[int, int, int, int]:
         term, cue = candidates.terms[position], candidates.roles[position]
         naming = 0 if roles is not None and roles.get(term) in NAMING_ROLES else 1
-        cue_rank = _CUE_RANK.get(cue, _NO_CUE)
-        count = int(released[term]) if cue_rank == _NO_CUE else 0
+        cue_rank = ROLE_RANK.get(cue, NO_ROLE_RANK)
+        count = int(released[term]) if cue_rank == NO_ROLE_RANK else 0
         return naming, cue_rank, count, position
 
     usable = [p for p, term in enumerate(candidates.terms) if term in released]

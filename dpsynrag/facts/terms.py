@@ -77,8 +77,8 @@ from dpsynrag.facts.phrases import _IDENT, _NAME, _classify, _Info, scan_tokens
 from dpsynrag.transforms.keywords import _check_k, inflected_form
 from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
 
-__all__ = ["COMMON_ZIPF", "MAX_WORDS", "NAMING_ROLES", "ROLES", "ROLE_CUES", "DocumentTerms",
-           "cue_of", "document_terms"]
+__all__ = ["COMMON_ZIPF", "MAX_WORDS", "NAMING_ROLES", "NO_ROLE_RANK", "ROLES", "ROLE_CUES",
+           "ROLE_RANK", "DocumentTerms", "cue_of", "document_terms"]
 
 #: Longest term, in tokens.
 MAX_WORDS = 4
@@ -129,7 +129,10 @@ ROLES: tuple[str, ...] = ("diagnosis", "title", "product", "error", "treatment",
 #: so that among them the more specific name comes first (an open-vocabulary error code
 #: before a template word tagged as a product: "restart the app", "the log shows error X").
 NAMING_ROLES = frozenset({"diagnosis", "title", "product", "error"})
-_ROLE_RANK = {role: 0 if role in NAMING_ROLES else r for r, role in enumerate(ROLES)}
+#: Each role's public rank (lower first): the naming roles share 0, the others their place
+#: in ``ROLES``; a term without a role ranks ``NO_ROLE_RANK``, after all of them.
+ROLE_RANK = {role: 0 if role in NAMING_ROLES else r for r, role in enumerate(ROLES)}
+NO_ROLE_RANK = len(ROLES)
 #: Past forms of common irregular English verbs, and forms of common verbs of saying and
 #: judging (public grammar, not data): like the -ed forms, they end a term ("Ivan
 #: told friends", "finally caught X", "have begun ibuprofen"). Forms that are often
@@ -404,7 +407,7 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
             role = roles[term]
         else:  # a whole list item gives its list's role to a term that had none
             role = given_role if given_role is not None else _role(tokens, piece[0])
-        rank = len(ROLES) if penalty else _ROLE_RANK.get(role, len(ROLES))
+        rank = NO_ROLE_RANK if penalty else ROLE_RANK.get(role, NO_ROLE_RANK)
         key = (rank, 0 if opened else 1 + penalty, score, tokens[piece[0]].start, piece[0])
         if term not in best or key < best[term]:
             roles[term] = role

@@ -202,8 +202,8 @@ def released_phrases(ctx: BuildContext, texts: list[str], vocab: PublicVocabular
     # each document's K_e terms again, among its released candidates (facts.term_choice:
     # a rule of the document and released values)
     terms = released_choices(candidates, released, ctx.plan.K_e)
-    return ReleasedPhrases([list(item.terms) for item in terms], released, terms, None,
-                           candidates)
+    return ReleasedPhrases([list(item.terms) for item in terms], released, terms=terms,
+                           candidates=candidates)
 
 
 def released_roles(ctx: BuildContext, phrases: ReleasedPhrases) -> ReleasedPhrases:
