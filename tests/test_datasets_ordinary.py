@@ -31,13 +31,15 @@ from dpsynrag.eval.datasets_ordinary import (
     zipf_counts,
 )
 from dpsynrag.eval.metrics import contains_answer
+from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL, FILM_TEMPLATES_FINAL
 from dpsynrag.io.reader import read_documents
 
 WRITERS = {"conditions": write_conditions_dataset, "films": write_films_dataset}
 TEMPLATES = {"conditions": {"dev": CONDITION_TEMPLATES, "heldout": CONDITION_TEMPLATES_HELDOUT,
-                            "fresh": CONDITION_TEMPLATES_FRESH},
+                            "fresh": CONDITION_TEMPLATES_FRESH,
+                            "final": CONDITION_TEMPLATES_FINAL},
              "films": {"dev": FILM_TEMPLATES, "heldout": FILM_TEMPLATES_HELDOUT,
-                       "fresh": FILM_TEMPLATES_FRESH}}
+                       "fresh": FILM_TEMPLATES_FRESH, "final": FILM_TEMPLATES_FINAL}}
 LAY = {phrase: lay for phrase, lay in PLOT_ELEMENTS}
 
 
@@ -124,7 +126,7 @@ def test_zipf_counts_properties(n_notes: int) -> None:
 
 @pytest.mark.parametrize("kind", ["conditions", "films"])
 @pytest.mark.parametrize("variant", [{}, {"heldout": True}, {"templates": "heldout"},
-                                     {"templates": "fresh"}])
+                                     {"templates": "fresh"}, {"templates": "final"}])
 def test_queries_never_give_the_answer_away(kind: str, variant: dict) -> None:
     data = make_ordinary_dataset(kind, n_notes=600, n_queries=200, seed=2, **variant)
     answers = [a for a, _, _, _ in _answers(data)]
@@ -208,6 +210,7 @@ def test_template_variants_are_separate(kind: str) -> None:
     assert len(sets["dev"].notes) >= 8
     assert len(sets["heldout"].notes) >= 4 and len(sets["heldout"].queries) >= 4
     assert len(sets["fresh"].notes) >= 6 and len(sets["fresh"].queries) >= 5
+    assert len(sets["final"].notes) >= 8 and len(sets["final"].queries) >= 6
     for a in TEMPLATE_VARIANTS:
         for b in TEMPLATE_VARIANTS:
             if a < b:
@@ -216,7 +219,9 @@ def test_template_variants_are_separate(kind: str) -> None:
     made = {"dev": make_ordinary_dataset(kind, n_notes=300, seed=4),
             "heldout": make_ordinary_dataset(kind, n_notes=300, seed=4, heldout=True),
             "fresh": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
-                                           templates="fresh")}
+                                           templates="fresh"),
+            "final": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
+                                           templates="final")}
     for variant, data in made.items():
         own = sets[variant]
         others = [sets[v] for v in TEMPLATE_VARIANTS if v != variant]
@@ -232,8 +237,9 @@ def test_template_variants_are_separate(kind: str) -> None:
         used = Counter(next(t for t in own.notes if _regex(t).match(n.text))
                        for n in data.notes)
         assert len(used) == len(own.notes)  # every note template is used
-    assert {next(t for t in sets["fresh"].queries if _regex(t).match(q.question))
-            for q in made["fresh"].queries} == set(sets["fresh"].queries)
+    for variant in ("fresh", "final"):  # every query template is used
+        assert {next(t for t in sets[variant].queries if _regex(t).match(q.question))
+                for q in made[variant].queries} == set(sets[variant].queries)
 
 
 @pytest.mark.parametrize("kind", ["conditions", "films"])
@@ -301,13 +307,15 @@ def test_dataset_command(tmp_path: Path, capsys) -> None:
 def test_dataset_command_fresh_templates(tmp_path: Path, kind: str, capsys) -> None:
     from dpsynrag.cli import main
 
-    assert main(["dataset", kind, "-o", str(tmp_path / "f"), "--notes", "80", "--seed", "11",
-                 "--templates", "fresh"]) == 0
-    ref = WRITERS[kind](tmp_path / "ref", n_notes=80, seed=11, templates="fresh")
-    for path in ref.values():
-        assert (tmp_path / "f" / path.name).read_bytes() == path.read_bytes()
-    described = json.loads((tmp_path / "f" / f"{kind}.json").read_text())
-    assert described["templates"] == "fresh" and described["heldout"] is False
+    for variant in ("fresh", "final"):
+        out = tmp_path / variant
+        assert main(["dataset", kind, "-o", str(out / "f"), "--notes", "80", "--seed", "11",
+                     "--templates", variant]) == 0
+        ref = WRITERS[kind](out / "ref", n_notes=80, seed=11, templates=variant)
+        for path in ref.values():
+            assert (out / "f" / path.name).read_bytes() == path.read_bytes()
+        described = json.loads((out / "f" / f"{kind}.json").read_text())
+        assert described["templates"] == variant and described["heldout"] is False
     assert main(["dataset", kind, "-o", str(tmp_path / "h"), "--notes", "80",
                  "--templates", "heldout", "--heldout"]) == 0
     assert json.loads((tmp_path / "h" / f"{kind}.json").read_text())["templates"] == "heldout"
@@ -326,8 +334,9 @@ def test_dataset_help_says_fresh_is_for_a_final_measurement(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["dataset", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--templates {dev,heldout,fresh}" in text
+    assert "--templates {dev,heldout,fresh,final}" in text
     assert "fresh: templates kept unread for a final measurement only" in text
+    assert "final: another such unread set" in text
 
 
 def test_eval_harness_generates_the_kinds(tmp_path: Path) -> None:

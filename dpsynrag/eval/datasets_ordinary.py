@@ -34,6 +34,7 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   read while tuning) or ``"fresh"`` (separate again, never to be read by whoever tunes the
   system: for a final measurement only). ``heldout=True`` is the older spelling of
   ``templates="heldout"``.
+  ``"final"`` is another unread variant, like ``"fresh"``: for a final measurement only.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 
@@ -88,7 +89,7 @@ __all__ = [
 ]
 
 ORDINARY_KINDS = ("conditions", "films")
-TEMPLATE_VARIANTS = ("dev", "heldout", "fresh")
+TEMPLATE_VARIANTS = ("dev", "heldout", "fresh", "final")
 ZIPF_OFFSET = 10.0
 ZIPF_EXPONENT = 2.35
 N_DOCTORS = 8
@@ -867,8 +868,10 @@ def make_conditions_dataset(*, n_notes: int = 4000, n_queries: int | None = None
     _validate(n_notes, n_queries)
     _check_conditions()
     variant = template_variant(templates, heldout)
+    from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL  # here: no import cycle
+
     chosen = {"dev": CONDITION_TEMPLATES, "heldout": CONDITION_TEMPLATES_HELDOUT,
-              "fresh": CONDITION_TEMPLATES_FRESH}[variant]
+              "fresh": CONDITION_TEMPLATES_FRESH, "final": CONDITION_TEMPLATES_FINAL}[variant]
     rng = np.random.default_rng(seed)
     ranks, shares, counts = _frequencies(n_notes, len(CONDITIONS), rng)
     people = _Names(rng)
@@ -983,8 +986,10 @@ def make_films_dataset(*, n_notes: int = 4000, n_queries: int | None = None, see
     """
     _validate(n_notes, n_queries)
     variant = template_variant(templates, heldout)
+    from dpsynrag.eval.templates_final import FILM_TEMPLATES_FINAL  # here: no import cycle
+
     chosen = {"dev": FILM_TEMPLATES, "heldout": FILM_TEMPLATES_HELDOUT,
-              "fresh": FILM_TEMPLATES_FRESH}[variant]
+              "fresh": FILM_TEMPLATES_FRESH, "final": FILM_TEMPLATES_FINAL}[variant]
     rng = np.random.default_rng(seed)
     n_films = 40
     titles = _titles(n_films, rng)
