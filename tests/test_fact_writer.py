@@ -23,6 +23,7 @@ from dpsynrag.facts.fact_writer import (
     FactRule,
     absolute_threshold,
     default_texts_per_cluster,
+    display_order,
     display_phrase,
     distinct_views,
     keyword_shares,
@@ -277,3 +278,20 @@ def test_the_texts_per_cluster_follow_the_public_epsilon_unless_given() -> None:
     assert given.resolved_texts_per_cluster == 2
     with pytest.raises(ConfigError, match="texts-per-cluster"):
         make_config(None, {"epsilon": 10.0, "generate": "facts", "texts_per_cluster": 0})
+
+
+def test_a_name_inside_a_longer_name_of_the_note_is_written_once() -> None:
+    facts = ClusterFacts(0, "acid reflux", 30,
+                         ("sour taste in the mouth", "sour taste", "heartburn", "taste",
+                          "reflux medication"), ("meal",),
+                         roles=(("acid reflux", "diagnosis"),
+                                ("sour taste in the mouth", "symptom"),
+                                ("sour taste", "symptom"), ("heartburn", "symptom")))
+    assert display_order(facts) == ["sour taste in the mouth", "acid reflux",
+                                    "reflux medication", "heartburn"]
+    note = write_note(facts)
+    assert note.count("sour taste") == 1 and "Taste," not in note
+    assert missing_facts(facts, note) == []  # the shorter names are still mentioned
+    # a word that is only a part of another word is no name inside it
+    other = ClusterFacts(1, "gout", 20, ("goutweed",), ("toe",))
+    assert display_order(other) == ["gout", "goutweed"]

@@ -148,7 +148,7 @@ def test_a_resumed_facts_build_draws_nothing_new(clinic: Path, tmp_path: Path) -
 def test_facts_mode_defaults_to_one_cluster_per_document_and_keeps_token_defaults() -> None:
     assert make_config(None, {}).generate == "facts"  # the default mode, by measurement
     assert make_config(None, {}).L == 1 and make_config(None, {}).K_e is None  # the plan's
-    assert make_plan(make_config(None, {})).K_e == 3  # at epsilon 10
+    assert make_plan(make_config(None, {})).K_e == 6  # at epsilon 10
     assert make_plan(make_config(None, {"epsilon": 1.0})).K_e == 1
     assert make_plan(make_config(None, {"epsilon": 1.0, "K_e": 3})).K_e == 3
     assert make_config(None, {"generate": "facts", "L": 3}).L == 3

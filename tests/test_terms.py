@@ -200,16 +200,19 @@ def test_the_default_facts_plan_scales_with_epsilon(epsilon: float) -> None:
     assert plan.sigma_R == pytest.approx(math.sqrt(plan.K_e / (2 * plan.rho_R)))
 
 
-@pytest.mark.parametrize("epsilon", [0.5, 1.0, 3.0, 4.0, 5.0, 10.0, 20.0])
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0])
 def test_the_default_terms_per_document_keep_the_release_threshold_low(epsilon: float) -> None:
-    """K_e by default: the most terms (<= 3) whose tau_A stays <= 12 units, else 1."""
+    """K_e by default: the most terms (<= AUTO_K_E_MAX = 6) whose tau_A stays <= AUTO_TAU_A
+    = 20 units, else 1; it grows with epsilon."""
     request = PlanRequest(epsilon=epsilon, delta=1e-3, L=1, generate="facts")
     plan = plan_budget(request)
-    fixed = {k: plan_budget(dataclasses.replace(request, K_e=k)) for k in (1, 2, 3)}
+    fixed = {k: plan_budget(dataclasses.replace(request, K_e=k)) for k in range(1, 7)}
     assert plan == fixed[plan.K_e]
-    assert plan.K_e == 1 or plan.tau_A <= 12
-    assert all(fixed[k].tau_A > 12 for k in range(plan.K_e + 1, 4))
-    assert fixed[1].tau_A <= fixed[2].tau_A <= fixed[3].tau_A
+    assert plan.K_e == 1 or plan.tau_A <= 20
+    assert all(fixed[k].tau_A > 20 for k in range(plan.K_e + 1, 7))
+    assert all(fixed[k].tau_A <= fixed[k + 1].tau_A for k in range(1, 6))
+    expected = {0.5: 1, 1.0: 1, 2.0: 2, 3.0: 4, 4.0: 6, 5.0: 6, 10.0: 6, 20.0: 6}
+    assert plan.K_e == expected[epsilon]
 
 
 def test_a_given_rho_hist_is_kept_and_no_roles_means_the_old_plan() -> None:

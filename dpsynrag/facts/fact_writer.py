@@ -295,8 +295,16 @@ def role_sentences(facts: ClusterFacts) -> str:
 
 
 def display_order(facts: ClusterFacts) -> list[str]:
-    """The cluster's names (canonical) as ``display_names`` orders them."""
-    return sorted((facts.anchor, *facts.phrases), key=lambda p: -len(p.split()))
+    """The cluster's names (canonical) as ``display_names`` orders them: names with more
+    words first; a name whose words lie, in order, inside a longer name of the same cluster
+    is written once, inside it ("sour taste" within "sour taste in the mouth", "cough"
+    within "dry cough"). A reader then sees each fact once; every kept fact is still
+    mentioned (``missing_facts``)."""
+    ordered = sorted((facts.anchor, *facts.phrases), key=lambda p: -len(p.split()))
+    padded = [f" {name} " for name in ordered]
+    return [name for i, name in enumerate(ordered)
+            if not any(f" {name} " in longer and len(longer) > len(name) + 2
+                       for longer in padded[:i])]
 
 
 def display_names(facts: ClusterFacts) -> list[str]:

@@ -42,7 +42,9 @@ TOKENS_RHO_HIST = 0.1
 #: terms and its clusters). Raise it with any change to those rules: a facts state directory
 #: made under another version is refused, not resumed (``BuildConfig.fingerprint``).
 #: 2: terms chosen again among the released candidates (``facts.term_choice``).
-FACTS_RULES_VERSION = 2
+#: 3: the default terms per document up to 6 (``planner.AUTO_K_E_MAX``), so that a state
+#: made with the default K_e of version 2 is not resumed under another.
+FACTS_RULES_VERSION = 3
 
 
 class ConfigError(ValueError):
