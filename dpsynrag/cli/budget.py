@@ -93,9 +93,9 @@ def add_parser(subparsers: Any) -> None:
                         help="tokens: LLM vocabulary size for the consensus estimate (default "
                              "49152, the packaged SmolLM2)")
     parser.add_argument("--K-e", dest="K_e", type=positive_int, default=None,
-                        help="facts: terms per document (default: 3 where the phrase "
-                             "release's tau_A stays <= 12 units, else 2, else 1; with the "
-                             "other defaults 1 below epsilon 3.5, 2 up to 5, 3 from 5)")
+                        help="facts: terms per document (default: the most, up to 6, whose "
+                             "phrase release's tau_A stays <= 20 units, else 1; with the "
+                             "other defaults 1 below epsilon 1.8, 2-5 up to 3.7, 6 from 3.7)")
     parser.add_argument("--share-roles", type=unit_float, default=None,
                         help="facts: share of the rho left after the histogram for the role "
                              "histogram of the terms (default 0.1; 0 releases no roles)")

@@ -146,9 +146,9 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                         "each with the role its cue word gives, e.g. diagnosis, treatment) or "
                         "'open' (only invented or rare names and codes, no roles)")
     g.add_argument("--K-e", dest="K_e", type=positive_int,
-                   help="facts: terms (or open phrases) per document (default: 3 where the "
-                        "phrase release's tau_A stays <= 12 units, else 2, else 1; with the "
-                        "other defaults 1 below epsilon 3.5, 2 up to 5, 3 from 5)")
+                   help="facts: terms (or open phrases) per document (default: the most, up to "
+                        "6, whose phrase release's tau_A stays <= 20 units, else 1; with the "
+                        "other defaults 1 below epsilon 1.8, 2-5 up to 3.7, 6 from 3.7)")
     g.add_argument("--share-roles", type=unit_float,
                    help="facts with terms: share of the rho left after the keyword histogram "
                         "for the role histogram (default 0.1; 0: notes without roles)")
