@@ -58,6 +58,8 @@ from dpsynrag.eval.datasets import (
     _Names,
 )
 from dpsynrag.eval.metrics import contains_answer
+from dpsynrag.eval.template_set import TemplateSet
+from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL, FILM_TEMPLATES_FINAL
 
 __all__ = [
     "CONDITIONS",
@@ -376,14 +378,6 @@ def _parse_symptom(entry: str) -> tuple[str, tuple[str, str]]:
 CONDITIONS: tuple[tuple[str, str, tuple[tuple[str, tuple[str, str]], ...]], ...] = tuple(
     (name, treatment, tuple(_parse_symptom(s) for s in symptoms))
     for name, treatment, symptoms in _CONDITION_TABLE)
-
-
-@dataclass(frozen=True)
-class TemplateSet:
-    """Note and query templates of one dataset variant."""
-
-    notes: tuple[str, ...]
-    queries: tuple[str, ...]
 
 
 CONDITION_TEMPLATES = TemplateSet(notes=(
@@ -868,7 +862,6 @@ def make_conditions_dataset(*, n_notes: int = 4000, n_queries: int | None = None
     _validate(n_notes, n_queries)
     _check_conditions()
     variant = template_variant(templates, heldout)
-    from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL  # here: no import cycle
 
     chosen = {"dev": CONDITION_TEMPLATES, "heldout": CONDITION_TEMPLATES_HELDOUT,
               "fresh": CONDITION_TEMPLATES_FRESH, "final": CONDITION_TEMPLATES_FINAL}[variant]
@@ -986,7 +979,6 @@ def make_films_dataset(*, n_notes: int = 4000, n_queries: int | None = None, see
     """
     _validate(n_notes, n_queries)
     variant = template_variant(templates, heldout)
-    from dpsynrag.eval.templates_final import FILM_TEMPLATES_FINAL  # here: no import cycle
 
     chosen = {"dev": FILM_TEMPLATES, "heldout": FILM_TEMPLATES_HELDOUT,
               "fresh": FILM_TEMPLATES_FRESH, "final": FILM_TEMPLATES_FINAL}[variant]

@@ -8,7 +8,7 @@ there (each note holds its answer verbatim; queries share no word with any answe
 
 from __future__ import annotations
 
-from dpsynrag.eval.datasets_ordinary import TemplateSet
+from dpsynrag.eval.template_set import TemplateSet
 
 __all__ = ["CONDITION_TEMPLATES_FINAL", "FILM_TEMPLATES_FINAL"]
 
