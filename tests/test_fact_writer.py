@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from dpsynrag.accounting import Ledger, secure_rng
+from dpsynrag.eval.metrics import verbatim_spans
 from dpsynrag.facts.fact_clusters import (
     anchor_clusters,
     fact_domain,
@@ -295,3 +296,22 @@ def test_a_name_inside_a_longer_name_of_the_note_is_written_once() -> None:
     # a word that is only a part of another word is no name inside it
     other = ClusterFacts(1, "gout", 20, ("goutweed",), ("toe",))
     assert display_order(other) == ["gout", "goutweed"]
+
+
+def test_several_items_of_a_role_are_numbered_so_no_long_run_crosses_two() -> None:
+    facts = ClusterFacts(0, "asthma", 40,
+                         ("shortness of breath during exercise", "night-time cough",
+                          "chest tightness", "salbutamol"), ("wheeze",),
+                         roles=(("asthma", "diagnosis"),
+                                ("shortness of breath during exercise", "symptom"),
+                                ("night-time cough", "symptom"), ("chest tightness", "symptom"),
+                                ("salbutamol", "treatment")))
+    note = write_note(facts)
+    assert ("Symptoms: (1) shortness of breath during exercise, (2) night-time cough, "
+            "(3) chest tightness.") in note
+    assert "Treatment: Salbutamol." in note  # one item alone: no number
+    assert missing_facts(facts, note) == []
+    # a private note listing the same three items in the same order shares no 8-word run
+    private = ("Findings of shortness of breath during exercise, night-time cough, chest "
+               "tightness and wheezing are consistent with asthma.")
+    assert verbatim_spans([note], [private], 8) == 0
