@@ -217,7 +217,8 @@ def _build_in(notes_path: Path, tmp: Path, name: str, state: Path, runner: Any) 
 # seed: one under which the killed run leaves a cluster half done (asserted below; the
 # seeded draws and the documents' terms decide which clusters end early)
 FACTS_WRITER = {"generate": "facts", "L": 2, "runner": "local", "unit_column": "unit",
-                "epsilon": 10.0, "writer": "tokens", "T": 4, "public_top_k": 5, "seed": 6}
+                "epsilon": 10.0, "writer": "tokens", "T": 4, "public_top_k": 5, "seed": 6,
+                "K_e": 3}  # the clusters this scenario was written for (K_e 3 was the default)
 
 
 @pytest.fixture(scope="module")
