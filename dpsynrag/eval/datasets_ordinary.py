@@ -862,7 +862,6 @@ def make_conditions_dataset(*, n_notes: int = 4000, n_queries: int | None = None
     _validate(n_notes, n_queries)
     _check_conditions()
     variant = template_variant(templates, heldout)
-
     chosen = {"dev": CONDITION_TEMPLATES, "heldout": CONDITION_TEMPLATES_HELDOUT,
               "fresh": CONDITION_TEMPLATES_FRESH, "final": CONDITION_TEMPLATES_FINAL}[variant]
     rng = np.random.default_rng(seed)
@@ -979,7 +978,6 @@ def make_films_dataset(*, n_notes: int = 4000, n_queries: int | None = None, see
     """
     _validate(n_notes, n_queries)
     variant = template_variant(templates, heldout)
-
     chosen = {"dev": FILM_TEMPLATES, "heldout": FILM_TEMPLATES_HELDOUT,
               "fresh": FILM_TEMPLATES_FRESH, "final": FILM_TEMPLATES_FINAL}[variant]
     rng = np.random.default_rng(seed)

@@ -312,10 +312,9 @@ def display_order(facts: ClusterFacts) -> list[str]:
     within "dry cough"). A reader then sees each fact once; every kept fact is still
     mentioned (``missing_facts``)."""
     ordered = sorted((facts.anchor, *facts.phrases), key=lambda p: -len(p.split()))
-    padded = [f" {name} " for name in ordered]
+    padded = [f" {name} " for name in ordered]  # distinct names: an earlier one is longer
     return [name for i, name in enumerate(ordered)
-            if not any(f" {name} " in longer and len(longer) > len(name) + 2
-                       for longer in padded[:i])]
+            if not any(padded[i] in longer for longer in padded[:i])]
 
 
 def display_names(facts: ClusterFacts) -> list[str]:
