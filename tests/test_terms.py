@@ -12,7 +12,13 @@ import pytest
 from scipy import stats
 
 from dpsynrag.accounting.ledger import Ledger
-from dpsynrag.accounting.planner import PlanRequest, plan_budget
+from dpsynrag.accounting.planner import (
+    PlanError,
+    PlanRequest,
+    auto_k_e_rule,
+    plan_budget,
+    request_from_options,
+)
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.facts.fact_writer import ClusterFacts, missing_facts, write_note
 from dpsynrag.facts.roles import release_roles, role_counts, term_roles
@@ -213,6 +219,30 @@ def test_the_default_terms_per_document_keep_the_release_threshold_low(epsilon: 
     assert all(fixed[k].tau_A <= fixed[k + 1].tau_A for k in range(1, 6))
     expected = {0.5: 1, 1.0: 1, 2.0: 2, 3.0: 4, 4.0: 6, 5.0: 6, 10.0: 6, 20.0: 6}
     assert plan.K_e == expected[epsilon]
+
+
+@pytest.mark.parametrize(("epsilon", "old", "new"), [(3.0, 1, 4), (4.0, 2, 6), (10.0, 3, 6)])
+def test_a_released_config_is_planned_by_the_default_terms_rule_of_its_version(
+        epsilon: float, old: int, new: int) -> None:
+    """The default K_e of a facts build is the rule of the ``facts_rules`` its config records
+    (``AUTO_K_E_RULES``): before version 3 (and in a config without the option, built
+    before it) at most 3 terms with tau_A <= 12, from version 3 at most 6 with tau_A <= 20,
+    so a certificate written before the change still plans as it was built."""
+    options = {"generate": "facts", "epsilon": epsilon, "delta": 1e-3, "conversion": "cks",
+               "L": 1, "K_s": 14, "R_f": 300, "share_phrases": 0.3, "share_hist": 0.04,
+               "facts_items": "terms", "share_roles": 0.1, "K_e": None}
+    by_version = {}
+    for version in (None, 1, 2, 3, 4):
+        released = options if version is None else {**options, "facts_rules": version}
+        request = request_from_options(released)
+        assert request is not None
+        by_version[version] = plan_budget(request).K_e
+    assert by_version == {None: old, 1: old, 2: old, 3: new, 4: new}
+    assert auto_k_e_rule(2) == (3, 12.0) and auto_k_e_rule(3) == auto_k_e_rule(None) == (6, 20.0)
+    explicit = request_from_options({**options, "K_e": 5, "facts_rules": 2})
+    assert explicit is not None and plan_budget(explicit).K_e == 5  # a given K_e is kept
+    with pytest.raises(PlanError, match="has no default-K_e rule"):
+        auto_k_e_rule(0)
 
 
 def test_a_given_rho_hist_is_kept_and_no_roles_means_the_old_plan() -> None:

@@ -36,7 +36,7 @@ from dpsynrag.accounting.signing import generate_keypair
 from dpsynrag.eval.datasets import write_clinic_dataset
 from dpsynrag.pipeline import build, facts_stages, token_stages
 from dpsynrag.pipeline.build import BuildSummary, make_plan, run_build
-from dpsynrag.pipeline.config import BuildConfig, make_config
+from dpsynrag.pipeline.config import FACTS_RULES_VERSION, BuildConfig, make_config
 from dpsynrag.pipeline.runners import LocalRunner
 from dpsynrag.transforms.vocabulary import PublicVocabulary, public_vocabulary
 
@@ -86,12 +86,37 @@ def _verify(tmp: Path, key: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------- the honest builds
+def test_a_facts_build_of_the_rules_before_the_option_verifies(
+        notes: Path, tmp_path: Path, key: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A facts build made before ``facts_rules`` was released (versions 1 and 2) records K_e
+    as None and was planned by the default-K_e rule of then (at most 3 terms, tau_A <= 12):
+    verify plans it again by that rule, not by today's (which gives 6 at epsilon 10)."""
+    released = BuildConfig.released_options
+
+    def before_the_option(self: BuildConfig) -> dict[str, Any]:
+        options = released(self)
+        options.pop("facts_rules", None)
+        return options
+
+    with monkeypatch.context() as mp:
+        mp.setattr(BuildConfig, "released_options", before_the_option)
+        _build("facts", notes, tmp_path, key)
+    cert = json.loads((tmp_path / "out" / "certificate.json").read_text())
+    assert "facts_rules" not in cert["config"] and cert["config"]["K_e"] is None
+    assert cert["plan"]["K_e"] == 3
+    assert _verify(tmp_path, key) == []
+
+
+
 @pytest.mark.parametrize("mode", ["facts", "tokens"])
 def test_the_honest_build_verifies(mode: str, notes: Path, tmp_path: Path, key: Path) -> None:
     config, summary = _build(mode, notes, tmp_path, key)
     assert _verify(tmp_path, key) == []
-    assert summary.rho_spent == pytest.approx(make_plan(config).rho_total, rel=1e-9)
     cert = json.loads((tmp_path / "out" / "certificate.json").read_text())
+    if mode == "facts":  # the rules its default K_e followed, and that K_e
+        assert cert["config"]["facts_rules"] == FACTS_RULES_VERSION
+        assert cert["config"]["K_e"] is None and cert["plan"]["K_e"] == 6
+    assert summary.rho_spent == pytest.approx(make_plan(config).rho_total, rel=1e-9)
     groups = {g["name"]: len(g["partitions"]) for g in cert["mechanisms"]["parallel_groups"]}
     # the clusters of the build's own mode, and no empty group of the other mode's
     assert groups == ({"fact-clusters": groups["fact-clusters"]} if mode == "facts"
@@ -327,6 +352,15 @@ def _plan_for_another_epsilon(mp: pytest.MonkeyPatch) -> None:
         dataclasses.replace(config, epsilon=2 * config.epsilon), vocab_size))
 
 
+def _default_terms_of_other_rules(mp: pytest.MonkeyPatch) -> None:
+    """The build planned the default K_e by the rule of the facts rules before version 3
+    (at most 3 terms) but records today's ``facts_rules``: its releases follow a plan that the
+    rules it names do not make."""
+    real = build.make_plan
+    mp.setattr(build, "make_plan", lambda config, vocab_size=None: real(
+        dataclasses.replace(config, K_e=config.K_e or 3), vocab_size))
+
+
 def _noisy_sum_sensitivity(mp: pytest.MonkeyPatch) -> None:
     """Stage (c)'s noisy sum recorded at l2 sensitivity 1/2 (drawn as planned)."""
     from dpsynrag.transforms import retrieval
@@ -424,6 +458,9 @@ MUTATIONS = {
     "plan-for-another-epsilon": Mutation("facts", _plan_for_another_epsilon, (
         "the recorded epsilon 20.0 is not the planner's 10.0",
         "the recorded sigma_C", "fact histogram sigma is not the planned sigma_C"), "over"),
+    "default-terms-of-other-rules": Mutation("facts", _default_terms_of_other_rules, (
+        "the recorded K_e 3 is not the planner's 6",
+        "phrase release's max_items is not the planned one"), "same"),
     # token mode (the paper's): stage (c) and (d) charges understated, draws not charged
     "noisy-sum-sensitivity": Mutation("tokens", _noisy_sum_sensitivity, (
         "the planned noisy sum", "the planned cluster"), "under"),

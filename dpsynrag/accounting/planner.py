@@ -115,6 +115,7 @@ class PlanRequest:
     retrieval: bool = True  # False: the "w/o retrieval" ablation, S_r = C_r, stage (c) free
     generate: str = "tokens"
     K_e: int = 0  # facts: terms per document (partition selection's max_items; 0: auto_k_e)
+    facts_rules: int | None = None  # facts: the rules version K_e = 0 follows (None: today's)
     K_s: int = 14  # facts: keywords per document in the histograms
     R_f: int = 300  # facts: top keywords of the stage-(a) histogram added to the cluster domain
     delta_phrases: float | None = None  # facts: delta of the phrase release (None: delta / 10)
@@ -402,6 +403,25 @@ def plan_from_dict(record: Mapping[str, Any]) -> BudgetPlan | FactsBudgetPlan | 
 #: 0.48 with K_e = 4; with the lexicon, recall stayed within a run's spread).
 AUTO_K_E_MAX = 6
 AUTO_TAU_A = 20.0
+#: The default-K_e rule (AUTO_K_E_MAX, AUTO_TAU_A) of each version of the facts rules
+#: (``pipeline.config.FACTS_RULES_VERSION``, recorded as the released option ``facts_rules``):
+#: a version uses the entry of the highest key at or below it. A certificate that records
+#: K_e as None was planned by the rule of its version, so ``verify`` plans it again by that
+#: rule, not today's; one without ``facts_rules`` predates the option (versions 1 and 2).
+AUTO_K_E_RULES: dict[int, tuple[int, float]] = {1: (3, 12.0), 3: (AUTO_K_E_MAX, AUTO_TAU_A)}
+#: The facts-rules version a released config without ``facts_rules`` was built by.
+FACTS_RULES_BEFORE_OPTION = 2
+
+
+def auto_k_e_rule(facts_rules: int | None) -> tuple[int, float]:
+    """(most terms per document, highest release threshold tau_A) of the default K_e under
+    version ``facts_rules`` of the facts rules (None: today's)."""
+    if facts_rules is None:
+        return AUTO_K_E_MAX, AUTO_TAU_A
+    known = [version for version in AUTO_K_E_RULES if version <= facts_rules]
+    if not known:
+        raise PlanError(f"facts rules version {facts_rules!r} has no default-K_e rule")
+    return AUTO_K_E_RULES[max(known)]
 
 
 #: The released options (``BuildConfig.released_options()``, a certificate's ``config``) that
@@ -410,6 +430,8 @@ TOKENS_PLAN_OPTIONS = ("epsilon", "delta", "conversion", "K", "L", "T", "eps_the
                        "rho_hist", "rho_mean")
 FACTS_PLAN_OPTIONS = ("epsilon", "delta", "conversion", "L", "K_s", "R_f", "share_phrases",
                       "share_hist", "facts_items", "share_roles")
+#: Read when present: ``facts_rules`` (the version of the facts rules; missing: one built
+#: before the option, ``FACTS_RULES_BEFORE_OPTION``).
 
 
 def request_from_options(options: Mapping[str, Any], *, vocab_size: int | None = None,
@@ -443,6 +465,7 @@ def request_from_options(options: Mapping[str, Any], *, vocab_size: int | None =
             share_hist=options["share_hist"],
             share_roles=options["share_roles"] if options["facts_items"] == "terms" else 0.0,
             K_e=options.get("K_e") or 0, K_s=options["K_s"], R_f=options["R_f"],
+            facts_rules=options.get("facts_rules", FACTS_RULES_BEFORE_OPTION),
             delta_phrases=options.get("delta_phrases"),
             share_phrases=options["share_phrases"], **tokens)
     sized: dict[str, Any] = {"vocab_size": vocab_size} if vocab_size else {}
@@ -454,12 +477,14 @@ def request_from_options(options: Mapping[str, Any], *, vocab_size: int | None =
 
 def plan_facts(request: PlanRequest) -> FactsBudgetPlan:
     """Solve the facts-mode budget (module docstring); ``PlanError`` if it is impossible.
-    ``K_e = 0`` resolves to the public default (``AUTO_K_E_MAX``, ``AUTO_TAU_A``): a function
-    of the request alone."""
+    ``K_e = 0`` resolves to the public default of the request's facts rules
+    (``auto_k_e_rule``; today ``AUTO_K_E_MAX``, ``AUTO_TAU_A``): a function of the request
+    alone."""
     if request.K_e == 0:
-        for k_e in range(AUTO_K_E_MAX, 0, -1):
+        most, highest_tau = auto_k_e_rule(request.facts_rules)
+        for k_e in range(most, 0, -1):
             plan = plan_facts(replace(request, K_e=k_e))
-            if plan.tau_A <= AUTO_TAU_A or k_e == 1:
+            if plan.tau_A <= highest_tau or k_e == 1:
                 return plan
     from dpsynrag.accounting.partition_threshold import (  # mpmath: loaded for facts only
         partition_selection_delta,

@@ -43,7 +43,9 @@ TOKENS_RHO_HIST = 0.1
 #: made under another version is refused, not resumed (``BuildConfig.fingerprint``).
 #: 2: terms chosen again among the released candidates (``facts.term_choice``).
 #: 3: the default terms per document up to 6 (``planner.AUTO_K_E_MAX``), so that a state
-#: made with the default K_e of version 2 is not resumed under another.
+#: made with the default K_e of version 2 is not resumed under another. Released as the
+#: option ``facts_rules`` (from version 3): ``verify`` plans a build's default K_e by the rule
+#: of its version (``planner.AUTO_K_E_RULES``).
 FACTS_RULES_VERSION = 3
 
 
@@ -302,6 +304,8 @@ class BuildConfig:
         options = {k: v for k, v in asdict(self).items() if k not in skip}
         if self.generate == "tokens":  # the resolved value, as token builds recorded it
             options["rho_hist"] = self.tokens_rho_hist
+        else:  # the rules the default K_e follows (verify plans an older build by its own)
+            options["facts_rules"] = FACTS_RULES_VERSION
         return options
 
     def fingerprint(self) -> str:
@@ -309,7 +313,9 @@ class BuildConfig:
         version of the facts rules (``FACTS_RULES_VERSION``). A state made by other rules is
         refused, not resumed: the clusters released before an interruption and those after it
         must come from one membership rule, or a document could join more than L clusters."""
-        canonical = json.dumps(self.released_options(), sort_keys=True, separators=(",", ":"))
+        options = self.released_options()
+        options.pop("facts_rules", None)  # appended below, as states have always keyed it
+        canonical = json.dumps(options, sort_keys=True, separators=(",", ":"))
         if self.generate == "facts":
             canonical += f"|facts-rules:{FACTS_RULES_VERSION}"
         return hashlib.sha256(canonical.encode()).hexdigest()
