@@ -291,3 +291,46 @@ def test_verb_forms_end_terms_and_a_cue_verb_announces_in_any_person() -> None:
     assert "amoxicillin" in found[3] and not [t for t in found[3] if "begun" in t]
     # a noun's plural is no cue: "patches" is not the treatment cue "patch"
     assert "treatment" not in found[4].values()
+
+
+@pytest.mark.parametrize(("note", "expected"), [
+    # a treatment cue names its purpose after "for", "of", "against": the diagnosis
+    ("The patient is being treated for influenza with oseltamivir.",
+     {"influenza": "diagnosis", "oseltamivir": "treatment"}),
+    ("Started on metformin for type 2 diabetes.",
+     {"type 2 diabetes": "diagnosis", "metformin": "treatment"}),
+    ("Treatment of gout with colchicine was started.",
+     {"gout": "diagnosis", "colchicine": "treatment"}),
+    # the whole list after "for", and a drug after an object of several words
+    ("Treated for gout and kidney stones with colchicine.",
+     {"gout": "diagnosis", "kidney stones": "diagnosis", "colchicine": "treatment"}),
+    ("She has symptoms of hay fever: sneezing and itchy eyes.",
+     {"hay fever": "diagnosis", "itchy eyes": "symptom"}),
+    # a cue without a purpose role keeps its own after "of"
+    ("A course of amoxicillin was started.", {"amoxicillin": "treatment"}),
+    ("She complains of a dry cough.", {"dry cough": "symptom"}),
+    # support: what a workaround is for is the error
+    ("A workaround for E-4685 was posted.", {"e-4685": "error"}),
+    # a passive cue after the term: what is treated is a diagnosis, what is prescribed a drug
+    ("Her migraine was managed with sumatriptan.",
+     {"migraine": "diagnosis", "sumatriptan": "treatment"}),
+    ("Oseltamivir was prescribed.", {"oseltamivir": "treatment"}),
+    ("Influenza has been confirmed.", {"influenza": "diagnosis"}),
+    # the reason of a visit
+    ("Seen today for kidney stones; she reports flank pain.",
+     {"kidney stones": "diagnosis", "flank pain": "symptom"}),
+    ("Follow-up for hay fever.", {"hay fever": "diagnosis"}),
+])
+def test_a_cue_names_its_purpose_and_a_passive_cue_its_subject(
+        note: str, expected: dict[str, str]) -> None:
+    """Rule 4: purpose ("treated for X"), passive ("X was managed") and visit reasons ("seen
+    for X") give the role a reader needs; visit words are never terms themselves."""
+    found = document_terms([note], public_vocabulary(), 8)[0]
+    roles = dict(zip(found.terms, found.roles, strict=True))
+    assert {t: roles.get(t) for t in expected} == expected
+    assert not {"checkup", "follow-up", "seen"} & set(roles)
+
+
+def test_a_routine_visit_is_no_term() -> None:
+    found = document_terms(["Returned for a routine checkup."], public_vocabulary(), 8)[0]
+    assert "checkup" not in " ".join(found.terms)

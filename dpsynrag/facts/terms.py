@@ -49,7 +49,15 @@ The rule (all constants public, below):
    "as", "for" or "from" ("diagnosed the patient with"), over the colon right before it (a
    label) but no other punctuation or word, the first role cue word met gives the role
    ("diagnosed with influenza" -> diagnosis; "presenting with fever, dry cough and body
-   aches" -> symptom for all three; "Assessment: gout" -> diagnosis). No cue: the empty role.
+   aches" -> symptom for all three; "Assessment: gout" -> diagnosis). After "for", "of" or
+   "against" (the first preposition met walking back, past the earlier items of a list) a
+   cue of ``PURPOSE_ROLES`` names its purpose ("treated for influenza", "metformin for type
+   2 diabetes", "symptoms of hay fever" -> diagnosis; "a workaround for E-4685" -> error);
+   the object a walk passes may have up to ``MAX_WORDS`` words ("treated for kidney stones
+   with colchicine"). A word of ``ENCOUNTER_WORDS`` before "for" names the visit's reason
+   ("seen for kidney stones" -> diagnosis). No cue before the term: a passive cue right
+   after it ("her migraine was managed with", "influenza has been confirmed"), read by
+   ``PASSIVE_ROLES``. No cue: the empty role.
 5. Order (the public prior): by role in ``ROLES`` order (what a question asks for first:
    a diagnosis, a title, a product, an error; then treatments, symptoms; no role last), then
    open-vocabulary terms (rule 2 of ``facts.phrases``) first, then by score = lowest
@@ -192,6 +200,45 @@ FORM_WORDS = frozenset((
 ))
 #: Prepositions over which a role reaches past one object word ("diagnosed the patient with").
 OBJECT_PREPOSITIONS = frozenset(("with", "as", "for", "from"))
+#: Prepositions that introduce a term (the first one met walking back from it, past the
+#: earlier items of its list, decides whether a cue's purpose role applies).
+PREPOSITIONS = frozenset(("with", "as", "for", "from", "of", "against", "on", "to", "in",
+                          "at", "by", "after", "before", "since", "about", "into"))
+#: Prepositions after which a cue names its purpose, not its object ("treated for X").
+PURPOSE_PREPOSITIONS = frozenset(("for", "of", "against"))
+#: The role of a term a cue names as its purpose (public grammar of clinical and support
+#: writing): what is treated is a diagnosis ("treated for influenza", "metformin for type 2
+#: diabetes", "treatment of gout"), what is fixed is an error ("a workaround for E-4685"),
+#: and "symptoms of X" name the disease. Cues not listed keep their role after "for"/"of"
+#: ("a course of amoxicillin", "complains of a cough", "a review of Copper Lantern").
+PURPOSE_ROLES: dict[str, str] = {
+    **dict.fromkeys(("treated", "treatment", "treat", "prescribed", "prescribe", "started",
+                     "starting", "recommended", "medication", "managed", "manage",
+                     "management", "given", "advised", "commenced", "therapy", "continue",
+                     "continued", "taking"), "diagnosis"),
+    **dict.fromkeys(("fix", "fixed", "workaround", "resolved", "resolve", "solution",
+                     "solved", "reinstall", "reinstalling", "patch", "remedy"), "error"),
+    **dict.fromkeys(("symptoms", "symptom", "signs"), "diagnosis"),
+}
+#: The role of a term that a passive cue acts on, where it differs from the cue's own: what
+#: is treated or managed is a diagnosis ("her migraine was managed with sumatriptan"); what
+#: "was fixed" may be a product as well as an error, so it gets no role; a drug that "was
+#: prescribed" keeps the treatment role.
+PASSIVE_ROLES: dict[str, str] = {
+    **dict.fromkeys(("treated", "managed"), "diagnosis"),
+    **dict.fromkeys(("fixed", "resolved", "solved", "patched"), ""),
+}
+#: Words of a visit that name its reason after "for" ("seen for kidney stones", "admitted
+#: for pneumonia", "follow-up for hay fever"): a diagnosis. Without "for" they give no role.
+#: Lowercase, they end a term ("routine checkup" is no fact).
+ENCOUNTER_WORDS = frozenset((
+    "seen", "admitted", "admission", "referred", "referral", "evaluated", "evaluation",
+    "visit", "visits", "visited", "visiting", "appointment", "consultation", "consult",
+    "follow-up", "followup", "checkup", "check-up", "attended", "attends", "returned"))
+#: Forms of "be" and "have" that make a cue after a term passive ("influenza was diagnosed",
+#: "her migraine has been managed with sumatriptan": the term is what the cue acts on).
+PASSIVE_AUXILIARIES = frozenset(("is", "was", "were", "are", "be", "been", "being", "has",
+                                 "have", "had", "got", "gets"))
 #: Longest symptom item, in tokens ("hair loss in circular patches", rule 6).
 MAX_ITEM_WORDS = 6
 #: Stopwords that may stay inside a symptom item ("ringing in the ears", "pain when chewing").
@@ -306,7 +353,8 @@ def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool
         return _SUFFIXK  # "B12", "D3"
     if tok.stop:
         return _GLUEK if (canon in NAME_GLUE or (capital and not initial)) else _BREAK
-    if cue_of(canon) or canon in DATE_WORDS or canon in FORM_WORDS or canon in ADVERBS:
+    if cue_of(canon) or canon in DATE_WORDS or canon in FORM_WORDS or canon in ADVERBS \
+            or (canon in ENCOUNTER_WORDS and (initial or not capital)):
         return _BREAK
     if (initial or not capital) and verb_form(canon):
         return _INGK if canon.endswith("ing") and canon not in REPORT_VERBS else _BREAK
@@ -406,7 +454,8 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
         if term in roles and (roles[term] or given_role is None):
             role = roles[term]
         else:  # a whole list item gives its list's role to a term that had none
-            role = given_role if given_role is not None else _role(tokens, piece[0])
+            role = given_role if given_role is not None else (
+                _role(tokens, piece[0]) or _passive_role(tokens, piece[-1]))
         rank = NO_ROLE_RANK if penalty else ROLE_RANK.get(role, NO_ROLE_RANK)
         key = (rank, 0 if opened else 1 + penalty, score, tokens[piece[0]].start, piece[0])
         if term not in best or key < best[term]:
@@ -436,7 +485,9 @@ def _role(tokens: list[_Tok], first: int) -> str:
     sentence = tokens[first].sentence
     in_item = False  # inside an earlier item of the same list ("fever, dry cough and ...")
     verb = False  # a verb form passed since the last comma: a comma then ends the list
-    preposition = object_word = False  # "diagnosed the patient with X": one object word
+    preposition = False  # "diagnosed the patient with X": one object of at most MAX_WORDS
+    object_words = 0
+    introduced = ""  # the preposition that introduces the term (or its list)
     for j in range(first - 1, max(first - 1 - CUE_REACH, -1), -1):
         boundary = tokens[j + 1].gap
         titled = tokens[j].kind == _HONORK and tokens[j + 1].kind == _HONORK  # "Dr. Doe"
@@ -451,20 +502,60 @@ def _role(tokens: list[_Tok], first: int) -> str:
         canon = tokens[j].info.canon
         role = cue_of(canon)
         if role is not None:
+            if introduced in PURPOSE_PREPOSITIONS:
+                return PURPOSE_ROLES.get(_cue_word(canon), role)
             return role
+        if canon in ENCOUNTER_WORDS and introduced == "for":
+            return "diagnosis"  # "seen for kidney stones"
         if tokens[j].kind == _HONORK:
             continue  # "Assessment by Dr. Tariq Arslan: gout"
         if tokens[j].info.stop:
+            if not introduced and canon in PREPOSITIONS:
+                introduced = canon
             in_item = canon in LIST_JOINERS
             preposition = preposition or canon in OBJECT_PREPOSITIONS
         elif tokens[j].kind in _SKIPPABLE and canon.endswith(("ing", "ed")):
             verb = True
             continue  # a verb form or a modifier: "complained of burning urination"
         elif not in_item:
-            if preposition and not object_word:
-                object_word = True
+            if preposition and object_words < MAX_WORDS and (
+                    not object_words
+                    or (tokens[j + 1].gap == "" and not tokens[j + 1].info.stop)):
+                object_words += 1  # one object: consecutive words ("kidney stones")
                 continue
             break  # another word: the cue, if any, is not this term's
+    return ""
+
+
+def _cue_word(canon: str) -> str:
+    """The lexicon's form of a cue word ("treats" -> "treated"; ``cue_of``'s third person)."""
+    if canon in ROLE_CUES:
+        return canon
+    for stem in (canon[:-2], canon[:-1]) if canon.endswith("es") else (canon[:-1],):
+        for form in (stem + "ed", stem + "d"):
+            if form in ROLE_CUES:
+                return form
+    return canon
+
+
+def _passive_role(tokens: list[_Tok], last: int) -> str:
+    """The role a passive cue right after a term gives it ("influenza was diagnosed",
+    "her migraine was managed with sumatriptan", "the crash has been fixed"): walking forward
+    inside the clause over forms of "be"/"have" (at least one) and adverbs, the first cue
+    word met, as ``PASSIVE_ROLES`` reads it (what is treated is a diagnosis). The empty role
+    otherwise."""
+    auxiliary = False
+    for j in range(last + 1, min(last + 1 + 4, len(tokens))):
+        if tokens[j].clause != tokens[last].clause:
+            break
+        canon = tokens[j].info.canon
+        if canon in PASSIVE_AUXILIARIES:
+            auxiliary = True
+            continue
+        if canon in ADVERBS:
+            continue
+        role = cue_of(canon) if auxiliary and canon.endswith("ed") else None
+        return "" if role is None else PASSIVE_ROLES.get(canon, role)
     return ""
 
 

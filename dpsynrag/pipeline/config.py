@@ -46,7 +46,10 @@ TOKENS_RHO_HIST = 0.1
 #: made with the default K_e of version 2 is not resumed under another. Released as the
 #: option ``facts_rules`` (from version 3): ``verify`` plans a build's default K_e by the rule
 #: of its version (``planner.AUTO_K_E_RULES``).
-FACTS_RULES_VERSION = 3
+#: 4: roles from a cue's purpose ("treated for X": a diagnosis), a passive cue ("X was
+#: managed with"), the reason of a visit ("seen for X"); visit words end a term
+#: (``facts.terms`` rule 4). Roles rank a document's terms, so they decide its K_e terms.
+FACTS_RULES_VERSION = 4
 
 
 class ConfigError(ValueError):
