@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -29,6 +30,7 @@ from dpsynrag.facts.fact_writer import (
     distinct_views,
     keyword_shares,
     missing_facts,
+    note_names,
     note_views,
     select_facts,
     spread_views,
@@ -315,3 +317,19 @@ def test_several_items_of_a_role_are_numbered_so_no_long_run_crosses_two() -> No
     private = ("Findings of shortness of breath during exercise, night-time cough, chest "
                "tightness and wheezing are consistent with asthma.")
     assert verbatim_spans([note], [private], 8) == 0
+
+
+def test_names_without_a_role_lead_when_no_name_says_what_the_cluster_is_about() -> None:
+    """No diagnosis, title, product or error among the roles: the names without a role come
+    first, most frequent first ("About: ..."); with a naming role they stay last ("Also")."""
+    unannounced = ClusterFacts(2, "cetirizine", 30, ("hay fever", "itchy watery eyes", "nose"),
+                               ("sneezing",),
+                               roles=(("cetirizine", "treatment"),))
+    names = note_names(unannounced)
+    assert names == ("About: (1) Hay Fever, (2) Itchy Watery Eyes, (3) Nose. "
+                     "Treatment: Cetirizine.")
+    announced = replace(unannounced, roles=(("cetirizine", "treatment"),
+                                            ("hay fever", "diagnosis")))
+    assert note_names(announced) == ("Diagnosis: Hay Fever. Treatment: Cetirizine. "
+                                     "Also: (1) Itchy Watery Eyes, (2) Nose.")
+    assert missing_facts(unannounced, write_note(unannounced)) == []

@@ -22,7 +22,7 @@ from dpsynrag.accounting.planner import (
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.facts.fact_writer import ClusterFacts, missing_facts, write_note
 from dpsynrag.facts.roles import release_roles, role_counts, term_roles
-from dpsynrag.facts.terms import ROLES, DocumentTerms, document_terms
+from dpsynrag.facts.terms import ROLE_RANK, ROLES, DocumentTerms, document_terms
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
 NOTES = [
@@ -271,6 +271,28 @@ def test_naming_roles_share_the_first_anchor_priority_so_the_rarer_name_anchors(
     joined = {order[r]: m for r, m in enumerate(members)}
     assert joined["e-4685"] == [0, 3] and joined["e-1111"] == [1] and joined["restart"] == [2]
     assert joined["oseltamivir"] == []  # a treatment never outranks a naming role
+
+
+def test_a_term_without_a_role_anchors_before_a_treatment_symptom_or_credit() -> None:
+    """A released term no cue announced may be what its documents are about (a title
+    written "Saw Summer Compass at the cinema"); one announced as a credit is known not to
+    be: a note joins the unannounced title's cluster, not its director's, and a naming role
+    still comes first."""
+    from dpsynrag.facts.fact_clusters import anchor_clusters
+    from dpsynrag.facts.roles import UNROLED_ANCHOR_RANK, role_priority
+
+    roles = {"kofi uchenna": "credit", "ibuprofen": "treatment", "influenza": "diagnosis"}
+    released = {"kofi uchenna": 40, "summer compass": 25, "ibuprofen": 30, "influenza": 50}
+    priority = role_priority(roles, released)
+    assert priority["influenza"] < priority["summer compass"] == UNROLED_ANCHOR_RANK
+    assert priority["summer compass"] < priority["ibuprofen"] < priority["kofi uchenna"]
+    docs = [["kofi uchenna", "summer compass"], ["summer compass", "kofi uchenna"],
+            ["kofi uchenna"], ["ibuprofen", "influenza"]]
+    order, members = anchor_clusters(docs, released, L=1, priority=priority)
+    joined = {order[r]: m for r, m in enumerate(members)}
+    assert joined["summer compass"] == [0, 1] and joined["kofi uchenna"] == [2]
+    assert joined["influenza"] == [3] and joined["ibuprofen"] == []
+    assert role_priority(roles) == {t: ROLE_RANK[r] for t, r in roles.items()}
 
 
 def test_verb_forms_end_terms_and_a_cue_verb_announces_in_any_person() -> None:

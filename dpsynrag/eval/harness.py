@@ -348,8 +348,8 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     in_domain = set(domain)
     items = [[x for x in dict.fromkeys([*p, *k]) if x in in_domain]
              for p, k in zip(phrases, keywords, strict=True)]
-    priority = role_priority({t: r for t, r in roles.items() if t in anchors}) if roles \
-        else None
+    priority = role_priority({t: r for t, r in roles.items() if t in anchors}, anchors) \
+        if roles else None
     # as the build: a document's own terms choose its cluster, not its keywords
     order, clusters = anchor_clusters(phrases, anchors, config.L, priority=priority)
     exact = fact_counts(clusters, items, domain, plan.K_e + config.K_s)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dpsynrag.facts.terms import ITEM_ROLES
+from dpsynrag.facts.terms import ITEM_ROLES, NAMING_ROLES
 
 __all__ = [
     "ClusterFacts",
@@ -267,6 +267,9 @@ def note_names(facts: ClusterFacts) -> str:
     return role_sentences(facts) if facts.roles else " / ".join(display_names(facts)) + "."
 
 
+#: The label of the names without a role when no name of the cluster has a naming role
+#: (``role_sentences``).
+UNNAMED_LABEL = "About"
 #: How a note names each released role (public; ``facts.terms.ROLES``).
 ROLE_LABELS = {"diagnosis": "Diagnosis", "title": "Title", "product": "Product",
                "error": "Error", "treatment": "Treatment", "symptom": "Symptoms",
@@ -277,7 +280,13 @@ def role_sentences(facts: ClusterFacts) -> str:
     """The cluster's names grouped by their released role, in the public role order
     (``ROLE_LABELS``), each group one sentence ("Diagnosis: Lyme Disease. Treatment:
     Doxycycline."); names without a
-    role (or with a role ``ROLE_LABELS`` does not name) last ("Also: ...").
+    role (or with a role ``ROLE_LABELS`` does not name) last ("Also: ..."). When no name
+    has a naming role (``NAMING_ROLES``: a diagnosis, title, product or error), the names
+    without a role say what the cluster is about: they come first, most frequent in the
+    cluster first ("About: (1) Hay Fever, (2) Nose. Treatment: Cetirizine."), and a reader
+    that takes the first name takes the likeliest answer (measured with the diagnosis cues
+    taken out of the lexicon, conditions, epsilon 10, the same noise: accuracy 0.225 ->
+    0.250, recall unchanged; no change with the lexicon as shipped).
     Post-processing of released values."""
     role_of = {name: role for name, role in facts.roles if role in ROLE_LABELS}
     groups: dict[str, list[str]] = {}
@@ -290,7 +299,13 @@ def role_sentences(facts: ClusterFacts) -> str:
     parts = [f"{ROLE_LABELS[role]}: {listed(groups[role])}."
              for role in ROLE_LABELS if role in groups]
     if "" in groups:
-        parts.append(f"Also: {listed(groups[''])}.")
+        if not NAMING_ROLES & set(groups):  # no name says what the cluster is about
+            counted = [display_phrase(n) for n in (facts.anchor, *facts.phrases)]
+            unnamed = sorted(groups[""], key=lambda n: counted.index(n)
+                             if n in counted else len(counted))
+            parts.insert(0, f"{UNNAMED_LABEL}: {listed(unnamed)}.")
+        else:
+            parts.append(f"Also: {listed(groups[''])}.")
     return " ".join(parts)
 
 

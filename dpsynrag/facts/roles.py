@@ -24,7 +24,7 @@ Exact counts are private intermediates: nothing here logs them, and errors never
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -35,10 +35,13 @@ from dpsynrag.facts.fact_clusters import domain_fingerprint
 from dpsynrag.facts.fact_writer import absolute_threshold
 from dpsynrag.facts.terms import ROLE_RANK, ROLES, DocumentTerms
 
-__all__ = ["KEY", "MECHANISM", "STAGE", "release_roles", "role_charge",
+__all__ = ["KEY", "MECHANISM", "STAGE", "UNROLED_ANCHOR_RANK", "release_roles", "role_charge",
            "role_counts", "role_priority", "term_roles"]
 
 KEY = "roles"
+#: The anchor rank of a released term without a released role (``role_priority``): after
+#: the naming roles (rank 0), before a treatment, symptom or credit.
+UNROLED_ANCHOR_RANK = 1
 STAGE = "f-roles"
 MECHANISM = "discrete_gaussian"
 
@@ -108,8 +111,10 @@ def term_roles(noisy: np.ndarray, released: Sequence[str], sigma: float) -> Mapp
     return roles
 
 
-def role_priority(roles: Mapping[str, str]) -> dict[str, int]:
-    """Each term's anchor priority (lower first), a function of released roles only.
+def role_priority(roles: Mapping[str, str], released: Iterable[str] = ()) -> dict[str, int]:
+    """Each term's anchor priority (lower first), a function of released values only: the
+    released ``roles`` and, for the released terms without one (``released``), the rank
+    ``UNROLED_ANCHOR_RANK``, between the naming roles and the others.
 
     The naming roles (``NAMING_ROLES``: diagnosis, title, product, error) share rank 0, so a
     document naming two things (a product and an error code) joins the cluster of the rarer
@@ -117,5 +122,15 @@ def role_priority(roles: Mapping[str, str]) -> dict[str, int]:
     the support tickets, ranking product before error let a template word tagged as a
     product ("the log shows error E-4685", "restart the app") gather tickets of many error
     codes into one cluster that named none of them. Every other role follows in its
-    public order in ``ROLES`` (a treatment before a symptom)."""
-    return {term: ROLE_RANK[role] for term, role in roles.items()}
+    public order in ``ROLES`` (a treatment before a symptom).
+
+    A released term without a role comes right after the naming roles: what a document is
+    about may be written with words no cue of the lexicon announces ("Saw Summer Compass at
+    the cinema"), and a term announced as a treatment, symptom or credit is known not to be
+    it. Measured with the title cues taken out of the lexicon (films, epsilon 10, one build
+    per setting, the same noise): a viewer's note then joined its director's cluster, and
+    recall@10 was 0.50 and accuracy 0.03; with unannounced terms before the other roles,
+    0.70 and 0.13."""
+    priority = {term: UNROLED_ANCHOR_RANK for term in released}
+    priority.update({term: ROLE_RANK[role] for term, role in roles.items()})
+    return priority

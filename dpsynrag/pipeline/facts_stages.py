@@ -236,7 +236,7 @@ def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: Relea
         # released roles: a document joins the cluster of what it is about first; only its
         # own terms (phrases) choose its cluster: a keyword that happens to be a released
         # term ("a comedy about ...") does not pull it away from its title's cluster
-        priority = role_priority(phrases.roles) if phrases.roles else None
+        priority = role_priority(phrases.roles, phrases.released) if phrases.roles else None
         anchors, members = anchor_clusters(phrases.per_document, phrases.released,
                                            ctx.config.L, priority=priority)
         noisy = None
