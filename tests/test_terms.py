@@ -342,6 +342,8 @@ def test_verb_forms_end_terms_and_a_cue_verb_announces_in_any_person() -> None:
     ("Seen today for kidney stones; she reports flank pain.",
      {"kidney stones": "diagnosis", "flank pain": "symptom"}),
     ("Follow-up for hay fever.", {"hay fever": "diagnosis"}),
+    ("A flare of gout after a history of kidney stones.",
+     {"gout": "diagnosis", "kidney stones": "diagnosis"}),
 ])
 def test_a_cue_names_its_purpose_and_a_passive_cue_its_subject(
         note: str, expected: dict[str, str]) -> None:

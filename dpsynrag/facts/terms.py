@@ -55,7 +55,8 @@ The rule (all constants public, below):
    2 diabetes", "symptoms of hay fever" -> diagnosis; "a workaround for E-4685" -> error);
    the object a walk passes may have up to ``MAX_WORDS`` words ("treated for kidney stones
    with colchicine"). A word of ``ENCOUNTER_WORDS`` before "for" names the visit's reason
-   ("seen for kidney stones" -> diagnosis). No cue before the term: a passive cue right
+   ("seen for kidney stones" -> diagnosis), one of ``EPISODE_WORDS`` before "of" a
+   diagnosis ("a flare of gout"). No cue before the term: a passive cue right
    after it ("her migraine was managed with", "influenza has been confirmed"), read by
    ``PASSIVE_ROLES``. No cue: the empty role.
 5. Order (the public prior): by role in ``ROLES`` order (what a question asks for first:
@@ -235,6 +236,11 @@ ENCOUNTER_WORDS = frozenset((
     "seen", "admitted", "admission", "referred", "referral", "evaluated", "evaluation",
     "visit", "visits", "visited", "visiting", "appointment", "consultation", "consult",
     "follow-up", "followup", "checkup", "check-up", "attended", "attends", "returned"))
+#: Words that name a diagnosis after "of" ("a case of shingles", "a flare of gout", "a
+#: history of asthma", "a bout of food poisoning"). Lowercase, they end a term.
+EPISODE_WORDS = frozenset((
+    "case", "cases", "bout", "bouts", "flare", "flares", "flare-up", "flare-ups", "history",
+    "recurrence", "relapse"))
 #: Forms of "be" and "have" that make a cue after a term passive ("influenza was diagnosed",
 #: "her migraine has been managed with sumatriptan": the term is what the cue acts on).
 PASSIVE_AUXILIARIES = frozenset(("is", "was", "were", "are", "be", "been", "being", "has",
@@ -354,7 +360,7 @@ def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool
     if tok.stop:
         return _GLUEK if (canon in NAME_GLUE or (capital and not initial)) else _BREAK
     if cue_of(canon) or canon in DATE_WORDS or canon in FORM_WORDS or canon in ADVERBS \
-            or (canon in ENCOUNTER_WORDS and (initial or not capital)):
+            or (canon in ENCOUNTER_WORDS | EPISODE_WORDS and (initial or not capital)):
         return _BREAK
     if (initial or not capital) and verb_form(canon):
         return _INGK if canon.endswith("ing") and canon not in REPORT_VERBS else _BREAK
@@ -505,8 +511,9 @@ def _role(tokens: list[_Tok], first: int) -> str:
             if introduced in PURPOSE_PREPOSITIONS:
                 return PURPOSE_ROLES.get(_cue_word(canon), role)
             return role
-        if canon in ENCOUNTER_WORDS and introduced == "for":
-            return "diagnosis"  # "seen for kidney stones"
+        if (canon in ENCOUNTER_WORDS and introduced == "for") or (
+                canon in EPISODE_WORDS and introduced == "of"):
+            return "diagnosis"  # "seen for kidney stones", "a flare of gout"
         if tokens[j].kind == _HONORK:
             continue  # "Assessment by Dr. Tariq Arslan: gout"
         if tokens[j].info.stop:
