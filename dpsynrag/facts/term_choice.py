@@ -13,7 +13,8 @@ candidates (the first ``CANDIDATES`` of the same public order) that are in A:
 1. with released roles, the terms whose *released* role names what a record is about
    (``NAMING_ROLES``) first;
 2. then by the role the document itself gives the term (its cue, ``facts.terms`` rule 4),
-   in the public order of ``ROLES``, terms without a cue last;
+   in the public order of ``ROLES``, terms without a cue right after the naming roles
+   (``facts.terms.NO_ROLE_RANK``);
 3. terms without a cue by their released count, smallest first: a term written in many
    documents is a template's words ("discharge summary", "referral letter"), not what one
    record is about;
