@@ -33,16 +33,15 @@ from dpsynrag.accounting.noise import discrete_gaussian
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.facts.fact_clusters import domain_fingerprint
 from dpsynrag.facts.fact_writer import absolute_threshold
-from dpsynrag.facts.terms import NO_ROLE_RANK, ROLE_RANK, ROLES, DocumentTerms
+from dpsynrag.facts.terms import ROLE_RANK, ROLES, DocumentTerms
 
 __all__ = ["KEY", "MECHANISM", "STAGE", "UNROLED_ANCHOR_RANK", "release_roles", "role_charge",
            "role_counts", "role_priority", "term_roles"]
 
 KEY = "roles"
 #: The anchor rank of a released term without a released role (``role_priority``): after
-#: the naming roles (rank 0), before a treatment, symptom or credit; the rank a document's
-#: terms without a cue take (``facts.terms.NO_ROLE_RANK``).
-UNROLED_ANCHOR_RANK = NO_ROLE_RANK
+#: the naming roles (rank 0), before a treatment (4), symptom or credit.
+UNROLED_ANCHOR_RANK = 1
 STAGE = "f-roles"
 MECHANISM = "discrete_gaussian"
 

@@ -60,7 +60,7 @@ The rule (all constants public, below):
    after it ("her migraine was managed with", "influenza has been confirmed"), read by
    ``PASSIVE_ROLES``. No cue: the empty role.
 5. Order (the public prior): by role in ``ROLES`` order (what a question asks for first:
-   a diagnosis, a title, a product, an error; then no role; then treatments, symptoms), then
+   a diagnosis, a title, a product, an error; then treatments, symptoms; no role last), then
    open-vocabulary terms (rule 2 of ``facts.phrases``) first, then by score = lowest
    wordfreq Zipf frequency among the term's words - ``WORD_BONUS`` x (words - 1), then first
    occurrence; name-only prefixes of rule 3 after their full run. The first ``K_e`` distinct
@@ -139,18 +139,14 @@ ROLES: tuple[str, ...] = ("diagnosis", "title", "product", "error", "treatment",
 #: before a template word tagged as a product: "restart the app", "the log shows error X").
 NAMING_ROLES = frozenset({"diagnosis", "title", "product", "error"})
 #: Each role's public rank (lower first): the naming roles share 0, the others their place
-#: in ``ROLES``; a term without a role ranks ``NO_ROLE_RANK``, right after the naming roles
-#: and before a treatment, symptom or credit: what a note is about may be written with words
-#: no cue announces, and a term announced as a treatment or symptom is known not to be it.
-#: Measured on the conditions set at epsilon 3 (4 terms per document), one build per
-#: setting with the same noise: with the diagnosis cues taken out of the lexicon, recall@10
-#: 0.33 -> 0.53 and accuracy 0.10 -> 0.13 against ranking it last; with the lexicon as
-#: shipped, 0.63 -> 0.68 and 0.18 -> 0.25.
+#: in ``ROLES``; a term without a role ranks ``NO_ROLE_RANK``, after all of them (before
+#: the release a document's unannounced terms are mostly names of people and places and
+#: common words; after it, one of them may take the place ``term_choice`` keeps for it).
 ROLE_RANK = {role: 0 if role in NAMING_ROLES else r for r, role in enumerate(ROLES)}
-NO_ROLE_RANK = 1
-#: The rank of a name-only prefix of a longer run ("lyme" of "Lyme disease", "lund" of
-#: "Carlos Lund"): after every role.
-PREFIX_RANK = len(ROLES)
+NO_ROLE_RANK = len(ROLES)
+#: The rank of a name-only prefix of a longer run ("lyme" of "Lyme disease"): with the
+#: terms without a role.
+PREFIX_RANK = NO_ROLE_RANK
 #: Past forms of common irregular English verbs, and forms of common verbs of saying and
 #: judging (public grammar, not data): like the -ed forms, they end a term ("Ivan
 #: told friends", "finally caught X", "have begun ibuprofen"). Forms that are often
