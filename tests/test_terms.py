@@ -22,7 +22,13 @@ from dpsynrag.accounting.planner import (
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.facts.fact_writer import ClusterFacts, missing_facts, write_note
 from dpsynrag.facts.roles import release_roles, role_counts, term_roles
-from dpsynrag.facts.terms import ROLE_RANK, ROLES, DocumentTerms, document_terms
+from dpsynrag.facts.terms import (
+    ROLE_RANK,
+    ROLES,
+    UNANNOUNCED_RANK,
+    DocumentTerms,
+    document_terms,
+)
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
 NOTES = [
@@ -280,12 +286,12 @@ def test_a_term_without_a_role_anchors_before_a_treatment_symptom_or_credit() ->
     be: a note joins the unannounced title's cluster, not its director's, and a naming role
     still comes first."""
     from dpsynrag.facts.fact_clusters import anchor_clusters
-    from dpsynrag.facts.roles import UNROLED_ANCHOR_RANK, role_priority
+    from dpsynrag.facts.roles import role_priority
 
     roles = {"kofi uchenna": "credit", "ibuprofen": "treatment", "influenza": "diagnosis"}
     released = {"kofi uchenna": 40, "summer compass": 25, "ibuprofen": 30, "influenza": 50}
     priority = role_priority(roles, released)
-    assert priority["influenza"] < priority["summer compass"] == UNROLED_ANCHOR_RANK
+    assert priority["influenza"] < priority["summer compass"] == UNANNOUNCED_RANK
     assert priority["summer compass"] < priority["ibuprofen"] < priority["kofi uchenna"]
     docs = [["kofi uchenna", "summer compass"], ["summer compass", "kofi uchenna"],
             ["kofi uchenna"], ["ibuprofen", "influenza"]]

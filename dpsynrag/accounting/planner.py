@@ -430,8 +430,6 @@ TOKENS_PLAN_OPTIONS = ("epsilon", "delta", "conversion", "K", "L", "T", "eps_the
                        "rho_hist", "rho_mean")
 FACTS_PLAN_OPTIONS = ("epsilon", "delta", "conversion", "L", "K_s", "R_f", "share_phrases",
                       "share_hist", "facts_items", "share_roles")
-#: Read when present: ``facts_rules`` (the version of the facts rules; missing: one built
-#: before the option, ``FACTS_RULES_BEFORE_OPTION``).
 
 
 def request_from_options(options: Mapping[str, Any], *, vocab_size: int | None = None,
@@ -444,6 +442,9 @@ def request_from_options(options: Mapping[str, Any], *, vocab_size: int | None =
     A token build records no ``generate`` and its resolved ``rho_hist``; a facts build records
     ``rho_hist`` and ``K_e`` as None when the plan chooses them, leaves ``writer`` and
     ``share_tokens`` out with the template writer, and reads ``share_roles`` only for terms.
+    A facts config's ``facts_rules`` (the version of the facts rules, whose default K_e the
+    plan follows: ``auto_k_e_rule``) is read when present; without it, the build predates the
+    option (``FACTS_RULES_BEFORE_OPTION``).
     ``vocab_size`` (the model's; it only sizes ``consensus_rows``) and ``allow_large_epsilon``
     are not release options.
     """

@@ -300,10 +300,10 @@ def role_sentences(facts: ClusterFacts) -> str:
              for role in ROLE_LABELS if role in groups]
     if "" in groups:
         if not NAMING_ROLES & set(groups):  # no name says what the cluster is about
-            counted = [display_phrase(n) for n in (facts.anchor, *facts.phrases)]
-            unnamed = sorted(groups[""], key=lambda n: counted.index(n)
-                             if n in counted else len(counted))
-            parts.insert(0, f"{UNNAMED_LABEL}: {listed(unnamed)}.")
+            by_count = {name: k for k, name in enumerate((facts.anchor, *facts.phrases))}
+            unnamed = sorted((name for name in display_order(facts) if name not in role_of),
+                             key=by_count.__getitem__)
+            parts.insert(0, f"{UNNAMED_LABEL}: {listed([display_phrase(n) for n in unnamed])}.")
         else:
             parts.append(f"Also: {listed(groups[''])}.")
     return " ".join(parts)

@@ -33,15 +33,12 @@ from dpsynrag.accounting.noise import discrete_gaussian
 from dpsynrag.accounting.rng import RandomSource
 from dpsynrag.facts.fact_clusters import domain_fingerprint
 from dpsynrag.facts.fact_writer import absolute_threshold
-from dpsynrag.facts.terms import ROLE_RANK, ROLES, DocumentTerms
+from dpsynrag.facts.terms import ROLE_RANK, ROLES, UNANNOUNCED_RANK, DocumentTerms
 
-__all__ = ["KEY", "MECHANISM", "STAGE", "UNROLED_ANCHOR_RANK", "release_roles", "role_charge",
+__all__ = ["KEY", "MECHANISM", "STAGE", "release_roles", "role_charge",
            "role_counts", "role_priority", "term_roles"]
 
 KEY = "roles"
-#: The anchor rank of a released term without a released role (``role_priority``): after
-#: the naming roles (rank 0), before a treatment (4), symptom or credit.
-UNROLED_ANCHOR_RANK = 1
 STAGE = "f-roles"
 MECHANISM = "discrete_gaussian"
 
@@ -114,7 +111,7 @@ def term_roles(noisy: np.ndarray, released: Sequence[str], sigma: float) -> Mapp
 def role_priority(roles: Mapping[str, str], released: Iterable[str] = ()) -> dict[str, int]:
     """Each term's anchor priority (lower first), a function of released values only: the
     released ``roles`` and, for the released terms without one (``released``), the rank
-    ``UNROLED_ANCHOR_RANK``, between the naming roles and the others.
+    ``facts.terms.UNANNOUNCED_RANK``, between the naming roles and the others.
 
     The naming roles (``NAMING_ROLES``: diagnosis, title, product, error) share rank 0, so a
     document naming two things (a product and an error code) joins the cluster of the rarer
@@ -131,6 +128,6 @@ def role_priority(roles: Mapping[str, str], released: Iterable[str] = ()) -> dic
     per setting, the same noise): a viewer's note then joined its director's cluster, and
     recall@10 was 0.50 and accuracy 0.03; with unannounced terms before the other roles,
     0.70 and 0.13."""
-    priority = {term: UNROLED_ANCHOR_RANK for term in released}
+    priority = {term: UNANNOUNCED_RANK for term in released}
     priority.update({term: ROLE_RANK[role] for term, role in roles.items()})
     return priority

@@ -15,7 +15,8 @@ candidates (the first ``CANDIDATES`` of the same public order) that are in A:
 2. then by the role the document itself gives the term (its cue, ``facts.terms`` rule 4),
    in the public order of ``ROLES``, terms without a cue last, except one: the released
    term without a cue of the smallest released count comes right after the naming roles
-   (``UNCUED_RANK``), before a treatment, symptom or credit. What a record is about may be
+   (``facts.terms.UNANNOUNCED_RANK``), before a treatment, symptom or credit. What a record
+   is about may be
    written with words no cue announces, and one announced as a drug or a symptom is known
    not to be it; one place keeps the symptoms' places for the symptoms;
 3. terms without a cue by their released count, smallest first: a term written in many
@@ -38,13 +39,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from dpsynrag.facts.terms import NAMING_ROLES, NO_ROLE_RANK, ROLE_RANK, DocumentTerms
+from dpsynrag.facts.terms import (
+    NAMING_ROLES,
+    NO_ROLE_RANK,
+    ROLE_RANK,
+    UNANNOUNCED_RANK,
+    DocumentTerms,
+)
 
 __all__ = ["CANDIDATES", "first_terms", "released_choice", "released_choices"]
 
-#: The rank of a document's released term without a cue of the smallest released count:
-#: right after the naming roles (``ROLE_RANK`` 0), before a treatment (4).
-UNCUED_RANK = 1
 #: How many candidate terms per document (public prior order) the choice after the release
 #: may pick from.
 CANDIDATES = 48
@@ -65,20 +69,22 @@ def released_choice(candidates: DocumentTerms, released: Mapping[str, int], K_e:
     if K_e < 1:
         raise ValueError(f"K_e must be a positive integer, got {K_e!r}")
 
+    usable = [p for p, term in enumerate(candidates.terms) if term in released]
+    uncued = [p for p in usable if ROLE_RANK.get(candidates.roles[p], NO_ROLE_RANK)
+              == NO_ROLE_RANK]
+    # the uncued term of the smallest released count takes the place kept for it
+    first_uncued = min(uncued, key=lambda p: (int(released[candidates.terms[p]]), p),
+                       default=-1)
+
     def order(position: int) -> tuple[int, int, int, int]:
         term, cue = candidates.terms[position], candidates.roles[position]
         naming = 0 if roles is not None and roles.get(term) in NAMING_ROLES else 1
         cue_rank = ROLE_RANK.get(cue, NO_ROLE_RANK)
         count = int(released[term]) if cue_rank == NO_ROLE_RANK else 0
         if position == first_uncued:
-            cue_rank = UNCUED_RANK
+            cue_rank = UNANNOUNCED_RANK
         return naming, cue_rank, count, position
 
-    usable = [p for p, term in enumerate(candidates.terms) if term in released]
-    uncued = [p for p in usable if ROLE_RANK.get(candidates.roles[p], NO_ROLE_RANK)
-              == NO_ROLE_RANK]
-    first_uncued = min(uncued, key=lambda p: (int(released[candidates.terms[p]]), p),
-                       default=-1)
     chosen = sorted(usable, key=order)[:K_e]
     return DocumentTerms(tuple(candidates.terms[p] for p in chosen),
                          tuple(candidates.roles[p] for p in chosen))

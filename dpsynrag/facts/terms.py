@@ -87,7 +87,8 @@ from dpsynrag.transforms.keywords import _check_k, inflected_form
 from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
 
 __all__ = ["COMMON_ZIPF", "MAX_WORDS", "NAMING_ROLES", "NO_ROLE_RANK", "ROLES", "ROLE_CUES",
-           "ROLE_RANK", "DocumentTerms", "cue_of", "document_terms"]
+           "ROLE_RANK", "UNANNOUNCED_RANK", "DocumentTerms", "cue_form", "cue_of",
+           "document_terms"]
 
 #: Longest term, in tokens.
 MAX_WORDS = 4
@@ -144,6 +145,11 @@ NAMING_ROLES = frozenset({"diagnosis", "title", "product", "error"})
 #: common words; after it, one of them may take the place ``term_choice`` keeps for it).
 ROLE_RANK = {role: 0 if role in NAMING_ROLES else r for r, role in enumerate(ROLES)}
 NO_ROLE_RANK = len(ROLES)
+#: The rank, right after the naming roles and before a treatment, symptom or credit, that a
+#: term no cue announces takes where it may be what a record is about: the one place a
+#: document keeps for it after the release (``term_choice``) and its anchor rank
+#: (``roles.role_priority``).
+UNANNOUNCED_RANK = 1
 #: The rank of a name-only prefix of a longer run ("lyme" of "Lyme disease"): with the
 #: terms without a role.
 PREFIX_RANK = NO_ROLE_RANK
@@ -246,6 +252,8 @@ ENCOUNTER_WORDS = frozenset((
 EPISODE_WORDS = frozenset((
     "case", "cases", "bout", "bouts", "flare", "flares", "flare-up", "flare-ups", "history",
     "recurrence", "relapse"))
+#: The visit and episode words: lowercase, they end a term.
+VISIT_WORDS = ENCOUNTER_WORDS | EPISODE_WORDS
 #: Forms of "be" and "have" that make a cue after a term passive ("influenza was diagnosed",
 #: "her migraine has been managed with sumatriptan": the term is what the cue acts on).
 PASSIVE_AUXILIARIES = frozenset(("is", "was", "were", "are", "be", "been", "being", "has",
@@ -263,17 +271,25 @@ ITEM_ROLES = frozenset(("symptom",))
 
 
 @functools.cache
-def cue_of(canon: str) -> str | None:
-    """The role a cue word announces (``ROLE_CUES``), the third-person form of a cue verb
-    included ("suspects" as "suspected", "watches" as "watched": the -ed form is a cue); None
-    for any other word ("patches" is no form of the cue "patch")."""
-    role = ROLE_CUES.get(canon)
-    if role is None and len(canon) > 3 and canon.endswith("s") and not canon.endswith("ss"):
+def cue_form(canon: str) -> str | None:
+    """The lexicon's form of a cue word (``ROLE_CUES``): the word itself, or for the
+    third-person form of a cue verb its -ed form ("suspects" -> "suspected", "watches" ->
+    "watched"); None for any other word ("patches" is no form of the cue "patch")."""
+    if canon in ROLE_CUES:
+        return canon
+    if len(canon) > 3 and canon.endswith("s") and not canon.endswith("ss"):
         for stem in (canon[:-2], canon[:-1]) if canon.endswith("es") else (canon[:-1],):
-            role = ROLE_CUES.get(stem + "ed") or ROLE_CUES.get(stem + "d")
-            if role is not None:
-                break
-    return role
+            for form in (stem + "ed", stem + "d"):
+                if form in ROLE_CUES:
+                    return form
+    return None
+
+
+def cue_of(canon: str) -> str | None:
+    """The role a cue word announces (``ROLE_CUES``, through ``cue_form``: a cue verb in the
+    third person included); None for any other word."""
+    form = cue_form(canon)
+    return None if form is None else ROLE_CUES[form]
 
 
 @dataclass(frozen=True)
@@ -365,7 +381,7 @@ def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool
     if tok.stop:
         return _GLUEK if (canon in NAME_GLUE or (capital and not initial)) else _BREAK
     if cue_of(canon) or canon in DATE_WORDS or canon in FORM_WORDS or canon in ADVERBS \
-            or (canon in ENCOUNTER_WORDS | EPISODE_WORDS and (initial or not capital)):
+            or (canon in VISIT_WORDS and (initial or not capital)):
         return _BREAK
     if (initial or not capital) and verb_form(canon):
         return _INGK if canon.endswith("ing") and canon not in REPORT_VERBS else _BREAK
@@ -517,7 +533,7 @@ def _role(tokens: list[_Tok], first: int) -> str:
         role = cue_of(canon)
         if role is not None:
             if introduced in PURPOSE_PREPOSITIONS:
-                return PURPOSE_ROLES.get(_cue_word(canon), role)
+                return PURPOSE_ROLES.get(cue_form(canon) or canon, role)
             return role
         if (canon in ENCOUNTER_WORDS and introduced == "for") or (
                 canon in EPISODE_WORDS and introduced == "of"):
@@ -540,17 +556,6 @@ def _role(tokens: list[_Tok], first: int) -> str:
                 continue
             break  # another word: the cue, if any, is not this term's
     return ""
-
-
-def _cue_word(canon: str) -> str:
-    """The lexicon's form of a cue word ("treats" -> "treated"; ``cue_of``'s third person)."""
-    if canon in ROLE_CUES:
-        return canon
-    for stem in (canon[:-2], canon[:-1]) if canon.endswith("es") else (canon[:-1],):
-        for form in (stem + "ed", stem + "d"):
-            if form in ROLE_CUES:
-                return form
-    return canon
 
 
 def _passive_role(tokens: list[_Tok], last: int) -> str:

@@ -49,7 +49,7 @@ TOKENS_RHO_HIST = 0.1
 #: 4: roles from a cue's purpose ("treated for X": a diagnosis), a passive cue ("X was
 #: managed with"), the reason of a visit ("seen for X"); visit words end a term
 #: (``facts.terms`` rule 4). Roles rank a document's terms, so they decide its K_e terms;
-#: after the release one place goes to an uncued term (``facts.term_choice.UNCUED_RANK``);
+#: after the release one place goes to an uncued term (``facts.terms.UNANNOUNCED_RANK``);
 #: and a term without a role anchors before a treatment, symptom or credit
 #: (``facts.roles.role_priority``), so they decide its cluster.
 FACTS_RULES_VERSION = 4
