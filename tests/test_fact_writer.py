@@ -211,7 +211,7 @@ def test_note_views_name_every_fact_and_differ() -> None:
     facts = ClusterFacts(3, "lyme disease", 40, ("doxycycline",), ("rash", "hike", "bull", "eye"),
                          "Reported", (("lyme disease", "diagnosis"),
                                       ("doxycycline", "treatment")))
-    names = "Diagnosis: Lyme Disease. Treatment: Doxycycline."
+    names = "Likely diagnosis: Lyme Disease. Treatment: Doxycycline."
     views = note_views(facts, 3)
     assert views[0] == write_note(facts) and len(views) == len(set(views)) == 3
     assert views[1] == f"{names} Reported: rash hike bull eye."
@@ -239,7 +239,7 @@ def test_spread_views_differ_in_their_keywords_below_epsilon_five() -> None:
     facts = ClusterFacts(3, "lyme disease", 40, ("doxycycline",), ("rash", "hike", "bull", "eye"),
                          "Reported", (("lyme disease", "diagnosis"),
                                       ("doxycycline", "treatment")))
-    names = "Diagnosis: Lyme Disease. Treatment: Doxycycline."
+    names = "Likely diagnosis: Lyme Disease. Treatment: Doxycycline."
     spread = note_views(facts, spread=True)
     assert spread == [write_note(facts), f"{names} Reported: rash hike bull eye.",
                       f"{names} Reported: rash bull.", f"{names} Reported: hike eye.",
@@ -330,6 +330,22 @@ def test_names_without_a_role_lead_when_no_name_says_what_the_cluster_is_about()
                      "Treatment: Cetirizine.")
     announced = replace(unannounced, roles=(("cetirizine", "treatment"),
                                             ("hay fever", "diagnosis")))
-    assert note_names(announced) == ("Diagnosis: Hay Fever. Treatment: Cetirizine. "
+    assert note_names(announced) == ("Likely diagnosis: Hay Fever. Treatment: Cetirizine. "
                                      "Also: (1) Itchy Watery Eyes, (2) Nose.")
     assert missing_facts(unannounced, write_note(unannounced)) == []
+
+
+def test_a_note_lists_symptoms_then_the_likely_diagnosis_then_the_treatment() -> None:
+    """The order of a clinical note, and a diagnosis label that no run of a private note's
+    "…symptom. Diagnosis: X." crosses into."""
+    facts = ClusterFacts(0, "benign trokitis", 40,
+                         ("burning sensation in the palms", "trokasol"), ("palm",),
+                         roles=(("benign trokitis", "diagnosis"),
+                                ("burning sensation in the palms", "symptom"),
+                                ("trokasol", "treatment")))
+    names = note_names(facts)
+    assert names == ("Symptoms: burning sensation in the palms. Likely diagnosis: Benign "
+                     "Trokitis. Treatment: Trokasol.")
+    private = ("Seen today for a burning sensation in the palms. Diagnosis: Benign Trokitis. "
+               "Plan: trokasol.")
+    assert all(verbatim_spans([view], [private], 8) == 0 for view in note_views(facts))

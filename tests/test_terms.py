@@ -195,7 +195,7 @@ def test_a_note_with_roles_names_every_fact() -> None:
                          (("influenza", "diagnosis"), ("oseltamivir", "treatment"),
                           ("dry cough", "symptom")))
     note = write_note(facts)
-    assert note == ("Reported: fever aches. Symptoms: dry cough. Diagnosis: Influenza. "
+    assert note == ("Reported: fever aches. Symptoms: dry cough. Likely diagnosis: Influenza. "
                     "Treatment: Oseltamivir. Also: Jane Doe.")
     assert missing_facts(facts, note) == []
 
