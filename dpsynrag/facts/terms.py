@@ -131,7 +131,8 @@ ROLE_CUES: dict[str, str] = {
     **dict.fromkeys(("directed", "director", "starring", "stars", "actor", "actress"),
                     "credit"),
 }
-#: The roles, in the order a note writes them (public).
+#: The roles, in their public rank order (``ROLE_RANK``) and the column order of the role
+#: histogram (public). A note writes them in ``fact_writer.ROLE_LABELS``'s order.
 ROLES: tuple[str, ...] = ("diagnosis", "title", "product", "error", "treatment", "symptom",
                           "credit")
 #: The roles that name what a record is about (public): the answer a reader looks for. They
