@@ -32,14 +32,17 @@ from dpsynrag.eval.datasets_ordinary import (
 )
 from dpsynrag.eval.metrics import contains_answer
 from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL, FILM_TEMPLATES_FINAL
+from dpsynrag.eval.templates_unseen import CONDITION_TEMPLATES_UNSEEN, FILM_TEMPLATES_UNSEEN
 from dpsynrag.io.reader import read_documents
 
 WRITERS = {"conditions": write_conditions_dataset, "films": write_films_dataset}
 TEMPLATES = {"conditions": {"dev": CONDITION_TEMPLATES, "heldout": CONDITION_TEMPLATES_HELDOUT,
                             "fresh": CONDITION_TEMPLATES_FRESH,
-                            "final": CONDITION_TEMPLATES_FINAL},
+                            "final": CONDITION_TEMPLATES_FINAL,
+                            "unseen": CONDITION_TEMPLATES_UNSEEN},
              "films": {"dev": FILM_TEMPLATES, "heldout": FILM_TEMPLATES_HELDOUT,
-                       "fresh": FILM_TEMPLATES_FRESH, "final": FILM_TEMPLATES_FINAL}}
+                       "fresh": FILM_TEMPLATES_FRESH, "final": FILM_TEMPLATES_FINAL,
+                       "unseen": FILM_TEMPLATES_UNSEEN}}
 LAY = {phrase: lay for phrase, lay in PLOT_ELEMENTS}
 
 
@@ -126,7 +129,8 @@ def test_zipf_counts_properties(n_notes: int) -> None:
 
 @pytest.mark.parametrize("kind", ["conditions", "films"])
 @pytest.mark.parametrize("variant", [{}, {"heldout": True}, {"templates": "heldout"},
-                                     {"templates": "fresh"}, {"templates": "final"}])
+                                     {"templates": "fresh"}, {"templates": "final"},
+                                     {"templates": "unseen"}])
 def test_queries_never_give_the_answer_away(kind: str, variant: dict) -> None:
     data = make_ordinary_dataset(kind, n_notes=600, n_queries=200, seed=2, **variant)
     answers = [a for a, _, _, _ in _answers(data)]
@@ -211,6 +215,7 @@ def test_template_variants_are_separate(kind: str) -> None:
     assert len(sets["heldout"].notes) >= 4 and len(sets["heldout"].queries) >= 4
     assert len(sets["fresh"].notes) >= 6 and len(sets["fresh"].queries) >= 5
     assert len(sets["final"].notes) >= 8 and len(sets["final"].queries) >= 6
+    assert len(sets["unseen"].notes) >= 10 and len(sets["unseen"].queries) >= 8
     for a in TEMPLATE_VARIANTS:
         for b in TEMPLATE_VARIANTS:
             if a < b:
@@ -221,15 +226,20 @@ def test_template_variants_are_separate(kind: str) -> None:
             "fresh": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
                                            templates="fresh"),
             "final": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
-                                           templates="final")}
+                                           templates="final"),
+            "unseen": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
+                                            templates="unseen")}
     for variant, data in made.items():
         own = sets[variant]
         others = [sets[v] for v in TEMPLATE_VARIANTS if v != variant]
         assert data.templates == variant and data.heldout == (variant == "heldout")
         assert data.describe()["templates"] == variant
         assert data.describe()["heldout"] is (variant == "heldout")
+        answers = [a for a, _, _, _ in _answers(data)]
         for n in data.notes:
             assert _matches(n.text, own.notes), n.text
+            assert n.answer in n.text and n.person in n.text, n.text  # verbatim, only its own
+            assert [a for a in answers if contains_answer(n.text, a)] == [n.answer], n.text
             assert not any(_matches(n.text, o.notes) for o in others), n.text
         for q in data.queries:
             assert _matches(q.question, own.queries), q.question
@@ -237,7 +247,7 @@ def test_template_variants_are_separate(kind: str) -> None:
         used = Counter(next(t for t in own.notes if _regex(t).match(n.text))
                        for n in data.notes)
         assert len(used) == len(own.notes)  # every note template is used
-    for variant in ("fresh", "final"):  # every query template is used
+    for variant in ("fresh", "final", "unseen"):  # every query template is used
         assert {next(t for t in sets[variant].queries if _regex(t).match(q.question))
                 for q in made[variant].queries} == set(sets[variant].queries)
 
@@ -307,7 +317,7 @@ def test_dataset_command(tmp_path: Path, capsys) -> None:
 def test_dataset_command_fresh_templates(tmp_path: Path, kind: str, capsys) -> None:
     from dpsynrag.cli import main
 
-    for variant in ("fresh", "final"):
+    for variant in ("fresh", "final", "unseen"):
         out = tmp_path / variant
         assert main(["dataset", kind, "-o", str(out / "f"), "--notes", "80", "--seed", "11",
                      "--templates", variant]) == 0
@@ -334,9 +344,10 @@ def test_dataset_help_says_fresh_is_for_a_final_measurement(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["dataset", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--templates {dev,heldout,fresh,final}" in text
+    assert "--templates {dev,heldout,fresh,final,unseen}" in text
     assert "fresh: templates kept unread for a final measurement only" in text
     assert "final: another such unread set" in text
+    assert "unseen: a fifth unread set, for a final measurement only" in text
 
 
 def test_eval_harness_generates_the_kinds(tmp_path: Path) -> None:

@@ -38,12 +38,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--queries", type=positive_int, default=None,
                         help="queries (default one per disease, issue, condition or film)")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
-    parser.add_argument("--templates", choices=["dev", "heldout", "fresh", "final"],
+    parser.add_argument("--templates", choices=["dev", "heldout", "fresh", "final", "unseen"],
                         default=None,
                         help="'conditions' and 'films' only: the note and query templates "
                              "(default dev, the set to tune on); heldout: the older held-out "
                              "set; fresh: templates kept unread for a final measurement only, "
-                             "never for tuning; final: another such unread set")
+                             "never for tuning; final: another such unread set; unseen: a "
+                             "fifth unread set, for a final measurement only")
     parser.add_argument("--heldout", action="store_true",
                         help="'conditions' and 'films' only: the same as --templates heldout")
     parser.set_defaults(handler=run_dataset)

@@ -35,6 +35,7 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   system: for a final measurement only). ``heldout=True`` is the older spelling of
   ``templates="heldout"``.
   ``"final"`` is another unread variant, like ``"fresh"``: for a final measurement only.
+  ``"unseen"`` is a fifth unread variant, like ``"final"``: for a final measurement only.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 
@@ -60,6 +61,7 @@ from dpsynrag.eval.datasets import (
 from dpsynrag.eval.metrics import contains_answer
 from dpsynrag.eval.template_set import TemplateSet
 from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL, FILM_TEMPLATES_FINAL
+from dpsynrag.eval.templates_unseen import CONDITION_TEMPLATES_UNSEEN, FILM_TEMPLATES_UNSEEN
 
 __all__ = [
     "CONDITIONS",
@@ -91,7 +93,7 @@ __all__ = [
 ]
 
 ORDINARY_KINDS = ("conditions", "films")
-TEMPLATE_VARIANTS = ("dev", "heldout", "fresh", "final")
+TEMPLATE_VARIANTS = ("dev", "heldout", "fresh", "final", "unseen")
 ZIPF_OFFSET = 10.0
 ZIPF_EXPONENT = 2.35
 N_DOCTORS = 8
@@ -863,7 +865,8 @@ def make_conditions_dataset(*, n_notes: int = 4000, n_queries: int | None = None
     _check_conditions()
     variant = template_variant(templates, heldout)
     chosen = {"dev": CONDITION_TEMPLATES, "heldout": CONDITION_TEMPLATES_HELDOUT,
-              "fresh": CONDITION_TEMPLATES_FRESH, "final": CONDITION_TEMPLATES_FINAL}[variant]
+              "fresh": CONDITION_TEMPLATES_FRESH, "final": CONDITION_TEMPLATES_FINAL,
+              "unseen": CONDITION_TEMPLATES_UNSEEN}[variant]
     rng = np.random.default_rng(seed)
     ranks, shares, counts = _frequencies(n_notes, len(CONDITIONS), rng)
     people = _Names(rng)
@@ -979,7 +982,8 @@ def make_films_dataset(*, n_notes: int = 4000, n_queries: int | None = None, see
     _validate(n_notes, n_queries)
     variant = template_variant(templates, heldout)
     chosen = {"dev": FILM_TEMPLATES, "heldout": FILM_TEMPLATES_HELDOUT,
-              "fresh": FILM_TEMPLATES_FRESH, "final": FILM_TEMPLATES_FINAL}[variant]
+              "fresh": FILM_TEMPLATES_FRESH, "final": FILM_TEMPLATES_FINAL,
+              "unseen": FILM_TEMPLATES_UNSEEN}[variant]
     rng = np.random.default_rng(seed)
     n_films = 40
     titles = _titles(n_films, rng)
