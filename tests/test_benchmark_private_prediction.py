@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
@@ -41,14 +40,10 @@ def _tokens(tokenizer: Any, text: str) -> int:
 
 
 # ------------------------------------------------------------------------------ workload
-def test_workload_builder_is_fast_at_paper_scale(bench: ModuleType, tokenizer: Any) -> None:
-    """64 groups × 80 documents, L = 5: before the fix each 8-word draw converted the ~234k-word
-    list (~75 ms a draw, ~15 draws a document: minutes); now well under the limit."""
-    bench.public_words()  # the word list's one-off load is not the builder's per-draw cost
-    start = time.perf_counter()
+def test_workload_builder_at_paper_scale(bench: ModuleType, tokenizer: Any) -> None:
+    """64 groups × 80 documents, L = 5 (its speed is a target of benchmarks/helper_speed.py:
+    each 8-word draw once converted the ~234k-word list, minutes in all)."""
     groups, distinct = bench.make_workload(tokenizer, 64, 80, 5, 120)
-    seconds = time.perf_counter() - start
-    assert seconds < 20, f"workload builder took {seconds:.1f} s"
     assert len(groups) == 64 and all(len(g) == 80 for g in groups)
     assert distinct == 64 * 80 // 5
     # every document sits in exactly L = 5 groups, and has at least doc_tokens tokens

@@ -85,6 +85,24 @@ def test_the_reader_instruction_is_the_data_sets_unless_given(tmp_path: Path) ->
             _settings(instruction=bad).validate()
 
 
+def test_a_saved_generated_set_keeps_its_reader_instruction(tmp_path: Path) -> None:
+    """A directory written by ``dpsynrag dataset films`` asks for the film's title, as the
+    generated set does; a plain directory keeps the default; --instruction still wins."""
+    from dpsynrag.eval.datasets_ordinary import make_ordinary_dataset, save_dataset
+    from dpsynrag.eval.harness import READER_INSTRUCTIONS, load_data
+    from dpsynrag.prompts.rag import DEFAULT_INSTRUCTION
+
+    films = tmp_path / "films"
+    save_dataset(make_ordinary_dataset("films", n_notes=120, seed=1), films)
+    assert (load_data(_settings(dataset=str(films)), tmp_path / "w1").instruction
+            == READER_INSTRUCTIONS["films"])
+    given = _settings(dataset=str(films), instruction="Answer with the title only.")
+    assert load_data(given, tmp_path / "w2").instruction == "Answer with the title only."
+    (films / "films.json").unlink()
+    assert (load_data(_settings(dataset=str(films)), tmp_path / "w3").instruction
+            == DEFAULT_INSTRUCTION)
+
+
 def test_a_rerun_with_other_settings_is_refused_not_mixed(tmp_path: Path) -> None:
     from dpsynrag.eval.harness import SETTINGS_FILE, _check_resumable
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -164,17 +163,14 @@ def test_verbatim_spans_max_private_frequency_skips_shared_template_text() -> No
         verbatim_spans(synthetic, private, max_private_frequency=0)
 
 
-def test_verbatim_spans_is_fast_at_benchmark_scale() -> None:
+def test_verbatim_spans_counts_copies_at_benchmark_scale() -> None:
+    """Its speed is a target of benchmarks/helper_speed.py, not of this test."""
     rs = np.random.default_rng(0)
     words = [f"w{i}" for i in range(3000)]
     private = [" ".join(rs.choice(words, 120)) for _ in range(2000)]
     synthetic = [" ".join(rs.choice(words, 150)) for _ in range(495)]
     synthetic += private[:5]  # five notes copied whole: 5 × 113 distinct 8-grams
-    start = time.perf_counter()
-    count = verbatim_spans(synthetic, private)
-    elapsed = time.perf_counter() - start
-    assert count == 5 * 113
-    assert elapsed < 3.0
+    assert verbatim_spans(synthetic, private) == 5 * 113
 
 
 # ------------------------------------------------------------------ aggregates

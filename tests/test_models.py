@@ -334,7 +334,6 @@ def test_packaged_models_offline(_isolated_cache: Path) -> None:
     again = load_llm(device="cpu")
     cached_load = time.perf_counter() - start
     print(f"packaged LLM: first load {first_load:.1f} s, cached load {cached_load:.1f} s")
-    assert cached_load < first_load
     assert again.identity == llm.identity
 
     ids = llm.chat_prompt_ids("What is the capital of France?")

@@ -48,7 +48,9 @@ def add_parser(subparsers: Any) -> None:
                         help="what the reader is asked after the question, the same for "
                              "private RAG and every corpus (default: 'Answer with the name of "
                              "the condition only.' for conditions, '... the title of the film "
-                             "only.' for films, '... the name of the disease only.' otherwise)")
+                             "only.' for films, also for a directory written by 'dpsynrag "
+                             "dataset conditions|films'; '... the name of the disease only.' "
+                             "otherwise)")
     parser.add_argument("--no-end-to-end", action="store_true",
                         help="skip LLM answering (recall@k and corpus leakage only)")
     parser.add_argument("--config", type=Path, help="build TOML for the DP methods")

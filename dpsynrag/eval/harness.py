@@ -193,11 +193,23 @@ def _load_data(settings: EvalSettings, work: Path) -> EvalData:
     items = load_qa_jsonl(queries_path)
     names = sorted({i.patient for i in items if i.patient})
     answers = sorted({i.answer for i in items})
-    return EvalData(
+    kind = generated_kind(root)
+    data = EvalData(
         note_ids=docs.ids, notes=docs.texts, questions=[i.question for i in items],
         answers=[i.answer for i in items], names=names,
         attack_questions=[ATTACK_TEMPLATE.replace("{disease}", a) for a in answers],
         description={"name": root.name, "queries": len(items)}, notes_path=notes_path)
+    if kind is not None:
+        data.instruction = READER_INSTRUCTIONS[kind]
+    return data
+
+
+def generated_kind(root: Path) -> str | None:
+    """``conditions`` or ``films`` when ``root`` is a set written by ``dpsynrag dataset`` of
+    that kind (its public description ``<kind>.json`` lies beside the notes), else None: the
+    reader is then asked what a generated set of that kind asks."""
+    kinds = [kind for kind in READER_INSTRUCTIONS if (root / f"{kind}.json").is_file()]
+    return kinds[0] if len(kinds) == 1 else None
 
 
 # ---------------------------------------------------------------------- one corpus

@@ -1,8 +1,9 @@
 """The ``final`` note and query templates of the ``conditions`` and ``films`` generators.
 
 For one blind final measurement only: whoever tunes the system must not read this module.
-Chosen by ``templates="final"`` in :mod:`dpsynrag.eval.datasets_ordinary`. Same placeholders and rules as the other variants
-there (each note holds its answer verbatim; queries share no word with any answer).
+Chosen by ``templates="final"`` in :mod:`dpsynrag.eval.datasets_ordinary`. Same placeholders
+and rules as the other variants there (each note holds its answer verbatim; queries share no
+word with any answer).
 """
 
 from __future__ import annotations
