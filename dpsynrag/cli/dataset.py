@@ -44,7 +44,7 @@ def add_parser(subparsers: Any) -> None:
                              "(default dev, the set to tune on); heldout: the older held-out "
                              "set; fresh: templates kept unread for a final measurement only, "
                              "never for tuning; final: another such unread set; unseen: a "
-                             "fifth unread set, for a final measurement only")
+                             "fifth set, measured blind once and read since")
     parser.add_argument("--heldout", action="store_true",
                         help="'conditions' and 'films' only: the same as --templates heldout")
     parser.set_defaults(handler=run_dataset)

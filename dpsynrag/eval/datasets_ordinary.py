@@ -35,7 +35,8 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   system: for a final measurement only). ``heldout=True`` is the older spelling of
   ``templates="heldout"``.
   ``"final"`` is another unread variant, like ``"fresh"``: for a final measurement only.
-  ``"unseen"`` is a fifth unread variant, like ``"final"``: for a final measurement only.
+  ``"unseen"`` is a fifth variant, written like ``"final"`` and measured blind once; read
+  since.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 

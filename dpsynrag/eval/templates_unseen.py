@@ -1,6 +1,8 @@
 """The ``unseen`` note and query templates of the ``conditions`` and ``films`` generators.
 
-For one blind final measurement only: whoever tunes the system must not read this module.
+Written for one blind final measurement, made on 2026-11-28 (docs/evaluation.md: "A fifth
+unread template set"); its corpora have been read since, so it no longer measures unseen
+wording.
 Chosen by ``templates="unseen"`` in :mod:`dpsynrag.eval.datasets_ordinary`, which maps the
 variant name to these sets. Same placeholders and rules as the other variants
 there (each note holds its answer verbatim; queries share no word with any answer).
@@ -12,7 +14,7 @@ from dpsynrag.eval.template_set import TemplateSet
 
 __all__ = ["CONDITION_TEMPLATES_UNSEEN", "FILM_TEMPLATES_UNSEEN"]
 
-# Unseen: for a final measurement only; whoever tunes the system must not read these.
+# Unseen: measured blind once (2026-11-28), read since.
 CONDITION_TEMPLATES_UNSEEN = TemplateSet(notes=(
     "[video visit, {date}] Dr. {doctor}: What brings you in today? {name} ({age}): Honestly, "
     "{symptoms}. Dr. {doctor}: Right, that fits {condition}. I'll send {treatment} over to "
