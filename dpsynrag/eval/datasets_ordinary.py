@@ -74,6 +74,7 @@ __all__ = [
     "FILM_TEMPLATES_HELDOUT",
     "ORDINARY_KINDS",
     "PLOT_ELEMENTS",
+    "TEMPLATE_SETS",
     "TEMPLATE_VARIANTS",
     "Condition",
     "ConditionsDataset",
@@ -616,6 +617,18 @@ FILM_TEMPLATES_FRESH = TemplateSet(notes=(
 ))
 
 
+#: kind -> template variant -> its note and query templates (in TEMPLATE_VARIANTS' order):
+#: the one map both generators read (the tests keep their own, as an independent oracle).
+TEMPLATE_SETS: dict[str, dict[str, TemplateSet]] = {
+    "conditions": dict(zip(TEMPLATE_VARIANTS, (
+        CONDITION_TEMPLATES, CONDITION_TEMPLATES_HELDOUT, CONDITION_TEMPLATES_FRESH,
+        CONDITION_TEMPLATES_FINAL, CONDITION_TEMPLATES_UNSEEN), strict=True)),
+    "films": dict(zip(TEMPLATE_VARIANTS, (
+        FILM_TEMPLATES, FILM_TEMPLATES_HELDOUT, FILM_TEMPLATES_FRESH, FILM_TEMPLATES_FINAL,
+        FILM_TEMPLATES_UNSEEN), strict=True)),
+}
+
+
 # ------------------------------------------------------------------ data classes
 @dataclass(frozen=True)
 class Condition:
@@ -865,9 +878,7 @@ def make_conditions_dataset(*, n_notes: int = 4000, n_queries: int | None = None
     _validate(n_notes, n_queries)
     _check_conditions()
     variant = template_variant(templates, heldout)
-    chosen = {"dev": CONDITION_TEMPLATES, "heldout": CONDITION_TEMPLATES_HELDOUT,
-              "fresh": CONDITION_TEMPLATES_FRESH, "final": CONDITION_TEMPLATES_FINAL,
-              "unseen": CONDITION_TEMPLATES_UNSEEN}[variant]
+    chosen = TEMPLATE_SETS["conditions"][variant]
     rng = np.random.default_rng(seed)
     ranks, shares, counts = _frequencies(n_notes, len(CONDITIONS), rng)
     people = _Names(rng)
@@ -982,9 +993,7 @@ def make_films_dataset(*, n_notes: int = 4000, n_queries: int | None = None, see
     """
     _validate(n_notes, n_queries)
     variant = template_variant(templates, heldout)
-    chosen = {"dev": FILM_TEMPLATES, "heldout": FILM_TEMPLATES_HELDOUT,
-              "fresh": FILM_TEMPLATES_FRESH, "final": FILM_TEMPLATES_FINAL,
-              "unseen": FILM_TEMPLATES_UNSEEN}[variant]
+    chosen = TEMPLATE_SETS["films"][variant]
     rng = np.random.default_rng(seed)
     n_films = 40
     titles = _titles(n_films, rng)
