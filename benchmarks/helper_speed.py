@@ -81,16 +81,23 @@ def workload_builder(repeats: int, tokenizer: Any) -> dict[str, Any]:
 
 def packaged_llm_load(cache_dir: str | None) -> tuple[dict[str, Any], Any]:
     """Seconds of a first and a second ``load_llm`` (the second reads the converted cache)."""
-    if cache_dir is not None:
-        os.environ["DPSYNRAG_CACHE_DIR"] = cache_dir
     from dpsynrag.models.llm import load_llm
 
-    start = time.perf_counter()
-    load_llm(device="cpu")
-    first = time.perf_counter() - start
-    start = time.perf_counter()
-    llm = load_llm(device="cpu")
-    cached = time.perf_counter() - start
+    before = os.environ.get("DPSYNRAG_CACHE_DIR")
+    if cache_dir is not None:
+        os.environ["DPSYNRAG_CACHE_DIR"] = cache_dir
+    try:
+        start = time.perf_counter()
+        load_llm(device="cpu")
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        llm = load_llm(device="cpu")
+        cached = time.perf_counter() - start
+    finally:  # the temporary cache is removed after this case; later code must not see it
+        if before is None:
+            os.environ.pop("DPSYNRAG_CACHE_DIR", None)
+        else:
+            os.environ["DPSYNRAG_CACHE_DIR"] = before
     return {"seconds": cached, "first_load_seconds": first,
             "fresh_cache": cache_dir is not None}, llm
 
