@@ -310,7 +310,7 @@ def role_sentences(facts: ClusterFacts) -> str:
         # released; a name in title case
         groups.setdefault(role, []).append(name if role in ITEM_ROLES
                                            else display_phrase(name))
-    parts = [f"{ROLE_LABELS[role]}: {listed(groups[role])}."
+    parts = [f"{role_label(role, groups)}: {listed(groups[role])}."
              for role in ROLE_LABELS if role in groups]
     if "" in groups:
         if not NAMING_ROLES & set(groups):  # no name says what the cluster is about
@@ -321,6 +321,20 @@ def role_sentences(facts: ClusterFacts) -> str:
         else:
             parts.append(f"Also: {listed(groups[''])}.")
     return " ".join(parts)
+
+
+#: The label of descriptions (the symptom role, ``facts.terms`` rule 6) in a cluster that
+#: names no diagnosis or treatment: a film's story, a ticket's details.
+DETAILS_LABEL = "Details"
+
+
+def role_label(role: str, groups: Mapping[str, object]) -> str:
+    """How a note names ``role`` among the cluster's ``groups`` of names (public): the
+    descriptions of a cluster without a diagnosis or a treatment read "Details", not
+    "Symptoms" ("Title: Hollow Forest 1964. Details: (1) a time traveller, ...")."""
+    if role in ITEM_ROLES and not {"diagnosis", "treatment"} & set(groups):
+        return DETAILS_LABEL
+    return ROLE_LABELS[role]
 
 
 def listed(items: Sequence[str]) -> str:

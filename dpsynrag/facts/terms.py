@@ -77,11 +77,13 @@ The rule (all constants public, below):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dpsynrag.facts.person_names import given_names, surnames
 from dpsynrag.facts.phrases import _IDENT, _NAME, _classify, _Info, scan_tokens
 from dpsynrag.transforms.keywords import _check_k, inflected_form
 from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
@@ -105,7 +107,9 @@ CUE_REACH = 12
 ROLE_CUES: dict[str, str] = {
     **dict.fromkeys(("diagnosed", "diagnosis", "diagnoses", "diagnose", "assessment",
                      "impression", "consistent", "confirmed", "confirms", "suspected",
-                     "dx"), "diagnosis"),
+                     "dx", "indication", "indications", "attests", "attested",
+                     "reckons", "reckoned", "suggestive", "indicative", "likely", "probable"),
+                    "diagnosis"),
     **dict.fromkeys(("presenting", "presented", "presents", "complains", "complained",
                      "complaining", "complaint", "complaints", "reports", "reported",
                      "reporting", "symptoms", "symptom", "experiencing", "experiences",
@@ -131,6 +135,39 @@ ROLE_CUES: dict[str, str] = {
     **dict.fromkeys(("directed", "director", "starring", "stars", "actor", "actress"),
                     "credit"),
 }
+#: Words of a record's status before what it names ("excluded, active kidney stones",
+#: "known asthma", "possible gout"): lowercase, they end a term (public).
+STATUS_WORDS = frozenset(("active", "current", "known", "possible", "presumed", "ongoing",
+                          "resolving", "resolved", "underlying", "existing", "previous"))
+#: The naming cues that are nouns ("the film X", "error code E-4471", "Product: X"): they
+#: name only what follows them directly or after a colon, or their purpose after "for"/"of"
+#: ("a fix for X" is a verb cue's), never a term reached over a verb form or another
+#: preposition ("a horror film featuring a twin brother", "a film about a rival chef", "an
+#: error message from space"): there the term is what the film or message holds.
+NOUN_CUES = frozenset((
+    "film", "movie", "review", "favourite", "favorite", "product", "app", "application",
+    "software", "device", "version", "tool", "service", "feature", "subscription", "error",
+    "code", "message", "crash", "failure", "exception"))
+#: The tails of English contractions: a contraction of a stopword ("it's", "I'll", "that's",
+#: "we've", "don't") is a stopword too (it ends a term; a role walk passes it: "reckons
+#: it's hay fever").
+CONTRACTION_TAILS = frozenset(("s", "ll", "re", "ve", "d", "m", "t"))
+#: Endings of international nonproprietary drug names (the WHO's public stems, and a few
+#: common endings of drug names): a word of a term no cue announces that ends in one, is at
+#: least ``DRUG_MIN_LENGTH`` letters long and rarer than ``DRUG_ZIPF`` names a drug, so the
+#: term gets the treatment role ("currently on clarithromycin", "| nitrofurantoin |"): what a
+#: record is about is not the drug it names.
+DRUG_STEMS = (
+    "cillin", "mycin", "micin", "cycline", "floxacin", "azole", "tidine", "olol", "pril",
+    "sartan", "dipine", "statin", "parin", "xaban", "gatran", "grel", "semide", "thiazide",
+    "setron", "triptan", "oxetine", "pramine", "azepam", "zolam", "profen", "fenac", "coxib",
+    "caine", "sone", "olone", "terol", "amol", "vir", "formin", "gliptin", "gliflozin",
+    "glitazone", "lukast", "tadine", "izine", "osin", "verine", "toin", "clav", "oxine",
+    "histine", "chicine", "proxen", "cobalamin", "potriol", "afine", "phenicol", "tropium",
+    "dronate", "mab", "tinib", "zepine", "peridol", "apine", "idone", "oxacin", "nazole",
+    "conazole")
+DRUG_MIN_LENGTH = 7
+DRUG_ZIPF = 3.5
 #: The roles, in their public rank order (``ROLE_RANK``) and the column order of the role
 #: histogram (public). A note writes them in ``fact_writer.ROLE_LABELS``'s order.
 ROLES: tuple[str, ...] = ("diagnosis", "title", "product", "error", "treatment", "symptom",
@@ -178,7 +215,7 @@ ADVERBS = frozenset((
     "finally", "recently", "suddenly", "usually", "really", "previously", "currently",
     "initially", "eventually", "actually", "apparently", "probably", "possibly",
     "certainly", "clearly", "quickly", "slowly", "gradually", "immediately", "later",
-    "soon", "lately", "often", "sometimes", "always", "tonight",
+    "soon", "lately", "often", "sometimes", "always", "tonight", "well",
 ))
 #: Common report verbs that end a term (public).
 REPORT_VERBS = frozenset((
@@ -187,6 +224,8 @@ REPORT_VERBS = frozenset((
     "gets", "got", "keeps", "kept", "feels", "felt", "seems", "visit", "visits", "agreed",
     "thinks", "thought", "loved", "loves", "liked", "likes", "hated", "enjoyed", "wrote",
     "writes", "asks", "asked", "tried", "tries", "wants", "needs", "made", "makes", "gave",
+    "send", "get", "give", "take", "make", "try", "let", "bring", "tell", "ask", "say", "go",
+    "know", "think", "feel", "want", "need", "keep", "see",
     *IRREGULAR_VERBS,
 ))
 #: Words that join the items of a list: a cue before the list holds for every item.
@@ -198,6 +237,13 @@ DATE_WORDS = frozenset((
     "sep", "sept", "oct", "nov", "dec", "monday", "tuesday", "wednesday", "thursday",
     "friday", "saturday", "sunday", "today", "yesterday", "tomorrow",
 ))
+#: Marks after which a field starts ("Translator: Javier Dubois", "| Quiet Ribbon |"): its
+#: first word is capitalised like a sentence's ("Honestly, ...", "Background: ...").
+LABEL_MARKS = (":", "|")
+#: Subject pronouns: a word in -s right after one is a verb ("that fits hay fever", "it
+#: seems"), and ends a term.
+SUBJECT_PRONOUNS = frozenset(("he", "she", "it", "that", "this", "which", "who", "what",
+                              "there"))
 #: Lowercase stopwords that may stay between two name words ("Master of the House").
 NAME_GLUE = frozenset(("of", "the", "and", "a", "an", "de", "la", "von", "van"))
 #: Titles of people: a break, and the name run right after one is a person's, not a term.
@@ -317,6 +363,7 @@ class _Tok:
     sentence: int  # index of the sentence the token is in
     gap: str  # the first non-space character between the previous token and this one
     kind: int  # one of the kinds below
+    field: bool = False  # the first token after a colon or a bar (``LABEL_MARKS``)
 
 
 # 0 break, 1 word, 2 name, 3 number, 4 glue (a name-run stopword), 5 identifier, 6 suffix (a
@@ -339,33 +386,89 @@ def document_terms(texts: Sequence[str], vocab: PublicVocabulary, K_e: int
     def info(token: str) -> _Info:
         found = cache.get(token)
         if found is None:
-            found = cache[token] = _classify(token, vocab, stop)
+            found = _classify(token, vocab, stop)
+            if not found.stop and _contracted_stopword(found.canon, stop):
+                found = dataclasses.replace(found, stop=True)
+            cache[token] = found
         return found
 
     def verb_form(canon: str) -> bool:
         if canon in REPORT_VERBS:
             return True
-        if not canon.isalpha() or len(canon) < 4 or not canon.endswith(("ed", "ing")):
+        if not canon.isalpha() or len(canon) < 4:
             return False
+        if canon.endswith("ly"):  # an adverb of a word of V: "honestly", "mildly"
+            return len(canon) > 6 and canon[:-2] in vocab.index
+        if not canon.endswith(("ed", "ing")):
+            return False
+        if inflected_form(canon, vocab.index) is not None:
+            return True
+        # British spelling: "mobilising", "recognised"
+        for british, american in (("ising", "izing"), ("ised", "ized")):
+            if canon.endswith(british):
+                return inflected_form(canon[:-len(british)] + american,
+                                      vocab.index) is not None
+        return False
+
+    def known(canon: str) -> bool:
         return inflected_form(canon, vocab.index) is not None
 
-    return [_terms_of(text, info, verb_form, K_e) for text in texts]
+    return [_terms_of(text, info, verb_form, known, K_e) for text in texts]
 
 
-def _tokens(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], bool]
-            ) -> list[_Tok]:
+def _contracted_stopword(canon: str, stop: frozenset[str]) -> bool:
+    """Whether ``canon`` is a contraction of a stopword ("it's", "i'll", "don't")."""
+    base, mark, tail = canon.partition("'")
+    if not mark:
+        return False
+    if tail == "t" and base.endswith("n"):
+        return base in stop or base[:-1] in stop or base in ("don", "won", "can", "shan")
+    return base in stop and tail in CONTRACTION_TAILS
+
+
+def _tokens(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], bool],
+            known: Callable[[str], bool]) -> list[_Tok]:
     """The document's tokens with their clause, sentence and kind (rule 1-2)."""
     out: list[_Tok] = []
+    joins: list[int] = []
     clause = sentence = -1
     for match, tok, gap, new_clause, initial in scan_tokens(text, info):
         clause += new_clause
         sentence += initial
-        kind = _kind(match.group(), tok, initial, verb_form)
+        # a field's first word after a colon or a bar is capitalised like a sentence's
+        field = gap.strip()[-1:] in LABEL_MARKS
+        kind = _kind(match.group(), tok, initial or field, verb_form)
         if kind in (_NAMEK, _GLUEK) and out and out[-1].kind == _HONORK and (
                 not new_clause or out[-1].info.canon in HONORIFICS) and not initial:
             kind = _HONORK  # "Dr. Jane Doe": a person's name goes with the title
-        out.append(_Tok(tok, match.start(), clause, sentence, gap.strip()[:1], kind))
+        if kind == _WORDK and out and out[-1].info.canon in SUBJECT_PRONOUNS \
+                and out[-1].clause == clause and tok.canon.endswith("s") \
+                and not tok.canon.endswith("ss"):
+            kind = _BREAK  # "that fits X", "it seems": a verb after its subject
+        if kind == _NAMEK and out and out[-1].kind in (_WORDK, _INGK) \
+                and out[-1].clause == clause \
+                and out[-1].sentence == sentence and _initial_capital(out, text):
+            joins.append(len(out) - 1)
+        out.append(_Tok(tok, match.start(), clause, sentence, gap.strip()[:1], kind, field))
+    # "Hollow Forest 1964 | thriller", "Oskar Lachance u genius": a sentence's (or a
+    # field's) first word, capitalised, before a name word is a word of that name, unless
+    # the name words after it are a person's ("Patient John Smith", "Student Rania Chowdhury")
+    for j in joins:
+        names = [j + 1]
+        while names[-1] + 1 < len(out) and out[names[-1] + 1].kind == _NAMEK \
+                and out[names[-1] + 1].clause == out[j].clause:
+            names.append(names[-1] + 1)
+        if not _person_shaped(out, names, known):
+            out[j] = dataclasses.replace(out[j], kind=_NAMEK)
     return out
+
+
+def _initial_capital(out: list[_Tok], text: str) -> bool:
+    """Whether the last token so far starts its sentence or a field (``LABEL_MARKS``) and is
+    capitalised."""
+    last = out[-1]
+    return (len(out) == 1 or out[-2].sentence != last.sentence or last.field) \
+        and text[last.start].isupper()
 
 
 def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool]) -> int:
@@ -380,10 +483,14 @@ def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool
     if len(canon) <= 3 and canon[0].isalpha() and canon[1:].isdigit():
         return _SUFFIXK  # "B12", "D3"
     if tok.stop:
+        if "'" in canon:
+            return _BREAK  # "it's", "I'll"
         return _GLUEK if (canon in NAME_GLUE or (capital and not initial)) else _BREAK
     if cue_of(canon) or canon in DATE_WORDS or canon in FORM_WORDS or canon in ADVERBS \
             or (canon in VISIT_WORDS and (initial or not capital)):
         return _BREAK
+    if canon in STATUS_WORDS and (initial or not capital):
+        return _BREAK  # "active kidney stones" -> "kidney stones"
     if (initial or not capital) and verb_form(canon):
         return _INGK if canon.endswith("ing") and canon not in REPORT_VERBS else _BREAK
     if tok.kind == _IDENT:
@@ -400,10 +507,16 @@ def _runs(tokens: list[_Tok]) -> list[list[int]]:
     runs: list[list[int]] = []
     run: list[int] = []
 
+    def score(i: int) -> bool:  # "rated Quiet Ribbon 4/5": the 4 is a score, not a name's
+        return tokens[i].kind == _NUMK and (
+            (i + 1 < len(tokens) and tokens[i + 1].gap == "/" and tokens[i + 1].kind == _NUMK)
+            or (i > 0 and tokens[i - 1].kind == _NUMK))
+
     def flush() -> None:
         while run and (tokens[run[-1]].kind == _GLUEK  # glue only between name words
                        or (tokens[run[-1]].kind == _NUMK  # "aged 34", not "Blue Horizon 2"
-                           and not any(tokens[i].kind == _NAMEK for i in run))):
+                           and (score(run[-1])
+                                or not any(tokens[i].kind == _NAMEK for i in run)))):
             run.pop()
         while run and tokens[run[0]].kind == _NUMK:
             run.pop(0)
@@ -461,11 +574,12 @@ def _runs(tokens: list[_Tok]) -> list[list[int]]:
 
 
 def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], bool],
-              K_e: int) -> DocumentTerms:
+              known: Callable[[str], bool], K_e: int) -> DocumentTerms:
     text = unicodedata.normalize("NFC", text)
-    tokens = _tokens(text, info, verb_form)
-    # term -> (role rank, class, score, start, first token)
-    best: dict[str, tuple[int, int, float, int, int]] = {}
+    tokens = _tokens(text, info, verb_form, known)
+    items, described = _items(tokens)
+    # term -> (role rank, demotion, class, score, start, first token)
+    best: dict[str, tuple[int, int, int, float, int, int]] = {}
     roles: dict[str, str] = {}
 
     def add(piece: list[int], penalty: int, given_role: str | None = None) -> None:
@@ -479,13 +593,24 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
         term = " ".join(tokens[i].info.canon for i in piece)
         opened = any(tokens[i].info.is_open for i in piece)
         score = min(t.prior for t in content) - WORD_BONUS * (len(content) - 1)
+        person = _person_shaped(tokens, piece, known)
         if term in roles and (roles[term] or given_role is None):
             role = roles[term]
         else:  # a whole list item gives its list's role to a term that had none
             role = given_role if given_role is not None else (
                 _role(tokens, piece[0]) or _passive_role(tokens, piece[-1]))
+            if person and role == "title":
+                role = ""  # a person's name is no title ("picked X, directed by Kofi Uchenna")
+            elif role != "treatment" and not person and _drug_shaped(content):
+                role = "treatment"
+            elif not role and not person and piece[0] in described:
+                role = _DESCRIBED_ROLE  # a word of an unannounced list's item
         rank = PREFIX_RANK if penalty else ROLE_RANK.get(role, NO_ROLE_RANK)
-        key = (rank, 0 if opened else 1 + penalty, score, tokens[piece[0]].start, piece[0])
+        demotion = PERSON_DEMOTION if person else (
+            HEADING_DEMOTION if _heading(tokens, piece) else 0)
+        named = any(tokens[i].kind == _NAMEK for i in piece)
+        kind_class = 0 if opened else 3 if penalty else 1 if named else 2
+        key = (rank, demotion, kind_class, score, tokens[piece[0]].start, piece[0])
         # an occurrence with a role beats one without (a list item's "symptom" over the bare
         # term's none, though none ranks first); among equals the better key
         if term not in best or (bool(role) > bool(roles[term])) or (
@@ -505,10 +630,86 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
                 names.pop()
             if names and len(names) < len(piece) and piece[:len(names)] == names:
                 add(names, 1)  # "Lyme disease" -> also "lyme"
-    for piece, role in _items(tokens):
+    for piece, role in items:
         add(piece, 0, role)
+    # in a document that no cue says is about something (no naming role), the best
+    # unannounced term that is neither a heading nor a person's name may be what it is
+    # about: it takes the place after the naming roles (``UNANNOUNCED_RANK``)
+    unannounced = [t for t, key in best.items()
+                   if key[0] == NO_ROLE_RANK and key[1] == 0 and key[2] < 3 and not roles[t]]
+    if unannounced and not NAMING_ROLES & set(roles.values()):
+        first = min(unannounced, key=best.__getitem__)
+        best[first] = (UNANNOUNCED_RANK, *best[first][1:])
     ranked = sorted(best, key=lambda term: best[term])[:K_e]
     return DocumentTerms(tuple(ranked), tuple(roles[t] for t in ranked))
+
+
+#: Demotions of an unannounced term inside its role rank (public prior, rule 5): a heading
+#: ("Rugby club medical log, 2024-01-19:") after the other terms, a person's name after it.
+HEADING_DEMOTION = 1
+PERSON_DEMOTION = 2
+#: The role of the words of an unannounced list's items (rule 6): a description.
+_DESCRIBED_ROLE = "symptom"
+
+
+def _person_shaped(tokens: list[_Tok], piece: list[int], known: Callable[[str], bool]
+                   ) -> bool:
+    """Whether a term is a person's name (rule 5): two or three name words first, no
+    digit, the first a given name of the public lists (``facts.person_names``) or no word of
+    V, and the last
+    (its possessive "'s" taken off) a surname of those lists or no word of V ("Oskar
+    Lachance", "John Smith", "Pavel Haddad's distributor"), nothing after them but one word
+    after a possessive; or a given name and an initial ("Freya O."). A title of ordinary
+    words ("Quiet Ribbon", "Silver Feathers") is none."""
+    names = 0
+    while names < len(piece) and tokens[piece[names]].kind == _NAMEK:
+        names += 1
+    first = tokens[piece[0]].info.canon
+    if not names or not (first in given_names() or (first.isalpha() and not known(first))):
+        return False
+    if names == 1:  # "Freya O." (an initial)
+        return len(piece) == 2 and tokens[piece[1]].kind == _SUFFIXK \
+            and len(tokens[piece[1]].info.canon) == 1
+    last = tokens[piece[names - 1]].info.canon
+    possessive = last.endswith("'s")
+    if names > 3 or (names < len(piece) and not (possessive and names + 1 == len(piece))):
+        return False
+    surname = last[:-2] if possessive else last
+    return surname.replace("-", "").isalpha() and (
+        surname in surnames() or not known(surname))
+
+
+def _drug_shaped(content: list[_Info]) -> bool:
+    """Whether a term names a drug by the shape of one of its words (``DRUG_STEMS``)."""
+    for tok in content:
+        word = tok.canon.rsplit("-", 1)[-1]  # "co-amoxiclav"
+        if len(word) >= DRUG_MIN_LENGTH and tok.prior < DRUG_ZIPF and word.isalpha() \
+                and word.endswith(DRUG_STEMS):
+            return True
+    return False
+
+
+def _heading(tokens: list[_Tok], piece: list[int]) -> bool:
+    """Whether a term is the heading of its record or of a sentence (rule 5): one ordinary
+    word that starts a sentence ("Rebook in three months.", "Overheard at a bus stop"), or
+    the document's first words right before a date or a number ("Donor session 22 November 2024:",
+    "Projection booth notes, 12 May 2024", "Movie night (April 21, 2023)"), past at most
+    one stopword or a punctuation mark."""
+    last = piece[-1]
+    if len(piece) == 1 and tokens[last].kind == _WORDK and (
+            last == 0 or tokens[last].sentence != tokens[last - 1].sentence):
+        return True  # a sentence's first word alone: "Rebook in three months.", "Overheard"
+    if tokens[last].sentence != 0 or any(
+            tokens[j].kind in (_WORDK, _NAMEK, _IDENTK) for j in range(piece[0])):
+        return False
+    for j in range(last + 1, min(last + 3, len(tokens))):
+        if tokens[j].sentence != 0:
+            return False
+        if tokens[j].kind == _NUMK or tokens[j].info.canon in DATE_WORDS:
+            return True
+        if not tokens[j].info.stop or j > last + 1:
+            return False
+    return False
 
 
 def _role(tokens: list[_Tok], first: int) -> str:
@@ -533,6 +734,11 @@ def _role(tokens: list[_Tok], first: int) -> str:
         canon = tokens[j].info.canon
         role = cue_of(canon)
         if role is not None:
+            if canon in NOUN_CUES and (
+                    verb or introduced not in ("", *PURPOSE_PREPOSITIONS)
+                    or (not introduced and tokens[first].kind == _WORDK
+                        and tokens[first].gap != ":")):
+                return ""  # "a film featuring X", "a film about X", "the film club"
             if introduced in PURPOSE_PREPOSITIONS:
                 return PURPOSE_ROLES.get(cue_form(canon) or canon, role)
             return role
@@ -550,6 +756,8 @@ def _role(tokens: list[_Tok], first: int) -> str:
             verb = True
             continue  # a verb form or a modifier: "complained of burning urination"
         elif not in_item:
+            if introduced == "for" and _drug_shaped([tokens[j].info]):
+                return "diagnosis"  # "on clarithromycin from Dr. Doe for pneumonia"
             if preposition and object_words < MAX_WORDS and (
                     not object_words
                     or (tokens[j + 1].gap == "" and not tokens[j + 1].info.stop)):
@@ -580,8 +788,9 @@ def _passive_role(tokens: list[_Tok], last: int) -> str:
     return ""
 
 
-def _items(tokens: list[_Tok]) -> list[tuple[list[int], str]]:
-    """Whole list items of a symptom list (rule 6), with their role.
+def _items(tokens: list[_Tok]) -> tuple[list[tuple[list[int], str]], set[int]]:
+    """Whole list items of a symptom list (rule 6), with their role, and the tokens of the
+    items of unannounced lists.
 
     A sentence is cut into segments at punctuation and at "and" / "or". A segment that holds
     a role cue sets the sentence's current role (its last cue); a report verb or an -ed verb
@@ -589,20 +798,51 @@ def _items(tokens: list[_Tok]) -> list[tuple[list[int], str]]:
     verb form, without leading or trailing stopwords, is an item when the current role is in
     ``ITEM_ROLES``, it has 2 to ``MAX_ITEM_WORDS`` tokens and at least two content words,
     and it holds only ordinary words, -ing forms, dose-form words and ``ITEM_GLUE`` (no
-    name, number, date or person)."""
-    items: list[tuple[list[int], str]] = []
-    role = ""
-    segment: list[int] = []
+    name, number, date or person).
 
-    def close() -> None:
-        nonlocal role
-        part = list(segment)
-        segment.clear()
+    An *unannounced list* (no current role) of three items or more is read as a description
+    too ("Honestly, unexplained weight loss, chronic diarrhoea and mouth ulcers", "Hard
+    scenes: a message from space, a rival chef and a small-town baker"): its items are
+    items, and their tokens are returned, so that the shorter terms inside them get the
+    same role. Such a list is the segment after an "and" / "or" and the segments before it
+    joined by commas, back to the first one that starts with a stopword other than an
+    article, leads in (``_leads_in``) or follows other punctuation ("for pneumonia, after
+    weeks of rapid breathing, cough and fever": the list starts at "after weeks of")."""
+    segments: list[tuple[list[int], str]] = []  # (token indices, what precedes: "and", ",")
+    segment: list[int] = []
+    before = ""
+    joined = False
+    for i, tok in enumerate(tokens):
+        if segment and (tok.sentence != tokens[segment[-1]].sentence
+                        or tok.clause != tokens[segment[-1]].clause):
+            segments.append((segment, before))
+            segment = []
+        if tok.info.canon in LIST_JOINERS and tok.info.stop:
+            if segment:
+                segments.append((segment, before))
+                segment = []
+            joined = True
+            continue
+        if not segment:
+            same = i > 0 and tok.sentence == tokens[i - 1].sentence
+            before = "and" if joined and same else (tok.gap if same else "")
+        joined = False
+        segment.append(i)
+    if segment:
+        segments.append((segment, before))
+    listed = _unannounced_lists(tokens, segments)
+
+    items: list[tuple[list[int], str]] = []
+    described: set[int] = set()
+    role = ""
+    for k, (part, _) in enumerate(segments):
+        if k and tokens[part[0]].sentence != tokens[segments[k - 1][0][0]].sentence:
+            role = ""
         cut = -1
         for position, i in enumerate(part):
             canon = tokens[i].info.canon
             cue = cue_of(canon)
-            if cue is not None:
+            if cue is not None and canon not in NOUN_CUES:  # "Message to the practice: X"
                 role, cut = cue, position
             elif canon in REPORT_VERBS or (tokens[i].kind == _BREAK and not tokens[i].info.stop
                                            and canon.endswith("ed")):
@@ -612,30 +852,61 @@ def _items(tokens: list[_Tok]) -> list[tuple[list[int], str]]:
             part.pop(0)
         while part and tokens[part[-1]].info.stop:
             part.pop()
-        if role not in ITEM_ROLES or not 2 <= len(part) <= MAX_ITEM_WORDS:
-            return
-        content = 0
-        for i in part:
-            tok = tokens[i]
-            if tok.info.stop:
-                if tok.info.canon not in ITEM_GLUE:
-                    return
-            elif tok.kind in (_WORDK, _INGK) or tok.info.canon in FORM_WORDS:
-                content += 1
-            else:
-                return
-        if content >= 2:
-            items.append((part, role))
-
-    for i, tok in enumerate(tokens):
-        if segment and (tok.sentence != tokens[segment[-1]].sentence):
-            close()
-            role = ""
-        elif segment and tok.clause != tokens[segment[-1]].clause:
-            close()
-        if tok.info.canon in LIST_JOINERS and tok.info.stop:
-            close()
+        item_role = role if role in ITEM_ROLES else (
+            _DESCRIBED_ROLE if not role and k in listed else "")
+        if not item_role:
             continue
-        segment.append(i)
-    close()
-    return items
+        if not role and k in listed and all(tokens[i].kind != _NAMEK for i in part):
+            described.update(part)
+        if _item_shaped(tokens, part):
+            items.append((part, item_role))
+    return items, described
+
+
+def _unannounced_lists(tokens: list[_Tok], segments: list[tuple[list[int], str]]
+                       ) -> set[int]:
+    """The segments (indices) that are items of a list of three or more (``_items``)."""
+    listed: set[int] = set()
+    for k, (_, before) in enumerate(segments):
+        if before != "and" or not k:
+            continue
+        members = [k]
+        m = k - 1
+        while m >= 0:
+            members.append(m)
+            first = tokens[segments[m][0][0]]
+            if (first.info.stop and first.info.canon not in ("a", "an", "the")) \
+                    or any(_leads_in(tokens, i) for i in segments[m][0]) \
+                    or segments[m][1] != "," or (
+                    m and tokens[segments[m - 1][0][0]].sentence != first.sentence):
+                break
+            m -= 1
+        if len(members) >= 3:
+            listed.update(members)
+    return listed
+
+
+def _leads_in(tokens: list[_Tok], i: int) -> bool:
+    """Whether token ``i`` makes its segment the head of a list: a cue, a report verb or a
+    visit word ("sat out training with X, Y and Z"); verb forms are not ("blocked nose",
+    "fever with shaking chills" are items)."""
+    canon = tokens[i].info.canon
+    return cue_of(canon) is not None or canon in REPORT_VERBS or canon in VISIT_WORDS
+
+
+def _item_shaped(tokens: list[_Tok], part: list[int]) -> bool:
+    """Whether a segment's part is a whole item: 2 to ``MAX_ITEM_WORDS`` tokens, two content
+    words or more, only ordinary words, -ing forms, dose-form words and ``ITEM_GLUE``."""
+    if not 2 <= len(part) <= MAX_ITEM_WORDS:
+        return False
+    content = 0
+    for i in part:
+        tok = tokens[i]
+        if tok.info.stop:
+            if tok.info.canon not in ITEM_GLUE:
+                return False
+        elif tok.kind in (_WORDK, _INGK) or tok.info.canon in FORM_WORDS:
+            content += 1
+        else:
+            return False
+    return content >= 2

@@ -52,7 +52,15 @@ TOKENS_RHO_HIST = 0.1
 #: after the release one place goes to an uncued term (``facts.terms.UNANNOUNCED_RANK``);
 #: and a term without a role anchors before a treatment, symptom or credit
 #: (``facts.roles.role_priority``), so they decide its cluster.
-FACTS_RULES_VERSION = 4
+#: 5: wording no cue announces (``facts.terms`` rules 2, 4-6): a person's name (public name
+#: lists), a record's heading and a sentence's first word alone rank after a document's
+#: other unannounced terms, and the best remaining one takes the place after the naming
+#: roles where no cue names what the document is about; a drug-shaped word is a treatment;
+#: the items of an unannounced list of three or more are descriptions; noun cues ("film",
+#: "error", "message") reach only what follows them; contractions of stopwords, status
+#: words ("active") and adverbs in -ly end a term; a sentence's first word before a name
+#: is part of the name ("Hollow Forest 1964").
+FACTS_RULES_VERSION = 5
 
 
 class ConfigError(ValueError):
