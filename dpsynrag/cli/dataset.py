@@ -38,13 +38,15 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--queries", type=positive_int, default=None,
                         help="queries (default one per disease, issue, condition or film)")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
-    parser.add_argument("--templates", choices=["dev", "heldout", "fresh", "final", "unseen"],
+    parser.add_argument("--templates", choices=["dev", "heldout", "fresh", "final", "unseen",
+                                                "blind6"],
                         default=None,
                         help="'conditions' and 'films' only: the note and query templates "
                              "(default dev, the set to tune on); heldout: the older held-out "
                              "set; fresh: templates kept unread for a final measurement only, "
                              "never for tuning; final: another such unread set; unseen: a "
-                             "fifth set, measured blind once and read since")
+                             "fifth set, measured blind once and read since; blind6: a sixth "
+                             "set, for one blind measurement")
     parser.add_argument("--heldout", action="store_true",
                         help="'conditions' and 'films' only: the same as --templates heldout")
     parser.set_defaults(handler=run_dataset)

@@ -37,6 +37,7 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   ``"final"`` is another unread variant, like ``"fresh"``: for a final measurement only.
   ``"unseen"`` is a fifth variant, written like ``"final"`` and measured blind once; read
   since.
+  ``"blind6"`` is a sixth variant, written by a helper and measured blind once.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 
@@ -61,6 +62,7 @@ from dpsynrag.eval.datasets import (
 )
 from dpsynrag.eval.metrics import contains_answer
 from dpsynrag.eval.template_set import TemplateSet
+from dpsynrag.eval.templates_blind6 import CONDITION_TEMPLATES_BLIND6, FILM_TEMPLATES_BLIND6
 from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL, FILM_TEMPLATES_FINAL
 from dpsynrag.eval.templates_unseen import CONDITION_TEMPLATES_UNSEEN, FILM_TEMPLATES_UNSEEN
 
@@ -95,7 +97,7 @@ __all__ = [
 ]
 
 ORDINARY_KINDS = ("conditions", "films")
-TEMPLATE_VARIANTS = ("dev", "heldout", "fresh", "final", "unseen")
+TEMPLATE_VARIANTS = ("dev", "heldout", "fresh", "final", "unseen", "blind6")
 ZIPF_OFFSET = 10.0
 ZIPF_EXPONENT = 2.35
 N_DOCTORS = 8
@@ -622,10 +624,11 @@ FILM_TEMPLATES_FRESH = TemplateSet(notes=(
 TEMPLATE_SETS: dict[str, dict[str, TemplateSet]] = {
     "conditions": dict(zip(TEMPLATE_VARIANTS, (
         CONDITION_TEMPLATES, CONDITION_TEMPLATES_HELDOUT, CONDITION_TEMPLATES_FRESH,
-        CONDITION_TEMPLATES_FINAL, CONDITION_TEMPLATES_UNSEEN), strict=True)),
+        CONDITION_TEMPLATES_FINAL, CONDITION_TEMPLATES_UNSEEN, CONDITION_TEMPLATES_BLIND6),
+        strict=True)),
     "films": dict(zip(TEMPLATE_VARIANTS, (
         FILM_TEMPLATES, FILM_TEMPLATES_HELDOUT, FILM_TEMPLATES_FRESH, FILM_TEMPLATES_FINAL,
-        FILM_TEMPLATES_UNSEEN), strict=True)),
+        FILM_TEMPLATES_UNSEEN, FILM_TEMPLATES_BLIND6), strict=True)),
 }
 
 

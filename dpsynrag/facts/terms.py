@@ -31,8 +31,14 @@ The rule (all constants public, below):
    term instead of breaking it when the clause (or the list item: "and", "or") ends there
    ("food poisoning"; "pain radiating to" breaks). A capital letter or a letter with one or
    two digits after a word stays in its term ("hepatitis B", "vitamin B12 deficiency").
-   A capitalised word that starts a sentence and is an ordinary word ("Patient",
-   "Diagnosis") is treated as lowercase; other capitalised words are *name* words. Between
+   Contractions of stopwords ("it's", "I'll"), status words (``STATUS_WORDS``: "active",
+   "known"), adverbs in -ly of a word of V ("honestly") and a word in -s right after a
+   subject pronoun ("that fits", ``SUBJECT_PRONOUNS``) break too; British -ise forms count
+   as verb forms ("mobilising").
+   A capitalised word that starts a sentence or a field (after ``LABEL_MARKS``) and is an
+   ordinary word ("Patient", "Diagnosis") is treated as lowercase, unless a name word
+   follows that is not a person's ("Hollow Forest 1964", "Oskar Lachance"; not "Patient
+   John Smith"); other capitalised words are *name* words. Between
    two name words, a lowercase stopword of ``NAME_GLUE`` stays in the run ("Master of the
    House"); a capitalised stopword may start a name run mid-sentence ("The Silent Harbor").
 3. A *candidate* is a maximal run of at most ``MAX_WORDS`` non-break tokens (longer runs are
@@ -58,13 +64,27 @@ The rule (all constants public, below):
    ("seen for kidney stones" -> diagnosis), one of ``EPISODE_WORDS`` before "of" a
    diagnosis ("a flare of gout"). No cue before the term: a passive cue right
    after it ("her migraine was managed with", "influenza has been confirmed"), read by
-   ``PASSIVE_ROLES``. No cue: the empty role.
+   ``PASSIVE_ROLES``. A noun cue (``NOUN_CUES``: "film", "error", "message") reaches only
+   what follows it directly or after its colon, or its purpose ("a film featuring X", "a
+   film about X", "the film club" get no role from it). A person's name (below) gets no
+   title role. No cue: a word shaped like a drug name (``DRUG_STEMS``) makes the term a
+   treatment, and "for" after one names a diagnosis ("on clarithromycin from Dr. Doe for
+   pneumonia"); a word of an unannounced list's item (rule 6) is a description (the
+   symptom role); otherwise the empty role.
 5. Order (the public prior): by role in ``ROLES`` order (what a question asks for first:
    a diagnosis, a title, a product, an error; then treatments, symptoms; no role last), then
    open-vocabulary terms (rule 2 of ``facts.phrases``) first, then by score = lowest
    wordfreq Zipf frequency among the term's words - ``WORD_BONUS`` x (words - 1), then first
-   occurrence; name-only prefixes of rule 3 after their full run. The first ``K_e`` distinct
-   terms are the document's.
+   occurrence; name-only prefixes of rule 3 after their full run. Inside a rank, name runs
+   come before ordinary words, and two demotions apply: a *heading* (the document's first
+   words right before a date or a number, "Donor session 22 November 2024:"; or a
+   sentence's first word alone, "Rebook in three months.") after the other terms, a
+   *person's name* after the headings (``_person_shaped``: two or three name words, the
+   first a given name of ``facts.person_names`` or no word of V, the last a surname of those
+   lists or no word of V; "Freya O."). In a document where no term has a naming role, its
+   first uncued term that is neither takes ``UNANNOUNCED_RANK``: what a record is about
+   may be written with no cue ("2023-03-24 / Jane Roe / 47 / strep throat / ..."). The
+   first ``K_e`` distinct terms are the document's.
 6. Whole items of a symptom list (``_items``): "has been suffering from ringing in the ears,
    crackling sound when breathing and hair loss in circular patches" gives the three items
    whole, with the symptom role, besides the shorter terms of rule 3 ("ears"). A list is
@@ -73,6 +93,9 @@ The rule (all constants public, below):
    ``ITEM_GLUE`` ("in the", "when", "behind"), no name, number or date. A question paraphrases
    a whole symptom, not its last noun: a note that writes "ringing in the ears" is found,
    and told apart from another disease's "pain in the ears", where "ears" alone is not.
+   A list of three items or more that no cue announces is a description too (``_items``:
+   "Honestly, weight loss, chronic diarrhoea and mouth ulcers", "Hard scenes: a message
+   from space, a rival chef and a small-town baker").
 """
 
 from __future__ import annotations
