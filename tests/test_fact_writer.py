@@ -144,16 +144,17 @@ def test_every_kept_fact_appears_in_its_note() -> None:
     facts = ClusterFacts(3, "familial feshukia", 40, ("grenaethix", "e-4471"),
                          ("fever", "night sweats"))
     note = write_note(facts)
-    assert note == "Reported: fever night sweats. Familial Feshukia / Grenaethix / E-4471."
+    assert note == ("Reported: fever night sweats. (1) Familial Feshukia, (2) Grenaethix, "
+                    "(3) E-4471.")
     assert missing_facts(facts, note) == []
-    assert missing_facts(facts, note.replace(" / Grenaethix", "")) == ["grenaethix"]
+    assert missing_facts(facts, note.replace(" (2) Grenaethix,", "")) == ["grenaethix"]
     assert missing_facts(facts, note.replace("fever", "feverish")) == ["fever"]  # whole words
     assert write_note(ClusterFacts(0, "zorbex", 9, (), ())) == "Zorbex."
     assert write_note(ClusterFacts(0, "zorbex", 9, (), ("itch",), "Symptoms")) == \
         "Symptoms: itch. Zorbex."
     # names with more words first, then the anchor, then the kept order
     assert write_note(ClusterFacts(0, "kimasox", 9, ("trouman's disease", "zed"), ("itch",))) == \
-        "Reported: itch. Trouman's Disease / Kimasox / Zed."
+        "Reported: itch. (1) Trouman's Disease, (2) Kimasox, (3) Zed."
 
 
 def test_the_writer_sees_released_values_only() -> None:
@@ -201,7 +202,7 @@ def test_planted_facts_come_through_the_whole_pipeline() -> None:
     assert by_anchor["grenaethix"].keywords == ("fever",)
     assert by_anchor["e-4471"].keywords == ("timeout",)
     notes = write_notes(facts)
-    assert "Reported: fever. Familial Feshukia / Grenaethix." in notes  # more words first
+    assert "Reported: fever. (1) Familial Feshukia, (2) Grenaethix." in notes  # more words first
     for item in by_anchor.values():
         held = {x for d in clusters[order.index(item.anchor)] for x in docs[d]}
         assert set(item.facts) <= held
