@@ -37,7 +37,8 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   ``"final"`` is another unread variant, like ``"fresh"``: for a final measurement only.
   ``"unseen"`` is a fifth variant, written like ``"final"`` and measured blind once; read
   since.
-  ``"blind6"`` is a sixth variant, written by a helper and measured blind once.
+  ``"blind6"`` is a sixth variant, written by a helper and measured blind once; read
+  since.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 

@@ -34,7 +34,9 @@ The rule (all constants public, below):
    Contractions of stopwords ("it's", "I'll"), status words (``STATUS_WORDS``: "active",
    "known"), adverbs in -ly of a word of V ("honestly") and a word in -s right after a
    subject pronoun ("that fits", ``SUBJECT_PRONOUNS``) break too; British -ise forms count
-   as verb forms ("mobilising").
+   as verb forms ("mobilising"); so does an adverb in -ily of a word of V in -y ("happily").
+   A key right before "=" is a label, a break ("rec_type=consult", "genre=romance"), and
+   "=" starts a field like ":" (``LABEL_MARKS``).
    A capitalised word that starts a sentence or a field (after ``LABEL_MARKS``) and is an
    ordinary word ("Patient", "Diagnosis") is treated as lowercase, unless a name word
    follows that is not a person's ("Hollow Forest 1964", "Oskar Lachance"; not "Patient
@@ -44,7 +46,12 @@ The rule (all constants public, below):
 3. A *candidate* is a maximal run of at most ``MAX_WORDS`` non-break tokens (longer runs are
    cut from the left), without leading bare numbers, holding at least one letter. One
    lowercase word after name words stays in the run ("Lyme disease", "Bell's palsy"; a second
-   one starts a new run) and the name words alone are a second candidate ("lyme").
+   one starts a new run) and the name words alone are a second candidate ("lyme"); that word
+   must be a word of V ("watching Broken Ferry rn" -> "broken ferry") and not follow the
+   name's glue ("The Glass Canyon and residents"), and a person's name takes none ("Pavel
+   Haddad pls", "Oskar Lachance sets up"). A run cut at ``MAX_WORDS`` loses its trailing
+   glue. A lowercase word of at most ``SHORT_WORD`` letters outside V ("pls", "rn") is no
+   candidate alone.
    Open-vocabulary and ordinary words share a run ("strep throat", "plantar fasciitis").
    A one-word lowercase candidate must be rarer than
    ``COMMON_ZIPF`` ("clinic" is kept, "patient" is not); numbers alone never are.
@@ -66,19 +73,23 @@ The rule (all constants public, below):
    after it ("her migraine was managed with", "influenza has been confirmed"), read by
    ``PASSIVE_ROLES``. A noun cue (``NOUN_CUES``: "film", "error", "message") reaches only
    what follows it directly or after its colon, or its purpose ("a film featuring X", "a
-   film about X", "the film club" get no role from it). A person's name (below) gets no
+   film about X", "the film club" get no role from it); after "of" it names nothing ("Kind
+   of film: romance"). A person's name (below) gets no
    title role. No cue: a word shaped like a drug name (``DRUG_STEMS``) makes the term a
    treatment, and "for" after one names a diagnosis ("on clarithromycin from Dr. Doe for
    pneumonia"); a word of an unannounced list's item (rule 6) is a description (the
    symptom role); otherwise the empty role.
 5. Order (the public prior): by role in ``ROLES`` order (what a question asks for first:
    a diagnosis, a title, a product, an error; then treatments, symptoms; no role last), then
-   open-vocabulary terms (rule 2 of ``facts.phrases``) first, then by score = lowest
+   open-vocabulary terms (rule 2 of ``facts.phrases``; not an identifier of words of V
+   joined by "_" or "-", "watch_complete": a record's field or event) first, then by
+   score = lowest
    wordfreq Zipf frequency among the term's words - ``WORD_BONUS`` x (words - 1), then first
    occurrence; name-only prefixes of rule 3 after their full run. Inside a rank, name runs
    come before ordinary words, and two demotions apply: a *heading* (the document's first
    words right before a date or a number, "Donor session 22 November 2024:"; or a
-   sentence's first word alone, "Rebook in three months.") after the other terms, a
+   sentence's first word alone, "Rebook in three months."; or a field's label of ordinary
+   words right before its colon, "Score on the fridge whiteboard: 5") after the other terms, a
    *person's name* after the headings (``_person_shaped``: two or three name words, the
    first a given name of ``facts.person_names`` or no word of V, the last a surname of those
    lists or no word of V; "Freya O."). In a document where no term has a naming role, its
@@ -102,6 +113,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -117,6 +129,9 @@ __all__ = ["COMMON_ZIPF", "MAX_WORDS", "NAMING_ROLES", "NO_ROLE_RANK", "ROLES", 
 
 #: Longest term, in tokens.
 MAX_WORDS = 4
+#: A lowercase word outside V of at most this many letters is no term alone: chat shorthand
+#: ("pls", "rn", "tbh"), not a name (public).
+SHORT_WORD = 3
 #: A one-word lowercase term must be rarer than this wordfreq Zipf frequency.
 COMMON_ZIPF = 4.6
 #: Ranking bonus per extra word: "urinary tract infection" before "urinary".
@@ -161,7 +176,9 @@ ROLE_CUES: dict[str, str] = {
 #: Words of a record's status before what it names ("excluded, active kidney stones",
 #: "known asthma", "possible gout"): lowercase, they end a term (public).
 STATUS_WORDS = frozenset(("active", "current", "known", "possible", "presumed", "ongoing",
-                          "resolving", "resolved", "underlying", "existing", "previous"))
+                          "resolving", "resolved", "underlying", "existing", "previous",
+                          "pre-existing", "preexisting", "suspected", "confirmed", "probable",
+                          "long-standing", "longstanding"))
 #: The naming cues that are nouns ("the film X", "error code E-4471", "Product: X"): they
 #: name only what follows them directly or after a colon, or their purpose after "for"/"of"
 #: ("a fix for X" is a verb cue's), never a term reached over a verb form or another
@@ -238,7 +255,8 @@ ADVERBS = frozenset((
     "finally", "recently", "suddenly", "usually", "really", "previously", "currently",
     "initially", "eventually", "actually", "apparently", "probably", "possibly",
     "certainly", "clearly", "quickly", "slowly", "gradually", "immediately", "later",
-    "soon", "lately", "often", "sometimes", "always", "tonight", "well",
+    "soon", "lately", "often", "sometimes", "always", "tonight", "well", "straight",
+    "away", "again", "anyway", "enough", "already", "instead", "together",
 ))
 #: Common report verbs that end a term (public).
 REPORT_VERBS = frozenset((
@@ -262,7 +280,7 @@ DATE_WORDS = frozenset((
 ))
 #: Marks after which a field starts ("Translator: Javier Dubois", "| Quiet Ribbon |"): its
 #: first word is capitalised like a sentence's ("Honestly, ...", "Background: ...").
-LABEL_MARKS = (":", "|")
+LABEL_MARKS = (":", "|", "=")
 #: Subject pronouns: a word in -s right after one is a verb ("that fits hay fever", "it
 #: seems"), and ends a term.
 SUBJECT_PRONOUNS = frozenset(("he", "she", "it", "that", "this", "which", "who", "what",
@@ -420,8 +438,9 @@ def document_terms(texts: Sequence[str], vocab: PublicVocabulary, K_e: int
             return True
         if not canon.isalpha() or len(canon) < 4:
             return False
-        if canon.endswith("ly"):  # an adverb of a word of V: "honestly", "mildly"
-            return len(canon) > 6 and canon[:-2] in vocab.index
+        if canon.endswith("ly"):  # an adverb of a word of V: "honestly", "mildly", "happily"
+            return len(canon) > 6 and (canon[:-2] in vocab.index or (
+                canon.endswith("ily") and canon[:-3] + "y" in vocab.index))
         if not canon.endswith(("ed", "ing")):
             return False
         if inflected_form(canon, vocab.index) is not None:
@@ -459,7 +478,7 @@ def _tokens(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], 
         clause += new_clause
         sentence += initial
         # a field's first word after a colon or a bar is capitalised like a sentence's
-        field = gap.strip()[-1:] in LABEL_MARKS
+        field = gap.strip().rstrip("\"'“")[-1:] in LABEL_MARKS
         kind = _kind(match.group(), tok, initial or field, verb_form)
         if kind in (_NAMEK, _GLUEK) and out and out[-1].kind == _HONORK and (
                 not new_clause or out[-1].info.canon in HONORIFICS) and not initial:
@@ -472,6 +491,8 @@ def _tokens(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], 
                 and out[-1].clause == clause \
                 and out[-1].sentence == sentence and _initial_capital(out, text):
             joins.append(len(out) - 1)
+        if gap.strip()[:1] == "=" and out:  # "rec_type=consult": the key is a label
+            out[-1] = dataclasses.replace(out[-1], kind=_BREAK)
         out.append(_Tok(tok, match.start(), clause, sentence, gap.strip()[:1], kind, field))
     # "Hollow Forest 1964 | thriller", "Oskar Lachance u genius": a sentence's (or a
     # field's) first word, capitalised, before a name word is a word of that name, unless
@@ -525,7 +546,7 @@ def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool
     return _WORDK
 
 
-def _runs(tokens: list[_Tok]) -> list[list[int]]:
+def _runs(tokens: list[_Tok], known: Callable[[str], bool]) -> list[list[int]]:
     """Maximal runs of term tokens inside one clause (rule 2-3), as token indices."""
     runs: list[list[int]] = []
     run: list[int] = []
@@ -588,9 +609,13 @@ def _runs(tokens: list[_Tok]) -> list[list[int]]:
             continue
         if run and tok.kind == _NAMEK and tokens[run[-1]].kind == _WORDK:
             flush()  # "patient John Smith": the name starts its own run
-        elif run and tok.kind == _WORDK and tokens[run[-1]].kind in (_WORDK, _SUFFIXK) \
-                and any(tokens[j].kind == _NAMEK for j in run):
-            flush()  # a name takes one lowercase word ("Lyme disease"), not more
+        elif run and tok.kind == _WORDK and (
+                tokens[run[-1]].kind in (_WORDK, _SUFFIXK, _GLUEK)
+                or not known(tok.info.canon)) and any(tokens[j].kind == _NAMEK for j in run):
+            # a name takes one lowercase word of V ("Lyme disease"), not more, none after
+            # its glue ("The Glass Canyon and residents") and no word outside V ("Broken
+            # Ferry rn")
+            flush()
         run.append(i)
     flush()
     return runs
@@ -610,11 +635,13 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
                    if tokens[i].kind in (_WORDK, _NAMEK, _IDENTK, _SUFFIXK, _INGK)]
         if not content:
             return
-        if len(piece) == 1 and tokens[piece[0]].kind == _WORDK \
-                and content[0].prior >= COMMON_ZIPF and not content[0].is_open:
-            return
+        if len(piece) == 1 and tokens[piece[0]].kind == _WORDK and (
+                (content[0].prior >= COMMON_ZIPF and not content[0].is_open)
+                or (len(content[0].canon) <= SHORT_WORD and not known(content[0].canon))):
+            return  # a common word alone; a short word outside V alone ("pls", "rn")
         term = " ".join(tokens[i].info.canon for i in piece)
-        opened = any(tokens[i].info.is_open for i in piece)
+        opened = any(tokens[i].info.is_open and not _plain_identifier(tokens[i].info, known)
+                     for i in piece)
         score = min(t.prior for t in content) - WORD_BONUS * (len(content) - 1)
         person = _person_shaped(tokens, piece, known)
         if term in roles and (roles[term] or given_role is None):
@@ -641,12 +668,20 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
             roles[term] = role
             best[term] = key
 
-    for run in _runs(tokens):
+    for run in _runs(tokens, known):
+        names = 0
+        while names < len(run) and tokens[run[names]].kind == _NAMEK:
+            names += 1
+        if 2 <= names < len(run) and tokens[run[names]].kind == _WORDK \
+                and _person_shaped(tokens, run[:names], known):
+            run = run[:names]  # "Pavel Haddad pls", "Oskar Lachance sets up": the person
         for start in range(0, len(run), MAX_WORDS):
             piece = run[start:start + MAX_WORDS]
             while piece and (tokens[piece[0]].kind == _NUMK or (
                     tokens[piece[0]].kind == _GLUEK and start > 0)):
                 piece = piece[1:]
+            while piece and tokens[piece[-1]].kind == _GLUEK:
+                piece = piece[:-1]  # "The Glass Canyon and" (a run cut at MAX_WORDS)
             add(piece, 0)
             names = [i for i in piece if tokens[i].kind in (_NAMEK, _GLUEK)]
             while names and tokens[names[-1]].kind == _GLUEK:
@@ -702,6 +737,15 @@ def _person_shaped(tokens: list[_Tok], piece: list[int], known: Callable[[str], 
         surname in surnames() or not known(surname))
 
 
+def _plain_identifier(tok: _Info, known: Callable[[str], bool]) -> bool:
+    """Whether an identifier is words of V joined by "_" or "-" ("watch_complete",
+    "rec_type"): a field or event name of a record, not a word outside V (it gets no
+    open-vocabulary precedence; "E-4471", "ERR_42" and "snurflepox_b" keep it)."""
+    parts = re.split(r"[_\-]+", tok.canon)
+    return tok.kind == _IDENT and len(parts) > 1 and all(
+        p.isalpha() and known(p) for p in parts)
+
+
 def _drug_shaped(content: list[_Info]) -> bool:
     """Whether a term names a drug by the shape of one of its words (``DRUG_STEMS``)."""
     for tok in content:
@@ -717,8 +761,13 @@ def _heading(tokens: list[_Tok], piece: list[int]) -> bool:
     word that starts a sentence ("Rebook in three months.", "Overheard at a bus stop"), or
     the document's first words right before a date or a number ("Donor session 22 November 2024:",
     "Projection booth notes, 12 May 2024", "Movie night (April 21, 2023)"), past at most
-    one stopword or a punctuation mark."""
+    one stopword or a punctuation mark; or a field's label of lowercase words, right before
+    its colon ("Score on the fridge whiteboard: 5", "Clinical justification: ...")."""
     last = piece[-1]
+    if last + 1 < len(tokens) and tokens[last + 1].gap == ":" \
+            and tokens[last + 1].sentence == tokens[last].sentence \
+            and all(tokens[i].kind in (_WORDK, _GLUEK, _INGK) for i in piece):
+        return True  # a field's label of ordinary words: "Score on the fridge whiteboard: 5"
     if len(piece) == 1 and tokens[last].kind == _WORDK and (
             last == 0 or tokens[last].sentence != tokens[last - 1].sentence):
         return True  # a sentence's first word alone: "Rebook in three months.", "Overheard"
@@ -759,6 +808,7 @@ def _role(tokens: list[_Tok], first: int) -> str:
         if role is not None:
             if canon in NOUN_CUES and (
                     verb or introduced not in ("", *PURPOSE_PREPOSITIONS)
+                    or (j and tokens[j - 1].info.canon == "of")  # "kind of film: romance"
                     or (not introduced and tokens[first].kind == _WORDK
                         and tokens[first].gap != ":")):
                 return ""  # "a film featuring X", "a film about X", "the film club"

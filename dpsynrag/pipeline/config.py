@@ -60,7 +60,14 @@ TOKENS_RHO_HIST = 0.1
 #: "error", "message") reach only what follows them; contractions of stopwords, status
 #: words ("active") and adverbs in -ly end a term; a sentence's first word before a name
 #: is part of the name ("Hollow Forest 1964").
-FACTS_RULES_VERSION = 5
+#: 6: records' fields and chat (``facts.terms`` rules 2-5): a key before "=" is a label and
+#: "=" starts a field; a field's label of ordinary words is a heading; a person's name takes
+#: no lowercase word after it ("Pavel Haddad pls"), a name takes none outside V ("Broken
+#: Ferry rn") nor after its glue; a short lowercase word outside V is no term alone ("pls");
+#: identifiers of words of V ("rec_type") get no open-vocabulary precedence; a noun cue after
+#: "of" names nothing ("Kind of film: romance"); adverbs in -ily, "straight away" and status
+#: words such as "pre-existing" end a term.
+FACTS_RULES_VERSION = 6
 
 
 class ConfigError(ValueError):
