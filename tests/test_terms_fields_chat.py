@@ -1,0 +1,72 @@
+"""Facts rules 6: records written as fields (``key=value``, labels before a colon) and chat
+wording (``facts.terms`` rules 2-5): keys and labels are not what a record is about, people
+and names do not take the word after them, shorthand is no term."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpsynrag.facts.terms import document_terms
+from dpsynrag.transforms.vocabulary import public_vocabulary
+
+
+def _terms(note: str, k: int = 8) -> dict[str, str]:
+    found = document_terms([note], public_vocabulary(), k)[0]
+    return dict(zip(found.terms, found.roles, strict=True))
+
+
+def _first(note: str) -> str:
+    return document_terms([note], public_vocabulary(), 1)[0].terms[0]
+
+
+@pytest.mark.parametrize(("note", "subject"), [
+    # key=value log lines: the keys and an event name of ordinary words are no subject
+    ('kind=view_finished who=Marta Kowalski when=2024-05-01 title="Copper Meadow" '
+     'style=comedy by=Stefan Nowak', "copper meadow"),
+    ("entry_kind=visit; date=2024-02-01; person=Ana Lima; doctor=Dr. Lee Chen; "
+     "finding=plantar fasciitis; plan=calf stretches", "plantar fasciitis"),
+    # a field's label of ordinary words before its colon is a heading
+    ("Marks on the kitchen chalkboard: 4. Copper Meadow 1971 was the pick of the night.",
+     "copper meadow 1971"),
+    # a status word before the condition, an adverbial after it
+    ("Cyclist, 34, stopped at the first aid point. Has a pre-existing sinus infection "
+     "per the form.", "sinus infection"),
+    ("The nurse spotted plantar fasciitis straight away.", "plantar fasciitis"),
+])
+def test_the_first_term_is_what_the_record_is_about(note: str, subject: str) -> None:
+    assert _first(note) == subject
+
+
+def test_a_key_before_equals_is_no_term_and_an_identifier_of_words_has_no_precedence(
+        ) -> None:
+    terms = _terms('kind=view_finished who=Marta Kowalski title="Copper Meadow"')
+    assert "kind" not in terms and "who" not in terms and "title" not in terms
+    order = list(terms)
+    assert order.index("copper meadow") < order.index("view_finished")
+    # an identifier with a part outside V keeps its open-vocabulary precedence
+    assert _first("status was snurflepox_b after copper meadow") == "snurflepox_b"
+
+
+def test_a_person_takes_no_lowercase_word_and_a_name_none_outside_the_vocabulary() -> None:
+    terms = _terms("Stefan Nowak pls make more of these. Marta Kowalski sets up the plot.")
+    assert "stefan nowak" in terms and "marta kowalski" in terms
+    assert not any(t.startswith(("stefan nowak ", "marta kowalski ")) for t in terms)
+    assert "pls" not in terms  # short shorthand outside V is no term alone
+    assert "copper meadow" in _terms("watching Copper Meadow rn, so good")
+    assert not any(t.endswith(" rn") for t in _terms("watching Copper Meadow rn, so good"))
+    # a name still takes one ordinary word: "Lyme disease"
+    assert "lyme disease" in _terms("She was treated for Lyme disease last spring.")
+
+
+def test_a_name_run_cut_at_four_words_loses_its_trailing_glue() -> None:
+    terms = _terms("the staff put on The Copper Meadow and residents stayed to the end")
+    assert "the copper meadow" in terms
+    assert not any(t.endswith(" and") for t in terms)
+
+
+def test_a_noun_cue_after_of_names_nothing_and_an_ily_adverb_ends_a_term() -> None:
+    terms = _terms("Kind of film: comedy. We loved the film Copper Meadow.")
+    assert terms["copper meadow"] == "title" and terms["comedy"] == ""
+    assert _terms("Film: comedy.")["comedy"] == "title"  # the cue itself still names
+    terms = _terms("we watched happily enough through Copper Meadow")
+    assert not any("happily" in t for t in terms)
