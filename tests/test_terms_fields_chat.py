@@ -70,3 +70,25 @@ def test_a_noun_cue_after_of_names_nothing_and_an_ily_adverb_ends_a_term() -> No
     assert _terms("Film: comedy.")["comedy"] == "title"  # the cue itself still names
     terms = _terms("we watched happily enough through Copper Meadow")
     assert not any("happily" in t for t in terms)
+
+
+@pytest.mark.parametrize(("note", "subject"), [
+    # what someone says or finds it is comes before the record's other uncued terms
+    ("Card from the ward: in spite of the readings on repeated checks, Dr. Lee Chen says "
+     "high blood pressure, so I am on amlodipine.", "high blood pressure"),
+    ("weeks of night sweats and four visits later the clinic finally said it's "
+     "kidney stones. Now on tamsulosin.", "kidney stones"),
+    ("I examined her this morning. I believe this is plantar fasciitis.", "plantar fasciitis"),
+])
+def test_what_a_verb_of_saying_reports_is_first_among_uncued_terms(note: str,
+                                                                   subject: str) -> None:
+    assert _first(note) == subject
+
+
+def test_a_demonstrative_after_said_is_no_finding_and_has_ends_a_role_walk() -> None:
+    # "said this musical": a thing named before; the title stays first
+    assert _first("We put on Copper Meadow 1971 for the club. One said this musical was "
+                  "too long.") == "copper meadow 1971"
+    # "I saw Jane Roe, who has X": X is what she has, not a title
+    terms = _terms("I saw Marta Kowalski, 60, who has occasional nosebleeds and headaches.")
+    assert terms.get("occasional nosebleeds") != "title"

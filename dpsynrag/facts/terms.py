@@ -60,7 +60,8 @@ The rule (all constants public, below):
    are passed over; a comma after a passed verb form ends it), over stopwords and -ing/-ed
    words, over a titled person ("by Dr. Jane Doe:"), over one object word before "with",
    "as", "for" or "from" ("diagnosed the patient with"), over the colon right before it (a
-   label) but no other punctuation or word, the first role cue word met gives the role
+   label) but no other punctuation or word, nor a form of "have" (``POSSESSIVE_VERBS``: "I
+   saw Jane Roe, who has X"), the first role cue word met gives the role
    ("diagnosed with influenza" -> diagnosis; "presenting with fever, dry cough and body
    aches" -> symptom for all three; "Assessment: gout" -> diagnosis). After "for", "of" or
    "against" (the first preposition met walking back, past the earlier items of a list) a
@@ -93,7 +94,9 @@ The rule (all constants public, below):
    *person's name* after the headings (``_person_shaped``: two or three name words, the
    first a given name of ``facts.person_names`` or no word of V, the last a surname of those
    lists or no word of V; "Freya O."). In a document where no term has a naming role, its
-   first uncued term that is neither takes ``UNANNOUNCED_RANK``: what a record is about
+   first uncued term that is neither (what a verb of saying or finding reports first:
+   ``SAYING_VERBS``, "Dr. Doe says sleep apnea", "finally said it's pneumonia") takes
+   ``UNANNOUNCED_RANK``: what a record is about
    may be written with no cue ("2023-03-24 / Jane Roe / 47 / strep throat / ..."). The
    first ``K_e`` distinct terms are the document's.
 6. Whole items of a symptom list (``_items``): "has been suffering from ringing in the ears,
@@ -129,6 +132,14 @@ __all__ = ["COMMON_ZIPF", "MAX_WORDS", "NAMING_ROLES", "NO_ROLE_RANK", "ROLES", 
 
 #: Longest term, in tokens.
 MAX_WORDS = 4
+#: Verbs of saying or finding: the term right after one (past ``SAID_GLUE``) is what a record
+#: says something is, first among a record's uncued terms (rule 5; public).
+SAYING_VERBS = frozenset(("says", "said", "say", "reckons", "reckoned", "thinks", "thought",
+                          "spotted", "found", "concluded", "called", "confirmed", "declared",
+                          "believe", "believes", "believed"))
+SAID_GLUE = frozenset(("it's", "it", "is", "was", "that", "this", "a", "an"))
+#: Forms of "have": a role walk stops at one ("who has readings above 140/90", rule 4).
+POSSESSIVE_VERBS = frozenset(("has", "had", "have"))
 #: A lowercase word outside V of at most this many letters is no term alone: chat shorthand
 #: ("pls", "rn", "tbh"), not a name (public).
 SHORT_WORD = 3
@@ -696,7 +707,9 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
     unannounced = [t for t, key in best.items()
                    if key[0] == NO_ROLE_RANK and key[1] == 0 and key[2] < 3 and not roles[t]]
     if unannounced and not NAMING_ROLES & set(roles.values()):
-        first = min(unannounced, key=best.__getitem__)
+        # what someone says or finds it is comes first ("Dr. Doe says sleep apnea", "finally
+        # said it's pneumonia", "spotted kidney stones")
+        first = min(unannounced, key=lambda t: (not _said(tokens, best[t][5]), best[t]))
         best[first] = (UNANNOUNCED_RANK, *best[first][1:])
     ranked = sorted(best, key=lambda term: best[term])[:K_e]
     return DocumentTerms(tuple(ranked), tuple(roles[t] for t in ranked))
@@ -735,6 +748,22 @@ def _person_shaped(tokens: list[_Tok], piece: list[int], known: Callable[[str], 
     surname = last[:-2] if possessive else last
     return surname.replace("-", "").isalpha() and (
         surname in surnames() or not known(surname))
+
+
+def _said(tokens: list[_Tok], first: int) -> bool:
+    """Whether the term whose first token is ``first`` is what a verb of saying or finding
+    (``SAYING_VERBS``) right before it reports, in the same sentence, past at most three
+    words of ``SAID_GLUE`` ("said it's pneumonia", "says sleep apnea", "believe this is
+    hay fever"; not "said this musical")."""
+    j = first - 1
+    while j >= 0 and first - j <= 3 and tokens[j].info.canon in SAID_GLUE \
+            and tokens[j].sentence == tokens[first].sentence:
+        if tokens[j].info.canon == "this" and tokens[j + 1].info.canon not in ("is", "was"):
+            return False  # "said this musical": a thing named before, not a finding
+        j -= 1
+    return j >= 0 and tokens[j].sentence == tokens[first].sentence \
+        and tokens[j].info.canon in SAYING_VERBS and not any(
+            tokens[i].gap not in ("", "'") for i in range(j + 1, first + 1))
 
 
 def _plain_identifier(tok: _Info, known: Callable[[str], bool]) -> bool:
@@ -821,6 +850,8 @@ def _role(tokens: list[_Tok], first: int) -> str:
         if tokens[j].kind == _HONORK:
             continue  # "Assessment by Dr. Tariq Arslan: gout"
         if tokens[j].info.stop:
+            if canon in POSSESSIVE_VERBS:
+                break  # "I saw Jane Roe, who has X": what someone has, not what was seen
             if not introduced and canon in PREPOSITIONS:
                 introduced = canon
             in_item = canon in LIST_JOINERS

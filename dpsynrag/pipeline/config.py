@@ -66,7 +66,8 @@ TOKENS_RHO_HIST = 0.1
 #: Ferry rn") nor after its glue; a short lowercase word outside V is no term alone ("pls");
 #: identifiers of words of V ("rec_type") get no open-vocabulary precedence; a noun cue after
 #: "of" names nothing ("Kind of film: romance"); adverbs in -ily, "straight away" and status
-#: words such as "pre-existing" end a term.
+#: words such as "pre-existing" end a term; a role walk stops at "has"; among uncued terms
+#: what a verb of saying or finding reports comes first ("says sleep apnea").
 FACTS_RULES_VERSION = 6
 
 
