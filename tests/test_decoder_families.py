@@ -123,8 +123,9 @@ def test_family_packed_votes_and_tokens_match_references(
 def test_family_packed_prefill_votes_equal_one_prefill_per_document(
         family_llm: LoadedLLM, monkeypatch: pytest.MonkeyPatch) -> None:
     """Batched prefill (``packed_prefill``: several documents per pass, row-wise layers on
-    fixed chunks) against one prefill per document (the path before): the same votes bit for
-    bit, hence the same tokens (every row here holds at least 4 document tokens)."""
+    fixed chunks) against one prefill per document (the path before): the same votes within
+    float rounding (the BLAS kernel for a matmul may depend on its row count and the CPU) and
+    the same tokens."""
     packed = _run(family_llm, "packed")
     sizes: list[int] = []
 
@@ -139,7 +140,8 @@ def test_family_packed_prefill_votes_equal_one_prefill_per_document(
     assert single.tokens == packed.tokens
     assert single.votes.keys() == packed.votes.keys()
     for key, votes in packed.votes.items():
-        assert torch.equal(single.votes[key], votes), key
+        torch.testing.assert_close(single.votes[key], votes, rtol=0, atol=1e-5,
+                                   msg=lambda m, key=key: f"{key}: {m}")
 
 
 def test_family_rows_exceed_the_window() -> None:

@@ -2,14 +2,14 @@
 fixed chunks of tokens, attention per document at its own length.
 
 * Every decoder family: the KV equals a prefill of each document alone (``DecoderStack.prefill``,
-  the engine's path before) bit for bit for documents of 4 tokens or more, within float
-  rounding for shorter ones (the prefill alone ran its matmuls on 1-3 rows, for which this
-  CPU's BLAS picks another kernel); with a shared prefix or none, with documents that span
-  chunks.
+  the engine's path before) within float rounding (alone, a matmul runs on the document's own
+  rows, for which the CPU's BLAS may pick another kernel than for a packed chunk); with a
+  shared prefix or none, with documents that span chunks.
 * Batch invariance: a document's KV does not depend on which documents share its prefill or
   where it sits in the stream, bit for bit; a NaN or infinity in one document stays in it.
-* The engine: votes and tokens with packed prefills equal those with one prefill per document,
-  bit for bit, on the clipped and public-difference paths, with lookahead and small batches.
+* The engine: votes with packed prefills equal those with one prefill per document within
+  float rounding, and tokens exactly, on the clipped and public-difference paths, with
+  lookahead and small batches.
 """
 
 from __future__ import annotations
@@ -32,7 +32,11 @@ from dpsynrag.transforms.packed_prefill import packed_prefill, prefill_batches, 
 from dpsynrag.transforms.public_prior import PublicPriorSettings
 
 LENGTHS = (1, 2, 3, 4, 5, 17, 33, 64, 100, 130)
-SHORT = 3  # documents of at most this many tokens round differently alone (1-3 row matmuls)
+# Against a prefill of each document alone, only float rounding may differ: which BLAS kernel a
+# matmul of n rows gets depends on n and on the CPU (on one Xeon a 4-row document alone matched
+# its packed chunk bit for bit, on CI's it did not), so those comparisons take a tolerance far
+# below anything a vote or a token could notice; packed against packed stays bit for bit.
+VOTE_ATOL = 1e-5
 PUBLIC = PublicPriorSettings(documents="known facts : fever cough", top_k=6, temperature=2.0,
                              candidates=("chest pain",))
 
@@ -62,10 +66,9 @@ def test_each_family_kv_equals_a_prefill_of_each_document_alone(kind: str) -> No
             assert len(packed) == len(seqs)
             for seq, got, want in zip(seqs, packed, alone, strict=True):
                 assert got.shape == want.shape == (2, 2, 2, len(seq), 16)
-                if len(seq) > SHORT:
-                    assert torch.equal(got, want), (kind, chunk, len(seq))
-                else:
-                    torch.testing.assert_close(got, want, rtol=1e-5, atol=5e-5)
+                where = f"{kind}, chunk {chunk}, {len(seq)} tokens"
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=5e-5,
+                                           msg=lambda m, where=where: f"{where}: {m}")
 
 
 def test_a_wrong_stack_breaks_the_match() -> None:
@@ -193,7 +196,8 @@ def test_engine_votes_equal_one_prefill_per_document(monkeypatch: pytest.MonkeyP
     assert packed.tokens == alone.tokens
     assert packed.votes.keys() == alone.votes.keys() and packed.votes
     for key, votes in packed.votes.items():
-        assert torch.equal(votes, alone.votes[key]), key
+        torch.testing.assert_close(votes, alone.votes[key], rtol=0, atol=VOTE_ATOL,
+                                   msg=lambda m, key=key: f"{key}: {m}")
 
 
 def test_engine_prefills_documents_together_and_each_once() -> None:

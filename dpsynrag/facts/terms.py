@@ -694,11 +694,11 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
             while piece and tokens[piece[-1]].kind == _GLUEK:
                 piece = piece[:-1]  # "The Glass Canyon and" (a run cut at MAX_WORDS)
             add(piece, 0)
-            names = [i for i in piece if tokens[i].kind in (_NAMEK, _GLUEK)]
-            while names and tokens[names[-1]].kind == _GLUEK:
-                names.pop()
-            if names and len(names) < len(piece) and piece[:len(names)] == names:
-                add(names, 1)  # "Lyme disease" -> also "lyme"
+            name_part = [i for i in piece if tokens[i].kind in (_NAMEK, _GLUEK)]
+            while name_part and tokens[name_part[-1]].kind == _GLUEK:
+                name_part.pop()
+            if name_part and len(name_part) < len(piece) and piece[:len(name_part)] == name_part:
+                add(name_part, 1)  # "Lyme disease" -> also "lyme"
     for piece, role in items:
         add(piece, 0, role)
     # in a document that no cue says is about something (no naming role), the best
