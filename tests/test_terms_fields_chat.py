@@ -92,3 +92,13 @@ def test_a_demonstrative_after_said_is_no_finding_and_has_ends_a_role_walk() -> 
     # "I saw Jane Roe, who has X": X is what she has, not a title
     terms = _terms("I saw Marta Kowalski, 60, who has occasional nosebleeds and headaches.")
     assert terms.get("occasional nosebleeds") != "title"
+
+
+@pytest.mark.parametrize("note", ["Diagnosed with UTI, started nitrofurantoin.",
+                                  "the nurse thinks it's a uti, started nitrofurantoin",
+                                  "Seen today: DVT in the left calf, apixaban started."])
+def test_a_rare_short_word_stays_a_term_alone(note: str) -> None:
+    """Shorthand of chat ("pls", "rn", "gp": common enough to be no open-vocabulary word) is
+    no term alone; a rare one ("uti", "dvt": an abbreviated diagnosis) stays one, first."""
+    assert _first(note) in ("uti", "dvt")
+    assert "gp" not in _terms("the GP says it's hay fever, pls call back rn")

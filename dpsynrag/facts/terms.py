@@ -50,8 +50,8 @@ The rule (all constants public, below):
    must be a word of V ("watching Broken Ferry rn" -> "broken ferry") and not follow the
    name's glue ("The Glass Canyon and residents"), and a person's name takes none ("Pavel
    Haddad pls", "Oskar Lachance sets up"). A run cut at ``MAX_WORDS`` loses its trailing
-   glue. A lowercase word of at most ``SHORT_WORD`` letters outside V ("pls", "rn") is no
-   candidate alone.
+   glue. A word of at most ``SHORT_WORD`` letters outside V that is no open-vocabulary word
+   (chat shorthand: "pls", "rn", "GP") is no candidate alone; a rare one ("UTI", "dvt") is.
    Open-vocabulary and ordinary words share a run ("strep throat", "plantar fasciitis").
    A one-word lowercase candidate must be rarer than
    ``COMMON_ZIPF`` ("clinic" is kept, "patient" is not); numbers alone never are.
@@ -648,8 +648,9 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
             return
         if len(piece) == 1 and tokens[piece[0]].kind == _WORDK and (
                 (content[0].prior >= COMMON_ZIPF and not content[0].is_open)
-                or (len(content[0].canon) <= SHORT_WORD and not known(content[0].canon))):
-            return  # a common word alone; a short word outside V alone ("pls", "rn")
+                or (len(content[0].canon) <= SHORT_WORD and not known(content[0].canon)
+                    and not content[0].is_open)):
+            return  # a common word alone; a short word outside V alone ("pls", "rn", not "uti")
         term = " ".join(tokens[i].info.canon for i in piece)
         opened = any(tokens[i].info.is_open and not _plain_identifier(tokens[i].info, known)
                      for i in piece)
