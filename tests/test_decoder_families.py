@@ -17,6 +17,7 @@ import logging
 import numpy as np
 import pytest
 import torch
+from test_packed_prefill import VOTE_ATOL
 from test_private_prediction import CLIP, PROMPT, WORDS
 from tiny_models import FAMILY_KINDS, WINDOW, make_tiny_family_llm
 
@@ -140,7 +141,7 @@ def test_family_packed_prefill_votes_equal_one_prefill_per_document(
     assert single.tokens == packed.tokens
     assert single.votes.keys() == packed.votes.keys()
     for key, votes in packed.votes.items():
-        torch.testing.assert_close(single.votes[key], votes, rtol=0, atol=1e-5,
+        torch.testing.assert_close(single.votes[key], votes, rtol=0, atol=VOTE_ATOL,
                                    msg=lambda m, key=key: f"{key}: {m}")
 
 
