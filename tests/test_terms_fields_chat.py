@@ -103,3 +103,15 @@ def test_a_rare_short_word_stays_a_term_alone(note: str, subject: str) -> None:
     no term alone; a rare one ("uti", "dvt": an abbreviated diagnosis) stays one, first."""
     assert _first(note) == subject
     assert "gp" not in _terms("the GP says it's hay fever, pls call back rn")
+
+
+def test_history_opening_a_sentence_is_no_diagnosis_cue() -> None:
+    """Facts rules 7: "History of ..." opening a sentence is the history of the presenting
+    complaint; "a history of asthma" in a sentence, or after a field's label, names one."""
+    note = ("History of fever with headache and persistent cough. The working diagnosis is "
+            "COVID-19, to be managed with nirmatrelvir.")
+    roles = _terms(note)
+    assert roles["covid-19"] == "diagnosis" and roles["fever"] != "diagnosis"
+    assert _first(note) == "covid-19"
+    assert _terms("She has a history of asthma and was seen today.")["asthma"] == "diagnosis"
+    assert _terms("PMH: history of asthma. Seen today.")["asthma"] == "diagnosis"

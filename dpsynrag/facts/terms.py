@@ -70,7 +70,9 @@ The rule (all constants public, below):
    the object a walk passes may have up to ``MAX_WORDS`` words ("treated for kidney stones
    with colchicine"). A word of ``ENCOUNTER_WORDS`` before "for" names the visit's reason
    ("seen for kidney stones" -> diagnosis), one of ``EPISODE_WORDS`` before "of" a
-   diagnosis ("a flare of gout"). No cue before the term: a passive cue right
+   diagnosis ("a flare of gout"), except "History of" opening a sentence: a note's history
+   section, whose items are complaints ("History of fever with headache"). No cue before
+   the term: a passive cue right
    after it ("her migraine was managed with", "influenza has been confirmed"), read by
    ``PASSIVE_ROLES``. A noun cue (``NOUN_CUES``: "film", "error", "message") reaches only
    what follows it directly or after its colon, or its purpose ("a film featuring X", "a
@@ -847,6 +849,8 @@ def _role(tokens: list[_Tok], first: int) -> str:
             return role
         if (canon in ENCOUNTER_WORDS and introduced == "for") or (
                 canon in EPISODE_WORDS and introduced == "of"):
+            if canon == "history" and _leads_sentence(tokens, j):
+                return ""  # "History of fever with headache ...": a note's history section
             return "diagnosis"  # "seen for kidney stones", "a flare of gout"
         if tokens[j].kind == _HONORK:
             continue  # "Assessment by Dr. Tariq Arslan: gout"
@@ -870,6 +874,11 @@ def _role(tokens: list[_Tok], first: int) -> str:
                 continue
             break  # another word: the cue, if any, is not this term's
     return ""
+
+
+def _leads_sentence(tokens: list[_Tok], j: int) -> bool:
+    """Whether token ``j`` begins its sentence."""
+    return j == 0 or tokens[j - 1].sentence != tokens[j].sentence
 
 
 def _passive_role(tokens: list[_Tok], last: int) -> str:

@@ -63,13 +63,15 @@ TOKENS_RHO_HIST = 0.1
 #: 6: records' fields and chat (``facts.terms`` rules 2-5): a key before "=" is a label and
 #: "=" starts a field; a field's label of ordinary words is a heading; a person's name takes
 #: no lowercase word after it ("Pavel Haddad pls"), a name takes none outside V ("Broken
-#: Ferry rn") nor after its glue; a short word outside V is no term alone unless it is rare
-#: ("pls" is none, "UTI" is one);
+#: Ferry rn") nor after its glue;
 #: identifiers of words of V ("rec_type") get no open-vocabulary precedence; a noun cue after
 #: "of" names nothing ("Kind of film: romance"); adverbs in -ily, "straight away" and status
 #: words such as "pre-existing" end a term; a role walk stops at "has"; among uncued terms
-#: what a verb of saying or finding reports comes first ("says sleep apnea").
-FACTS_RULES_VERSION = 6
+#: what a verb of saying or finding reports comes first ("says sleep apnea"); a short word
+#: outside V is no term alone unless it is rare ("UTI" is one, "pls" is not).
+#: 7: "History of ..." opening a sentence is a note's history section, not a diagnosis cue
+#: ("History of fever with headache ..."; "a history of asthma" still names one).
+FACTS_RULES_VERSION = 7
 
 
 class ConfigError(ValueError):
