@@ -57,7 +57,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a build option, e.g. --set R=40 --set T=32")
     parser.add_argument("--queries", type=positive_int, default=None,
-                        help="clinic test queries (default: one per disease that has a note)")
+                        help="test queries of a generated set (clinic, conditions, films; "
+                             "default: one per answer that has a note; more cycle over the "
+                             "answers with other wordings, e.g. 160 = four per condition)")
     parser.add_argument("--query-set", action="append", default=[],
                         metavar="METHOD:KEY=VALUE",
                         help="an option of a query-time method, e.g. --query-set "
