@@ -800,8 +800,7 @@ def _heading(tokens: list[_Tok], piece: list[int]) -> bool:
             and tokens[last + 1].sentence == tokens[last].sentence \
             and all(tokens[i].kind in (_WORDK, _GLUEK, _INGK) for i in piece):
         return True  # a field's label of ordinary words: "Score on the fridge whiteboard: 5"
-    if len(piece) == 1 and tokens[last].kind == _WORDK and (
-            last == 0 or tokens[last].sentence != tokens[last - 1].sentence):
+    if len(piece) == 1 and tokens[last].kind == _WORDK and _leads_sentence(tokens, last):
         return True  # a sentence's first word alone: "Rebook in three months.", "Overheard"
     if tokens[last].sentence != 0 or any(
             tokens[j].kind in (_WORDK, _NAMEK, _IDENTK) for j in range(piece[0])):
