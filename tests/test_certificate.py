@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from declared_noise import as_drawn
 
 from dpsynrag.accounting import Charge, Ledger, epsilon_for, secure_rng
 from dpsynrag.accounting.certificate import (
@@ -72,10 +73,9 @@ def token_charge(r: int, tokens: int | None = None) -> Charge:
 
 def build_ledger(seed: int | None = 3, reserve: bool = True) -> Ledger:
     ledger = Ledger(rng=secure_rng(seed))
-    ledger.release("histogram", Charge("a-histogram", "discrete_gaussian",
-                                       {"sigma": SIGMA_H, "l2_sensitivity": math.sqrt(10)},
-                                       math.sqrt(10), "l2"),
-                   lambda rng: np.zeros(6, dtype=np.int64))
+    hist = Charge("a-histogram", "discrete_gaussian",
+                  {"sigma": SIGMA_H, "l2_sensitivity": math.sqrt(10)}, math.sqrt(10), "l2")
+    ledger.release("histogram", hist, as_drawn(hist, np.zeros(6, dtype=np.int64)))
     ledger.declare_parallel_group("clusters", L, "each document in at most L clusters")
     rs = np.random.default_rng(0)
     for r, stop in ((0, None), (1, 2), (2, None)):
@@ -528,10 +528,10 @@ def facts_ledger(plan: dict, seed: int | None = None, sigma_r: float | None = No
 
     ledger = Ledger(rng=secure_rng(seed))
     k_s, k_e = plan["K_s"], plan["K_e"]
-    ledger.release("histogram", Charge("a-histogram", "discrete_gaussian",
-                                       {"sigma": plan["sigma_h"], "l2_sensitivity": math.sqrt(k_s),
-                                        "K": k_s, "size": 6}, math.sqrt(k_s), "l2"),
-                   lambda rng: np.zeros(6, dtype=np.int64))
+    hist = Charge("a-histogram", "discrete_gaussian",
+                  {"sigma": plan["sigma_h"], "l2_sensitivity": math.sqrt(k_s), "K": k_s,
+                   "size": 6}, math.sqrt(k_s), "l2")
+    ledger.release("histogram", hist, as_drawn(hist, np.zeros(6, dtype=np.int64)))
     release_partitions(ledger, "phrases", {"fever of unknown origin": 30, "rare drug": 1},
                        max_items=k_e, sigma=plan["sigma_A"], delta=plan["delta_phrases"])
     release_roles(ledger, [], ["fever of unknown origin"], K_e=k_e,
@@ -539,11 +539,10 @@ def facts_ledger(plan: dict, seed: int | None = None, sigma_r: float | None = No
     ledger.declare_parallel_group("fact-clusters", L, "each document in at most L clusters")
     sens = math.sqrt(k_e + k_s)
     for r in range(3):
-        ledger.release(f"cluster/{r:05d}/facts",
-                       Charge("f-facts", "discrete_gaussian",
-                              {"sigma": plan["sigma_C"], "l2_sensitivity": sens}, sens, "l2",
-                              group="fact-clusters", partition=f"cluster/{r:05d}"),
-                       lambda rng: [0, 1])
+        facts = Charge("f-facts", "discrete_gaussian",
+                       {"sigma": plan["sigma_C"], "l2_sensitivity": sens}, sens, "l2",
+                       group="fact-clusters", partition=f"cluster/{r:05d}")
+        ledger.release(f"cluster/{r:05d}/facts", facts, as_drawn(facts, [0, 1]))
     return ledger
 
 
@@ -633,7 +632,7 @@ def test_grouped_partition_selection_composes_its_largest_deltas(tmp_path: Path,
         charge = Charge("f-phrases", "partition_selection", params, math.sqrt(2), "l2",
                         group="clusters", partition=f"cluster/{r:05d}")
         deltas.append(charge.delta)
-        ledger.release(f"cluster/{r:05d}/phrases", charge, lambda rng: {})
+        ledger.release(f"cluster/{r:05d}/phrases", charge, as_drawn(charge, {}))
     top = sorted(deltas, reverse=True)[:L]
     assert ledger.total_delta() == pytest.approx(sum(top), rel=1e-15)
     out = make_output(tmp_path, key, ledger, plan={})

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from declared_noise import as_drawn
 from test_certificate import FakeEmbedder
 
 from dpsynrag.accounting.certificate import (
@@ -39,9 +40,9 @@ def _plan() -> BudgetPlan:
 
 def _ledger(plan: BudgetPlan, tokens: tuple[int, ...] = (4, 4, 4)) -> Ledger:
     ledger = Ledger(rng=secure_rng(None))
-    ledger.release("histogram", Charge.of("a-histogram", DiscreteGaussian(
-        sigma=plan.sigma_h, l2_sensitivity=math.sqrt(plan.K))),
-        lambda rng: np.zeros(3, dtype=np.int64))
+    hist = Charge.of("a-histogram", DiscreteGaussian(sigma=plan.sigma_h,
+                                                    l2_sensitivity=math.sqrt(plan.K)))
+    ledger.release("histogram", hist, as_drawn(hist, np.zeros(3, dtype=np.int64)))
     ledger.declare_parallel_group("clusters", plan.L, "test clusters")
     rs = np.random.default_rng(0)
     token = TokenSoftmax(clip=CLIP, temperature=CLIP / plan.c_over_tau)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from declared_noise import as_drawn
 
 from dpsynrag.accounting import (
     BudgetExceededError,
@@ -60,7 +61,7 @@ def test_ledger_composes_table6_to_the_planned_total() -> None:
     ledger.release("histogram", hist_charge(plan.sigma_h),
                    lambda rng: discrete_gaussian(np.zeros(4, dtype=np.int64), plan.sigma_h, rng))
     for cluster in range(12):  # R = 12 > L
-        ledger.release_many([(key, charge, lambda rng: 0) for key, charge in
+        ledger.release_many([(key, charge, as_drawn(charge, 0)) for key, charge in
                              cluster_charges(cluster, plan)])
     assert ledger.total_rho() == pytest.approx(plan.rho_total, rel=1e-12)
     assert ledger.epsilon(1e-3, "bun-steinke") == pytest.approx(10.0, rel=1e-9)
@@ -77,12 +78,12 @@ def test_parallel_group_costs_its_L_most_expensive_partitions() -> None:
     costs = {"a": 1.0, "b": 3.0, "c": 2.0}
     for part, sigma_sq_inv in costs.items():
         sigma = math.sqrt(1 / (2 * sigma_sq_inv))
-        ledger.release(f"{part}/x", Charge("s", "gaussian", {"sigma": sigma,
-                                                              "l2_sensitivity": 1.0},
-                                           1.0, "l2", "clusters", part), lambda rng: 0.0)
+        charge = Charge("s", "gaussian", {"sigma": sigma, "l2_sensitivity": 1.0}, 1.0, "l2",
+                        "clusters", part)
+        ledger.release(f"{part}/x", charge, as_drawn(charge, 0.0))
     assert ledger.total_rho() == pytest.approx(3.0 + 2.0)
-    ledger.release("seq", Charge("s", "gaussian", {"sigma": 1.0, "l2_sensitivity": 1.0}, 1.0,
-                                 "l2"), lambda rng: 0.0)
+    seq = Charge("s", "gaussian", {"sigma": 1.0, "l2_sensitivity": 1.0}, 1.0, "l2")
+    ledger.release("seq", seq, as_drawn(seq, 0.0))
     assert ledger.total_rho() == pytest.approx(5.5)
 
 
@@ -105,7 +106,8 @@ def test_resume_returns_stored_values_and_never_redraws(tmp_path: Path) -> None:
     path = tmp_path / "state" / "ledger.sqlite"
     with Ledger(path, rho_budget=10.0) as ledger:
         first = ledger.release("histogram", hist_charge(),
-                               lambda rng: discrete_gaussian(np.arange(5), 7.07, rng))
+                               lambda rng: discrete_gaussian(np.arange(5), 7.0710678118654755,
+                                                            rng))
         spent = ledger.total_rho()
     calls = []
 
@@ -125,7 +127,7 @@ def test_resume_returns_stored_values_and_never_redraws(tmp_path: Path) -> None:
 def test_resume_with_other_parameters_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:
-        ledger.release("histogram", hist_charge(sigma=7.0), lambda rng: 1)
+        ledger.release("histogram", hist_charge(sigma=7.0), as_drawn(hist_charge(sigma=7.0), 1))
     with Ledger(path) as ledger, pytest.raises(ReleaseMismatchError):
         ledger.release("histogram", hist_charge(sigma=8.0), lambda rng: 1)
     with pytest.raises(ReleaseMismatchError):
@@ -140,7 +142,8 @@ def test_a_failed_draw_charges_nothing_and_a_batch_is_atomic(tmp_path: Path) -> 
         raise RuntimeError("draw failed")
 
     with pytest.raises(RuntimeError):
-        ledger.release_many([("a", hist_charge(), lambda rng: 1), ("b", hist_charge(), boom)])
+        ledger.release_many([("a", hist_charge(), as_drawn(hist_charge(), 1)),
+                             ("b", hist_charge(), boom)])
     assert ledger.releases() == []
     assert ledger.total_rho() == 0.0
     with pytest.raises(LedgerError, match="twice"):
@@ -219,7 +222,7 @@ def test_the_audit_view_hashes_each_value_and_never_shows_it(tmp_path: Path) -> 
 
     path = tmp_path / "state" / "ledger.sqlite"
     with Ledger(path) as ledger:
-        value = ledger.release("histogram", hist_charge(), lambda rng: np.arange(5))
+        value = ledger.release("histogram", hist_charge(), as_drawn(hist_charge(), np.arange(5)))
         rows = ledger.audit_releases()
     assert len(rows) == 1
     row = rows[0]
@@ -292,3 +295,41 @@ def test_store_many_refuses_a_key_never_drawn_and_a_crash_leaves_it_to_draw_afre
     assert resumed.total_rho() == rho  # not charged twice
     resumed.store_many([("cluster/00000/token/000", 3)])
     assert resumed.release("cluster/00000/token/000", token_charge(), lambda rng: 9) == 3
+
+
+def test_a_draw_with_less_noise_than_charged_is_refused_and_rolled_back(tmp_path: Path) -> None:
+    """The samplers declare their sigma to the ledger's source; a draw whose sigma (or, on a
+    fixed-point grid, sigma / sensitivity) is not the charged one is refused, and nothing of
+    it is charged, stored or returned."""
+    from dpsynrag.accounting.ledger import NoiseMismatchError
+
+    ledger = Ledger(tmp_path / "l.sqlite")
+    charge = hist_charge(sigma=7.0)
+    with pytest.raises(NoiseMismatchError, match="charged for"):
+        ledger.release("histogram", charge,
+                       lambda rng: discrete_gaussian(np.zeros(3, dtype=np.int64), 3.5, rng))
+    assert ledger.releases() == [] and ledger.total_rho() == 0.0
+    with pytest.raises(NoiseMismatchError, match="drew no Gaussian noise"):
+        ledger.release("histogram", charge, lambda rng: np.zeros(3, dtype=np.int64))
+    threshold = Charge("s", "exponential_threshold", {"epsilon": 0.5}, 1.0, "count")
+    with pytest.raises(NoiseMismatchError, match="records no sigma"):
+        ledger.release("t", threshold,
+                       lambda rng: discrete_gaussian(np.zeros(1, dtype=np.int64), 7.0, rng))
+    assert ledger.releases() == [] and ledger.total_rho() == 0.0
+    # one of several draws off is enough to refuse
+    with pytest.raises(NoiseMismatchError):
+        ledger.release("histogram", charge, lambda rng: (
+            discrete_gaussian(np.zeros(2, dtype=np.int64), 7.0, rng),
+            discrete_gaussian(np.zeros(2, dtype=np.int64), 6.9, rng)))
+    # the charged sigma passes; a grid draw passes at sigma * B with sensitivity B
+    ledger.release("histogram", charge,
+                   lambda rng: discrete_gaussian(np.zeros(3, dtype=np.int64), 7.0, rng))
+    grid = Charge("s", "gaussian", {"sigma": 0.5, "l2_sensitivity": 1.0}, 1.0, "l2")
+    ledger.release("sum", grid, lambda rng: discrete_gaussian(
+        np.zeros(4, dtype=np.int64), 0.5 * 1025, rng, sensitivity=1025.0))
+    with pytest.raises(NoiseMismatchError):
+        ledger.release("sum2", grid, lambda rng: discrete_gaussian(
+            np.zeros(4, dtype=np.int64), 0.5 * 1025, rng, sensitivity=2050.0))
+    assert [r.key for r in ledger.releases()] == ["histogram", "sum"]
+    # declarations outside a release are not kept
+    assert ledger.rng.stop_noise_log() == ()

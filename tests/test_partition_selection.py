@@ -29,6 +29,7 @@ from pathlib import Path
 import mpmath
 import numpy as np
 import pytest
+from declared_noise import as_drawn
 from scipy import stats
 
 from dpsynrag.accounting import Charge, Ledger, epsilon_for, secure_rng
@@ -333,13 +334,13 @@ def test_wrong_sensitivity_in_a_charge_is_refused() -> None:
 def test_total_delta_adds_sequential_releases() -> None:
     ledger = Ledger(rng=secure_rng(1))
     assert ledger.total_delta() == 0.0
-    ledger.release("hist", Charge("a-histogram", "discrete_gaussian",
-                                  {"sigma": 3.0, "l2_sensitivity": 2.0}, 2.0, "l2"),
-                   lambda rng: 0)
+    hist = Charge("a-histogram", "discrete_gaussian", {"sigma": 3.0, "l2_sensitivity": 2.0}, 2.0,
+                  "l2")
+    ledger.release("hist", hist, as_drawn(hist, 0))
     assert ledger.total_delta() == 0.0
     one, two = ps_charge(delta=1e-5), ps_charge(sigma=4.0, max_items=2, delta=1e-6)
-    ledger.release("phrases/1", one, lambda rng: {})
-    ledger.release("phrases/2", two, lambda rng: {})
+    ledger.release("phrases/1", one, as_drawn(one, {}))
+    ledger.release("phrases/2", two, as_drawn(two, {}))
     assert ledger.total_delta() == pytest.approx(one.delta + two.delta, rel=1e-15)
     assert ledger.total_rho() == pytest.approx(4 / 18 + one.rho + two.rho, rel=1e-15)
     approx = ledger.total_delta()
@@ -355,11 +356,11 @@ def test_total_delta_of_a_parallel_group_is_its_largest_partitions() -> None:
                "c1": ps_charge(group="clusters", partition="c1", delta=1e-6),
                "c2": ps_charge(group="clusters", partition="c2", sigma=5.0, delta=1e-3)}
     for name, charge in charges.items():
-        ledger.release(f"{name}/phrases", charge, lambda rng: {})
+        ledger.release(f"{name}/phrases", charge, as_drawn(charge, {}))
     # c0 also gets a zCDP release: it changes rho, not delta
-    ledger.release("c0/hist", Charge("f-facts", "discrete_gaussian",
-                                     {"sigma": 1.0, "l2_sensitivity": 1.0}, 1.0, "l2",
-                                     group="clusters", partition="c0"), lambda rng: 0)
+    facts = Charge("f-facts", "discrete_gaussian", {"sigma": 1.0, "l2_sensitivity": 1.0}, 1.0,
+                   "l2", group="clusters", partition="c0")
+    ledger.release("c0/hist", facts, as_drawn(facts, 0))
     deltas = sorted((c.delta for c in charges.values()), reverse=True)
     assert ledger.total_delta() == pytest.approx(deltas[0] + deltas[1], rel=1e-15)
     rhos = sorted([charges["c0"].rho + 0.5, charges["c1"].rho, charges["c2"].rho], reverse=True)
@@ -370,7 +371,7 @@ def test_total_delta_survives_reopening_and_budget_checks_ignore_it(tmp_path: Pa
     path = tmp_path / "l.sqlite"
     charge = ps_charge(delta=1e-5)
     with Ledger(path, rng=secure_rng(2), rho_budget=charge.rho) as ledger:
-        ledger.release("phrases", charge, lambda rng: {})
+        ledger.release("phrases", charge, as_drawn(charge, {}))
         total = ledger.total_delta()
     with Ledger(path, rng=secure_rng(2)) as ledger:
         assert ledger.total_delta() == total == charge.delta

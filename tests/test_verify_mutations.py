@@ -28,8 +28,9 @@ from test_build import HashEmbedder
 from test_facts_build import NoLLM
 from test_private_prediction import tiny_llm
 
+from dpsynrag.accounting import ledger as ledger_module
 from dpsynrag.accounting.certificate import NO_PLAN, verify_output
-from dpsynrag.accounting.ledger import Charge
+from dpsynrag.accounting.ledger import Charge, NoiseMismatchError
 from dpsynrag.accounting.noise import discrete_gaussian
 from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.accounting.signing import generate_keypair
@@ -178,12 +179,15 @@ class Mutation:
     """One deliberate fault: ``apply`` patches the build; ``expected`` are fragments of the
     problems verify must report; ``effect`` is what the signed rho does against the plan's:
     "under" (the certificate understates epsilon), "over" (it charges more than the plan)
-    or "same"."""
+    or "same". ``refused``: the build itself stops at the faulty release (the ledger checks
+    the noise each draw declares against its charge); verify is then tested on the same build
+    with that check switched off, as code that bypassed it would sign."""
 
     mode: str
     apply: Callable[[pytest.MonkeyPatch], None]
     expected: tuple[str, ...]
     effect: str
+    refused: bool = False  # the ledger refuses the draw (its noise is not the charged noise)
 
 
 def _outside(release: Callable[..., Any]) -> Callable[..., Any]:
@@ -426,16 +430,19 @@ def _last_token_outside(mp: pytest.MonkeyPatch) -> None:
 MUTATIONS = {
     # facts mode (the default): each charge understated
     "keyword-histogram-sensitivity": Mutation("facts", _histogram_sensitivity, (
-        "histogram's sensitivity is not sqrt", "the planned keyword histogram"), "under"),
+        "histogram's sensitivity is not sqrt", "the planned keyword histogram"), "under",
+        refused=True),
     "phrase-release-for-one-item": Mutation("facts", _phrases_one_item, (
         "phrase release's max_items is not the planned one", "the planned phrase release"),
         "under"),
     "role-histogram-sensitivity": Mutation("facts", _roles_sensitivity, (
         "role histogram's sensitivity is not sqrt(K_e)", "the planned role histogram"),
-        "under"),
+        "under",
+        refused=True),
     "fact-histogram-sensitivity": Mutation("facts", _facts_sensitivity, (
         "fact histogram sensitivity is not sqrt(K_e + K_s)", "the planned fact histogram"),
-        "under"),
+        "under",
+        refused=True),
     "fact-histogram-less-noise": Mutation("facts", _facts_less_noise, (
         "fact histogram sigma is not the planned sigma_C", "the planned cluster"), "over"),
     # facts mode: each release missing (drawn outside the ledger)
@@ -463,7 +470,8 @@ MUTATIONS = {
         "phrase release's max_items is not the planned one"), "same"),
     # token mode (the paper's): stage (c) and (d) charges understated, draws not charged
     "noisy-sum-sensitivity": Mutation("tokens", _noisy_sum_sensitivity, (
-        "the planned noisy sum", "the planned cluster"), "under"),
+        "the planned noisy sum", "the planned cluster"), "under",
+        refused=True),
     "threshold-epsilon": Mutation("tokens", _threshold_epsilon, (
         "c-threshold epsilon is not the planned one", "the planned similarity threshold"),
         "under"),
@@ -478,9 +486,17 @@ MUTATIONS = {
 def test_verify_rejects_a_build_of_wrong_code(name: str, notes: Path, tmp_path: Path,
                                               key: Path, monkeypatch: pytest.MonkeyPatch
                                               ) -> None:
-    """The build runs to the end and signs its certificate; verify must not pass it."""
+    """The build runs to the end and signs its certificate (for a fault the ledger refuses,
+    once that check is switched off); verify must not pass it."""
     mutation = MUTATIONS[name]
     mutation.apply(monkeypatch)
+    if mutation.refused:
+        # the ledger stops the build at the release whose noise is not the charged noise:
+        # nothing signed, nothing stored for that release
+        with pytest.raises(NoiseMismatchError):
+            _build(mutation.mode, notes, tmp_path / "refused", key)
+        assert not (tmp_path / "refused" / "out" / "certificate.json").exists()
+        monkeypatch.setattr(ledger_module, "check_drawn_noise", lambda *args: None)
     config, summary = _build(mutation.mode, notes, tmp_path, key)
     planned = make_plan(config).rho_total
     if mutation.effect == "under":  # the signed certificate understates epsilon
@@ -502,3 +518,5 @@ def test_the_suite_covers_each_kind_of_fault_in_both_modes() -> None:
     assert len(MUTATIONS) >= 10
     assert {m.mode for m in MUTATIONS.values()} == {"facts", "tokens"}
     assert {m.effect for m in MUTATIONS.values()} == {"under", "over", "same"}
+    # the ledger's noise check stops an understated sensitivity in each mode
+    assert {m.mode for m in MUTATIONS.values() if m.refused} == {"facts", "tokens"}

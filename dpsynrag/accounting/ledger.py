@@ -6,6 +6,9 @@ from its parameters by its typed ``mechanisms.Mechanism``, never taken from the 
 draws the value with the ledger's own random source (the draw callable receives it), stores it, and
 commits, all before returning it. The ledger owns the only random source of a build, so noise
 cannot be drawn around it; a seeded source marks the ledger ``seeded`` (not for release).
+Each Gaussian sampler declares its sigma and its query's sensitivity to that source before
+drawing, and the ledger refuses a release whose declared sigma / sensitivity is not the
+charged one (``check_drawn_noise``; docs/mechanisms.md section 8.5).
 Asking again for a key that is already released returns the stored value and charges
 nothing: a resumed build spends exactly what an uninterrupted one spends, and released noise
 is never redrawn. Asking with different parameters is refused.
@@ -48,7 +51,7 @@ from dpsynrag.accounting import composition
 from dpsynrag.accounting.composition import Repeated, Sequential, compose
 from dpsynrag.accounting.conversions import Conversion, epsilon_for
 from dpsynrag.accounting.mechanisms import Mechanism, from_record
-from dpsynrag.accounting.rng import RandomSource, secure_rng
+from dpsynrag.accounting.rng import NoiseDeclaration, RandomSource, secure_rng
 from dpsynrag.accounting.sqlite_store import (
     connect,
     create_private_file,
@@ -70,6 +73,45 @@ class BudgetExceededError(LedgerError):
 
 class ReleaseMismatchError(LedgerError):
     """A key was released before with other parameters; a resumed build must keep its plan."""
+
+
+class NoiseMismatchError(LedgerError):
+    """A release's draw used other Gaussian noise than its charge pays for (a bug): nothing of
+    it is stored or returned, and its charge is rolled back with the transaction."""
+
+
+def check_drawn_noise(key: str, charge: Charge,
+                      declared: Sequence[NoiseDeclaration]) -> None:
+    """Refuse a draw whose Gaussian noise is not the noise ``charge`` records.
+
+    The noise samplers declare their scale to the ledger's random source before drawing
+    (``RandomSource.declare_noise``), with the query's l2 sensitivity as the drawing code
+    computes it beside the draw (sqrt(K), sqrt(K_e), the grid bound B), apart from the
+    charge function. A charge that records a ``sigma`` must have drawn Gaussian noise, and
+    every Gaussian draw must have sigma / sensitivity equal to the charge's sigma /
+    sensitivity (the charge's sensitivity where a draw declares none): so a release cannot be
+    charged for a smaller rho than its noise gives, whether the charge understates the
+    sensitivity or overstates sigma. A charge without ``sigma`` must draw no Gaussian noise.
+    Raises ``NoiseMismatchError``. What this cannot see: a draw that declares the same wrong
+    sensitivity as its charge (the sensitivity proofs and their tests cover that).
+    """
+    gaussian = [d for d in declared if d.kind == "gaussian"]
+    sigma = charge.params.get("sigma")
+    if sigma is None:
+        if gaussian:
+            raise NoiseMismatchError(f"release {key!r} drew Gaussian noise, but its charge "
+                                     f"({charge.mechanism}) records no sigma")
+        return
+    if not gaussian:
+        raise NoiseMismatchError(f"release {key!r} is charged as {charge.mechanism} with sigma "
+                                 f"{float(sigma):g} but drew no Gaussian noise")
+    charged = float(sigma) / float(charge.sensitivity)
+    for noise in gaussian:
+        unit = float(charge.sensitivity) if noise.sensitivity is None else noise.sensitivity
+        if not math.isclose(noise.scale / unit, charged, rel_tol=1e-12):
+            raise NoiseMismatchError(
+                f"release {key!r} drew Gaussian noise with sigma/sensitivity "
+                f"{noise.scale / unit:g}, but is charged for {charged:g}")
 
 
 @dataclass(frozen=True)
@@ -438,12 +480,17 @@ class Ledger:
                 with write_transaction(self._db, self._lock):
                     for key, charge in fresh:
                         self._insert_charge(key, charge)
-                    for key, _charge, draw in requests:
+                    for key, charge, draw in requests:
                         previous = stored[key]
                         if previous is not None and previous[0]:
                             results.append((True, previous[1]))
                             continue
-                        value = draw(self.rng)
+                        self.rng.start_noise_log()
+                        try:
+                            value = draw(self.rng)
+                        finally:
+                            declared = self.rng.stop_noise_log()
+                        check_drawn_noise(key, charge, declared)
                         if store:
                             self._store_value(key, value)
                         results.append((False, value))

@@ -20,7 +20,8 @@ def _check_sigma(sigma: float) -> None:
         raise ValueError(f"sigma must be a finite positive number, got {sigma!r}")
 
 
-def discrete_gaussian(counts: np.ndarray, sigma: float, rng: RandomSource) -> np.ndarray:
+def discrete_gaussian(counts: np.ndarray, sigma: float, rng: RandomSource, *,
+                      sensitivity: float | None = None) -> np.ndarray:
     """``counts`` plus i.i.d. discrete Gaussian noise N_Z(0, sigma^2), exactly sampled.
 
     The sampler is Algorithm 3 of Canonne, Kamath & Steinke (2020): discrete-Laplace proposals
@@ -29,8 +30,13 @@ def discrete_gaussian(counts: np.ndarray, sigma: float, rng: RandomSource) -> np
     of ``float(sigma)**2``.
 
     Privacy: rho = Delta_2^2 / (2 sigma^2) zCDP for integer queries of l2 sensitivity Delta_2.
+
+    ``sigma`` is declared to ``rng`` before drawing, so a ledger can check it against the
+    charge (``Ledger.release``); ``sensitivity`` is the query's l2 sensitivity in the units of
+    ``counts`` when those differ from the charge's (a fixed-point grid), else None.
     """
     _check_sigma(sigma)
+    rng.declare_noise("gaussian", float(sigma), sensitivity)
     values = np.asarray(counts)
     if not np.issubdtype(values.dtype, np.integer):
         raise TypeError("discrete_gaussian needs integer counts; use gaussian() for real values")
@@ -86,6 +92,7 @@ def gaussian(x: np.ndarray, sigma: float, rng: RandomSource) -> np.ndarray:
     :func:`discrete_gaussian` (``transforms.retrieval``). Kept for tests and experiments only.
     """
     _check_sigma(sigma)
+    rng.declare_noise("gaussian", float(sigma))
     values = np.asarray(x, dtype=np.float64)
     return values + sigma * rng.standard_normal(values.shape if values.shape else 1).reshape(
         values.shape

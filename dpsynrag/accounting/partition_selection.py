@@ -124,7 +124,7 @@ def release_partitions(
     values = np.asarray(exact, dtype=np.int64)
 
     def draw(rng: RandomSource) -> dict[str, int]:
-        noisy = discrete_gaussian(values, sigma, rng)
+        noisy = discrete_gaussian(values, sigma, rng, sensitivity=math.sqrt(max_items))
         return {p: int(v) for p, v in zip(phrases, noisy, strict=True) if v >= threshold}
 
     released = ledger.release(key, charge, draw)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
@@ -33,6 +34,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_inherited_bytes)
 
 
+@dataclass(frozen=True)
+class NoiseDeclaration:
+    """One noise sampler's call: ``kind`` (``"gaussian"``), its ``scale`` (sigma) and, when
+    the draw's units differ from the charge's, the query's ``sensitivity`` in the draw's units."""
+
+    kind: str
+    scale: float
+    sensitivity: float | None = None
+
+
 class RandomSource:
     """A buffered stream of cryptographically strong random bytes and samplers built on it."""
 
@@ -40,6 +51,7 @@ class RandomSource:
         self._seed = seed
         self._buffer = b""
         self._offset = 0
+        self._noise_log: list[NoiseDeclaration] | None = None
         if seed is None:
             self._encryptor = None
             _UNSEEDED_SOURCES.add(self)
@@ -57,6 +69,27 @@ class RandomSource:
 
     def __repr__(self) -> str:
         return f"RandomSource(seeded={self.seeded})"
+
+    # -------------------------------------------------- what the noise samplers declare
+    def declare_noise(self, kind: str, scale: float, sensitivity: float | None = None) -> None:
+        """Called by a noise sampler before it draws: its kind and scale (and, where the draw
+        works in other units than the charge, the query's sensitivity in those units).
+
+        While the ledger meters a release (:meth:`start_noise_log`) the declaration is kept, so
+        the ledger can check the noise drawn against the noise charged; otherwise a no-op."""
+        if self._noise_log is not None:
+            self._noise_log.append(NoiseDeclaration(kind, float(scale),
+                                                    None if sensitivity is None
+                                                    else float(sensitivity)))
+
+    def start_noise_log(self) -> None:
+        """Begin keeping the noise samplers' declarations (the ledger, around one draw)."""
+        self._noise_log = []
+
+    def stop_noise_log(self) -> tuple[NoiseDeclaration, ...]:
+        """Stop keeping declarations and return those made since :meth:`start_noise_log`."""
+        declared, self._noise_log = tuple(self._noise_log or ()), None
+        return declared
 
     # ------------------------------------------------------------------ raw bytes
     def _drop_buffer(self) -> None:

@@ -263,7 +263,8 @@ def release_fact_histograms(
 
     def draw(exact: np.ndarray) -> Callable[[RandomSource], np.ndarray]:
         # Privacy: exact discrete Gaussian on every entry, rho = max_items / (2 sigma^2).
-        return lambda rng: discrete_gaussian(exact, float(sigma), rng)
+        return lambda rng: discrete_gaussian(exact, float(sigma), rng,
+                                             sensitivity=math.sqrt(k))
 
     noisy = np.zeros_like(counts)
     for start in range(0, len(clusters), step):

@@ -86,7 +86,7 @@ def release_roles(ledger: Ledger, documents: Sequence[DocumentTerms], released: 
 
     def draw(rng: RandomSource) -> np.ndarray:
         # Privacy: exact discrete Gaussian on every cell, rho = K_e / (2 sigma^2).
-        return discrete_gaussian(exact, float(sigma), rng)
+        return discrete_gaussian(exact, float(sigma), rng, sensitivity=math.sqrt(K_e))
 
     value = ledger.release(KEY, role_charge(sigma=sigma, K_e=K_e, released=released), draw)
     noisy = np.asarray(value, dtype=np.int64).reshape(len(released), len(ROLES))

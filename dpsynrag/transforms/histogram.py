@@ -81,7 +81,8 @@ def release_histogram(ledger: Ledger, counts: np.ndarray, *, K: int, sigma: floa
     exact = values.astype(np.int64)
 
     def draw(rng: RandomSource) -> np.ndarray:
-        return discrete_gaussian(exact, float(sigma), rng)
+        # the draw declares sqrt(K), the bound of this query, for the ledger's check
+        return discrete_gaussian(exact, float(sigma), rng, sensitivity=math.sqrt(K))
 
     noisy = ledger.release(key, charge, draw)
     return np.asarray(noisy, dtype=np.int64)

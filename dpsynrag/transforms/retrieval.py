@@ -209,8 +209,9 @@ def retrieve_clusters(
         # Privacy: discrete Gaussian on the grid sum, l2 sensitivity B, sigma_mu B:
         # rho = 1 / (2 sigma_mu^2).
         total = grid_rows(unit).sum(axis=0)
-        sigma = float(sigma_mu) * grid_sensitivity(unit.shape[1])
-        return lambda rng: discrete_gaussian(total, sigma, rng)
+        bound = grid_sensitivity(unit.shape[1])
+        sigma = float(sigma_mu) * bound
+        return lambda rng: discrete_gaussian(total, sigma, rng, sensitivity=float(bound))
 
     sums = ledger.release_many([
         (mean_key(r), mean_charge(r, sigma_mu), sum_draw(unit)) for r, unit in units.items()])
