@@ -115,3 +115,14 @@ def test_history_opening_a_sentence_is_no_diagnosis_cue() -> None:
     assert _first(note) == "covid-19"
     assert _terms("She has a history of asthma and was seen today.")["asthma"] == "diagnosis"
     assert _terms("PMH: history of asthma. Seen today.")["asthma"] == "diagnosis"
+
+
+def test_a_tab_separates_a_records_fields() -> None:
+    """Facts rules 8: no term runs across a tab ("The Glass Canyon<TAB>Oskar Wagner" was one
+    term); the same words with a space between them stay one run."""
+    note = "The Glass Canyon\tOskar Wagner\tdrama\t4\t2024-05-01\tretired boxer"
+    terms = _terms(note)
+    assert "the glass canyon" in terms
+    assert not any("canyon" in t and "oskar" in t for t in terms)
+    assert _first(note) == "the glass canyon"
+    assert any("canyon oskar" in t for t in _terms("The Glass Canyon Oskar Wagner drama"))

@@ -169,14 +169,16 @@ def scan_tokens(text: str, info: Callable[[str], _Info]
                 ) -> Iterator[tuple[re.Match[str], _Info, str, bool, bool]]:
     """The tokens of ``text`` (rule 1) as ``(match, info, gap, new_clause, initial)``: the gap
     is the text since the previous token; a token starts a clause unless only whitespace
-    (at most one line break) precedes it, and a sentence after . ! ? or a line break (not
-    after "Dr", "Mrs", ...). The first token starts both."""
+    (at most one line break, no tab: a tab separates a record's fields) precedes it, and a
+    sentence after . ! ? or a line break (not after "Dr", "Mrs", ...). The first token
+    starts both."""
     previous_end = 0
     previous: _Info | None = None
     for match in _TOKEN.finditer(text):
         tok = info(match.group())
         gap = text[previous_end:match.start()]
-        new_clause = previous is None or not gap.isspace() or gap.count("\n") > 1
+        new_clause = previous is None or not gap.isspace() or gap.count("\n") > 1 \
+            or "\t" in gap
         initial = previous is None or (
             _SENTENCE_END.search(gap) is not None
             and not (gap.startswith(".") and "\n" not in gap and previous.short_cap))

@@ -71,7 +71,9 @@ TOKENS_RHO_HIST = 0.1
 #: outside V is no term alone unless it is rare ("UTI" is one, "pls" is not).
 #: 7: "History of ..." opening a sentence is a note's history section, not a diagnosis cue
 #: ("History of fever with headache ..."; "a history of asthma" still names one).
-FACTS_RULES_VERSION = 7
+#: 8: a tab separates a record's fields: no term runs across it ("The Glass Canyon<TAB>Oskar
+#: Wagner" is a title and a name, not one term).
+FACTS_RULES_VERSION = 8
 
 
 class ConfigError(ValueError):
