@@ -361,7 +361,7 @@ def test_dataset_help_says_fresh_is_for_a_final_measurement(capsys) -> None:
     assert "final: another such unread set" in text
     assert "unseen: a fifth set, measured blind once and read since" in text
     assert "blind6: a sixth set, measured blind once and read since" in text
-    assert "blind7: a seventh set, kept unread for one blind measurement" in text
+    assert "blind7: a seventh set, measured blind once and read since" in text
 
 
 def test_eval_harness_generates_the_kinds(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ def add_parser(subparsers: Any) -> None:
                              "never for tuning; final: another such unread set; unseen: a "
                              "fifth set, measured blind once and read since; blind6: a sixth "
                              "set, measured blind once and read since; blind7: a seventh "
-                             "set, kept unread for one blind measurement")
+                             "set, measured blind once and read since")
     parser.add_argument("--heldout", action="store_true",
                         help="'conditions' and 'films' only: the same as --templates heldout")
     parser.set_defaults(handler=run_dataset)

@@ -39,7 +39,8 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   since.
   ``"blind6"`` is a sixth variant, written by a helper and measured blind once; read
   since.
-  ``"blind7"`` is a seventh variant, written by a helper for one blind measurement; not read.
+  ``"blind7"`` is a seventh variant, written by a helper and measured blind once; read
+  since.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 

@@ -1,10 +1,10 @@
 """The ``blind7`` note and query templates of the ``conditions`` and ``films`` generators.
 
-A seventh variant, written by a helper for one blind measurement: whoever tunes the system
-must not read this module. Chosen by ``templates="blind7"`` in
-:mod:`dpsynrag.eval.datasets_ordinary`, which maps the variant name to these sets. Same
-placeholders and rules as the other variants there (each note holds its answer verbatim;
-queries share no word with any answer).
+A seventh variant, written by a helper for one blind measurement (made with facts rules 7,
+see docs/evaluation.md); read since, so it is a development set now. Chosen by
+``templates="blind7"`` in :mod:`dpsynrag.eval.datasets_ordinary`, which maps the variant
+name to these sets. Same placeholders and rules as the other variants there (each note holds
+its answer verbatim; queries share no word with any answer).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dpsynrag.eval.template_set import TemplateSet
 
 __all__ = ["CONDITION_TEMPLATES_BLIND7", "FILM_TEMPLATES_BLIND7"]
 
-# Blind7: for one blind measurement only; whoever tunes the system must not read these.
+# Blind7: measured blind once with facts rules 7; read since.
 CONDITION_TEMPLATES_BLIND7 = TemplateSet(notes=(
     "Video appointment, {date}. Clinician: Dr. {doctor}. Patient {name}, {age}, joined from "
     "home; identity confirmed with date of birth and address. Main concern: {symptoms}. No "
