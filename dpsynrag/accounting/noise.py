@@ -31,9 +31,10 @@ def discrete_gaussian(counts: np.ndarray, sigma: float, rng: RandomSource, *,
 
     Privacy: rho = Delta_2^2 / (2 sigma^2) zCDP for integer queries of l2 sensitivity Delta_2.
 
-    ``sigma`` is declared to ``rng`` before drawing, so a ledger can check it against the
-    charge (``Ledger.release``); ``sensitivity`` is the query's l2 sensitivity in the units of
-    ``counts`` when those differ from the charge's (a fixed-point grid), else None.
+    ``sigma`` is declared to ``rng`` before drawing, with ``sensitivity``: the query's l2
+    sensitivity in the units of ``counts`` as the caller computes it beside the draw (None:
+    take the charge's), so the ledger can check sigma / sensitivity against the charge
+    (``Ledger.release``, ``ledger.check_drawn_noise``).
     """
     _check_sigma(sigma)
     rng.declare_noise("gaussian", float(sigma), sensitivity)

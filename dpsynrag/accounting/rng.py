@@ -36,8 +36,9 @@ if hasattr(os, "register_at_fork"):
 
 @dataclass(frozen=True)
 class NoiseDeclaration:
-    """One noise sampler's call: ``kind`` (``"gaussian"``), its ``scale`` (sigma) and, when
-    the draw's units differ from the charge's, the query's ``sensitivity`` in the draw's units."""
+    """One noise sampler's call: ``kind`` (``"gaussian"``), its ``scale`` (sigma) and the
+    query's ``sensitivity`` in the draw's units as the drawing code computes it (None: the
+    charge's)."""
 
     kind: str
     scale: float
@@ -72,8 +73,8 @@ class RandomSource:
 
     # -------------------------------------------------- what the noise samplers declare
     def declare_noise(self, kind: str, scale: float, sensitivity: float | None = None) -> None:
-        """Called by a noise sampler before it draws: its kind and scale (and, where the draw
-        works in other units than the charge, the query's sensitivity in those units).
+        """Called by a noise sampler before it draws: its kind and scale, and the query's
+        sensitivity in the draw's units (None: the charge's).
 
         While the ledger meters a release (:meth:`start_noise_log`) the declaration is kept, so
         the ledger can check the noise drawn against the noise charged; otherwise a no-op."""
