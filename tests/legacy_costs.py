@@ -277,7 +277,7 @@ def corpus_ledger_mechanisms(config: Any, plan: Any) -> list[dict[str, Any]]:
     if config.generate == "facts":
         return [
             {"mechanism": "discrete_gaussian",
-             "params": {"sigma": plan.sigma_h, "l2_sensitivity": math.sqrt(config.K_s)},
+             "params": {"sigma": plan.sigma_h, "l2_sensitivity": math.sqrt(plan.K_s)},
              "count": 1},
             {"mechanism": "partition_selection",
              "params": {"sigma": plan.sigma_A, "max_items": plan.K_e,
@@ -288,7 +288,7 @@ def corpus_ledger_mechanisms(config: Any, plan: Any) -> list[dict[str, Any]]:
                 "count": 1}] if plan.share_roles else []),
             {"mechanism": "discrete_gaussian",
              "params": {"sigma": plan.sigma_C,
-                        "l2_sensitivity": math.sqrt(plan.K_e + config.K_s)},
+                        "l2_sensitivity": math.sqrt(plan.K_e + plan.K_s)},
              "count": config.L},
             *([{"mechanism": "token_softmax",
                 "params": {"clip": config.clip, "temperature": config.clip / plan.c_over_tau,

@@ -58,7 +58,7 @@ def test_every_option_only_one_mode_reads_says_which() -> None:
 
 
 @pytest.mark.parametrize("name", ["K", "R", "k", "T", "eps_theta", "rho_mean", "clip",
-                                  "max_chars", "K_s", "R_f", "share_phrases", "share_roles",
+                                  "max_chars", "R_f", "share_phrases", "share_roles",
                                   "share_hist", "share_tokens", "public_top_k", "epsilon", "delta"])
 def test_build_help_gives_the_configs_defaults(name: str) -> None:
     default = getattr(BuildConfig, name)

@@ -162,7 +162,7 @@ def test_impossible_facts_plan_is_refused_with_a_reason() -> None:
 @pytest.mark.parametrize(
     "overrides",
     [dict(share_phrases=0.0), dict(share_phrases=1.0), dict(delta_phrases=1e-3),
-     dict(delta_phrases=0.0), dict(K_e=-1), dict(K_s=0), dict(R_f=0), dict(L=0),
+     dict(delta_phrases=0.0), dict(K_e=-1), dict(K_s=-1), dict(R_f=0), dict(L=0),
      dict(rho_hist=-0.1), dict(share_roles=-0.1), dict(share_roles=0.7),
      dict(share_hist=1.0), dict(K=10), dict(generate="prose")],
 )
@@ -172,7 +172,7 @@ def test_bad_facts_parameters_are_refused(overrides: dict[str, object]) -> None:
 
 
 def test_facts_k_may_be_given_when_it_equals_k_s() -> None:
-    assert plan_budget(facts(K=14)).sigma_h == plan_budget(facts()).sigma_h
+    assert plan_budget(facts(K=14, K_s=14)).sigma_h == plan_budget(facts(K_s=14)).sigma_h
 
 
 # ---------------------------------------------------------------------- dpsynrag budget --generate

@@ -252,6 +252,45 @@ def test_a_released_config_is_planned_by_the_default_terms_rule_of_its_version(
         auto_k_e_rule(0)
 
 
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0])
+def test_the_default_keywords_per_document_keep_the_fact_noise_low(epsilon: float) -> None:
+    """K_s by default: the most keywords (<= AUTO_K_S_MAX = 14) whose cluster fact histograms
+    keep sigma_C <= AUTO_SIGMA_C = 5, never fewer than AUTO_K_S_MIN = 4; fewer at low
+    epsilon, where fourteen would put every keyword of a small cluster under its bar."""
+    request = PlanRequest(epsilon=epsilon, delta=1e-3, L=1, generate="facts")
+    plan = plan_budget(request)
+    fixed = {k: plan_budget(dataclasses.replace(request, K_e=plan.K_e, K_s=k))
+             for k in range(1, 15)}
+    assert plan == fixed[plan.K_s]
+    assert plan.K_s == 4 or plan.sigma_C <= 5.0
+    assert plan.K_s == 14 or fixed[plan.K_s + 1].sigma_C > 5.0
+    # fewer keywords per document: less noise in the fact and keyword histograms
+    assert all(fixed[k].sigma_C < fixed[k + 1].sigma_C for k in range(1, 14))
+    assert all(fixed[k].sigma_h < fixed[k + 1].sigma_h for k in range(1, 14))
+    expected = {0.5: 4, 1.0: 4, 2.0: 4, 3.0: 6, 4.0: 11, 5.0: 14, 10.0: 14, 20.0: 14}
+    assert plan.K_s == expected[epsilon]
+
+
+@pytest.mark.parametrize(("epsilon", "new"), [(1.0, 4), (3.0, 6), (10.0, 14)])
+def test_a_released_config_is_planned_by_the_default_keywords_rule_of_its_version(
+        epsilon: float, new: int) -> None:
+    """A config that leaves K_s to the plan (None) is planned by ``auto_k_s`` from facts rules
+    version 9 on; before it the default was a fixed 14 (and every config recorded it), and a
+    given K_s is kept whatever the version."""
+    options = {"generate": "facts", "epsilon": epsilon, "delta": 1e-3, "conversion": "cks",
+               "L": 1, "K_s": None, "R_f": 300, "share_phrases": 0.3, "share_hist": 0.04,
+               "facts_items": "terms", "share_roles": 0.1, "K_e": None}
+    by_version = {}
+    for version in (8, 9, 10):
+        request = request_from_options({**options, "facts_rules": version})
+        assert request is not None
+        by_version[version] = plan_budget(request).K_s
+    assert by_version == {8: 14, 9: new, 10: new}
+    for version in (8, 9):
+        explicit = request_from_options({**options, "K_s": 7, "facts_rules": version})
+        assert explicit is not None and plan_budget(explicit).K_s == 7
+
+
 def test_a_given_rho_hist_is_kept_and_no_roles_means_the_old_plan() -> None:
     plan = plan_budget(PlanRequest(epsilon=10, delta=1e-3, L=1, generate="facts",
                                    rho_hist=0.1, share_roles=0.0))

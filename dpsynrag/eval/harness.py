@@ -334,7 +334,7 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     config = _build_config(settings, "dp-synrag-facts", 10.0, 0)
     plan = make_plan(config)
     vocab = public_vocabulary()
-    keywords = fact_keywords(data.notes, vocab, config.K_s)
+    keywords = fact_keywords(data.notes, vocab, plan.K_s)
     roles: dict[str, str] | None = None
     candidates = None
     if config.facts_items == "terms":
@@ -364,7 +364,7 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
         if roles else None
     # as the build: a document's own terms choose its cluster, not its keywords
     order, clusters = anchor_clusters(phrases, anchors, config.L, priority=priority)
-    exact = fact_counts(clusters, items, domain, plan.K_e + config.K_s)
+    exact = fact_counts(clusters, items, domain, plan.K_e + plan.K_s)
     n = max(len(data.notes), 1)
     shares = {w: keyword_count[w] / n for w in top}
     facts = select_facts(exact, domain, order, set(anchors), 1e-3,

@@ -73,7 +73,10 @@ TOKENS_RHO_HIST = 0.1
 #: ("History of fever with headache ..."; "a history of asthma" still names one).
 #: 8: a tab separates a record's fields: no term runs across it ("The Glass Canyon<TAB>Oskar
 #: Wagner" is a title and a name, not one term).
-FACTS_RULES_VERSION = 8
+#: 9: the default keywords per document K_s follows the plan (``planner.auto_k_s``: fewer
+#: at low epsilon), so a state made with K_s = 14 under version 8 is not resumed under
+#: another; K_s is recorded as None when the plan chooses it.
+FACTS_RULES_VERSION = 9
 
 
 class ConfigError(ValueError):
@@ -136,7 +139,8 @@ class BuildConfig:
     # public default (planner.AUTO_K_E_MAX terms while tau_A stays <= AUTO_TAU_A units)
     share_roles: float = 0.1  # facts with terms: share of the rho after the histogram for roles
     share_hist: float = 0.04  # facts: rho_hist = share_hist x rho when --rho-hist is not given
-    K_s: int = 14  # facts: statistical keywords per document (histogram and cluster facts)
+    K_s: int | None = None  # facts: statistical keywords per document (histogram and cluster
+    # facts); None: the plan's public default (planner.auto_k_s: up to 14 while sigma_C <= 5)
     R_f: int = 300  # facts: top noisy keywords added to the cluster histograms' domain
     share_phrases: float = 0.3  # facts: share of the rho after the histogram for phrases
     delta_phrases: float | None = None  # facts: delta of the phrase release (default delta/10)
@@ -228,7 +232,7 @@ class BuildConfig:
             raise ConfigError(f"--generate must be 'tokens' or 'facts', got {self.generate!r}")
         for name in ("K_e", "K_s", "R_f", "texts_per_cluster"):
             value = getattr(self, name)
-            if name in ("K_e", "texts_per_cluster") and value is None:
+            if name in ("K_e", "K_s", "texts_per_cluster") and value is None:
                 continue  # the plan's default; the texts by epsilon
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise ConfigError(f"{_flag(name)} must be a positive integer, got {value!r}")

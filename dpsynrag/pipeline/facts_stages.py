@@ -147,13 +147,13 @@ def keyword_histogram(ctx: BuildContext, texts: list[str], vocab: PublicVocabula
     -> its top R_f keywords W."""
     def extract() -> list[list[str]]:
         return _per_document(ctx, "(a) keywords", texts,
-                             lambda: fact_keywords(texts, vocab, ctx.config.K_s))
+                             lambda: fact_keywords(texts, vocab, ctx.plan.K_s))
 
     stage = "a_keywords_histogram"
     doc_keywords = ctx.state.checkpoint("keywords", extract, stage=stage)
     with ctx.state.timed(stage):
         noisy, top, words = released_top_keywords(ctx.ledger, doc_keywords, vocab,
-                                                  K=ctx.config.K_s, sigma=ctx.plan.sigma_h,
+                                                  K=ctx.plan.K_s, sigma=ctx.plan.sigma_h,
                                                   R=ctx.config.R_f)
     return ReleasedKeywords(doc_keywords, noisy, top, words)
 
@@ -244,7 +244,7 @@ def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: Relea
             with ctx.progress("(f2) fact histograms (clusters)", len(members)) as advance:
                 noisy = release_fact_histograms(
                     ctx.ledger, members, doc_items, domain, sigma=ctx.plan.sigma_C,
-                    max_items=ctx.plan.K_e + ctx.config.K_s, L=ctx.config.L,
+                    max_items=ctx.plan.K_e + ctx.plan.K_s, L=ctx.config.L,
                     progress=advance)
     return FactClusters(domain, anchors, members, noisy)
 
@@ -256,11 +256,11 @@ def write_facts(ctx: BuildContext, keywords: ReleasedKeywords, phrases: Released
     with ctx.state.timed("f3_write"):
         shares = keyword_shares({w: float(keywords.noisy[int(i)])
                                  for w, i in zip(keywords.words, keywords.top, strict=True)},
-                                ctx.config.K_s)
+                                ctx.plan.K_s)
         rule = FactRule(label=ctx.config.facts_label)
         n_hat = estimated_documents({w: float(keywords.noisy[int(i)]) for w, i
                                      in zip(keywords.words, keywords.top, strict=True)},
-                                    ctx.config.K_s)
+                                    ctx.plan.K_s)
         terms_mode = phrases.terms is not None
         facts = select_facts(clusters.noisy, clusters.domain, clusters.anchors,
                              set(phrases.released), ctx.plan.sigma_C, rule,
