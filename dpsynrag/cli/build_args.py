@@ -191,11 +191,10 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                         "default none)")
     g.add_argument("--texts-per-cluster", type=positive_int,
                    help="facts with the template writer: texts written per kept cluster, each "
-                        "naming all its released names (the note, then names first or keywords "
-                        "reordered; from epsilon 5 every text holds every keyword, so a "
-                        "cluster's texts rank together and a reader sees them agree; free: "
-                        "post-processing; default: 5 at epsilon >= 5, else 3; 1 for one note "
-                        "per cluster)")
+                        "naming all its released names and holding all its keywords (the "
+                        "note, then names first or keywords reordered), so a cluster's texts "
+                        "rank together and a reader sees them agree; free: post-processing; "
+                        "default: 5; 1 for one note per cluster)")
     g.add_argument("--facts-label", help="facts: public lead word of every note, e.g. "
                    "'Symptoms' (default 'Reported')")
     g = parser.add_argument_group("token-mode stages (facts with --writer tokens reads "

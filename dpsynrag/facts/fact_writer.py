@@ -42,12 +42,10 @@ __all__ = [
     "ClusterFacts",
     "FactRule",
     "absolute_threshold",
-    "default_texts_per_cluster",
     "display_phrase",
     "keyword_shares",
     "missing_facts",
     "select_facts",
-    "spread_views",
     "write_note",
     "write_notes",
 ]
@@ -384,41 +382,14 @@ def missing_facts(facts: ClusterFacts, text: str) -> list[str]:
     return [f for f in facts.facts if not _mentions(text, f)]
 
 
-#: Texts a kept cluster gets by default (``--texts-per-cluster``) at epsilon >= MANY_TEXTS_FROM,
-#: and below it: see ``note_views`` and ``default_texts_per_cluster``.
+#: Texts a kept cluster gets by default (``--texts-per-cluster``), at every epsilon: see
+#: ``note_views``.
 TEXTS_PER_CLUSTER = 5
-TEXTS_PER_CLUSTER_LOW_EPSILON = 3
-MANY_TEXTS_FROM = 5.0
 
 
-def default_texts_per_cluster(epsilon: float) -> int:
-    """The texts per kept cluster when ``--texts-per-cluster`` is not given: a function of the
-    public epsilon only. Five from epsilon 5 on, three below. With few, noisier clusters (low
-    epsilon) a retriever's top ten must hold more distinct clusters to find the answer; with
-    more, richer clusters a reader gains from more texts that agree. Measured on conditions
-    at epsilon 1 (one run, five texts): recall@10 0.425 against 0.542 +- 0.029 with three
-    (3 runs), accuracy 0.20 against 0.167; at epsilon 10 five texts raised accuracy on all
-    three sets (docs/evaluation.md)."""
-    return TEXTS_PER_CLUSTER if epsilon >= MANY_TEXTS_FROM else TEXTS_PER_CLUSTER_LOW_EPSILON
-
-
-def spread_views(epsilon: float) -> bool:
-    """Whether a build at ``epsilon`` writes the spread views (``note_views``): below
-    MANY_TEXTS_FROM, a function of the public epsilon only. With few, noisier clusters a
-    retriever's top ten must hold more distinct clusters, and views that hold different
-    keywords rank apart; with richer clusters views that agree fill the reader's top five.
-    Measured at epsilon 1 (one run each, three texts): recall@10 conditions 0.475, films
-    0.35 with the agreeing views against 0.542 +- 0.029 and 0.433 +- 0.038 with the spread
-    ones (3 runs)."""
-    return epsilon < MANY_TEXTS_FROM
-
-
-def note_views(facts: ClusterFacts, n: int = TEXTS_PER_CLUSTER, *, spread: bool = False
-               ) -> list[str]:
+def note_views(facts: ClusterFacts, n: int = TEXTS_PER_CLUSTER) -> list[str]:
     """Up to ``n`` distinct texts of one cluster's kept facts (post-processing, free). Every
-    view names every kept name.
-
-    The agreeing views (the default) each hold every kept keyword too, in this order: the note
+    view names every kept name and holds every kept keyword, in this order: the note
     (``write_note``); the names first, then the keywords; the note with its keywords reversed;
     the names first, then the keywords reversed; the note with its keywords rotated by half
     their number. A private corpus holds many documents per frequent answer, and a small
@@ -428,11 +399,10 @@ def note_views(facts: ClusterFacts, n: int = TEXTS_PER_CLUSTER, *, spread: bool 
     texts fill the reader's top five. Measured with the packaged reader at epsilon 10, the
     released facts of one build per set re-written (40 queries each; accuracy / recall@10):
     0.40 / 0.775 (clinic), 0.575 / 0.875 (conditions), 0.55 / 0.85 (films) against 0.275 /
-    0.775, 0.35 / 0.875 and 0.425 / 0.825 with the spread views.
-
-    The spread views (``spread=True``; ``spread_views``) differ in their keywords: the note;
-    the names first, then every keyword; the names, then the keywords at even places; the
-    names, then those at odd places; the note with its keywords reversed."""
+    0.775, 0.35 / 0.875 and 0.425 / 0.825 with views that differ in their keywords. Below
+    epsilon 5 (facts rules 10; before, three views that differ in their keywords), the same
+    re-writing of 160-query builds at epsilon 3 gave accuracy +1.9 to +9.4 points and
+    recall@10 -4.4 to -6.3 points (docs/evaluation.md)."""
     if n < 1:
         raise ValueError("a cluster needs at least one text")
     keywords = facts.keywords
@@ -447,25 +417,21 @@ def note_views(facts: ClusterFacts, n: int = TEXTS_PER_CLUSTER, *, spread: bool 
         return f"{names} {facts.label}: {' '.join(words)}."
 
     reverse = keywords[::-1]
-    if spread:
-        views = [note(keywords), names_first(keywords), names_first(keywords[::2]),
-                 *([names_first(keywords[1::2])] if len(keywords) > 1 else []), note(reverse)]
-    else:
-        half = len(keywords) // 2  # rotated by half (for two keywords: the reversed order)
-        views = [note(keywords), names_first(keywords), note(reverse), names_first(reverse),
-                 *([note((*keywords[half:], *keywords[:half]))] if len(keywords) > 2 else [])]
+    half = len(keywords) // 2  # rotated by half (for two keywords: the reversed order)
+    views = [note(keywords), names_first(keywords), note(reverse), names_first(reverse),
+             *([note((*keywords[half:], *keywords[:half]))] if len(keywords) > 2 else [])]
     return list(dict.fromkeys(views))[:n]
 
 
-def distinct_views(facts: Sequence[ClusterFacts], n: int = TEXTS_PER_CLUSTER, *,
-                   spread: bool = False) -> list[tuple[str, str]]:
-    """(anchor, text) of every kept cluster's ``note_views`` (``spread``: which views), in
+def distinct_views(facts: Sequence[ClusterFacts], n: int = TEXTS_PER_CLUSTER
+                   ) -> list[tuple[str, str]]:
+    """(anchor, text) of every kept cluster's ``note_views``, in
     cluster order, each text once (post-processing, free): two clusters can keep the same
     facts, and a second copy of a text only takes a slot of a reader's top k; the first
     cluster's copy stays."""
     first: dict[str, str] = {}
     for item in facts:
-        for view in note_views(item, n, spread=spread):
+        for view in note_views(item, n):
             first.setdefault(view, item.anchor)
     return [(anchor, view) for view, anchor in first.items()]
 

@@ -608,9 +608,12 @@ def _runs(tokens: list[_Tok], known: Callable[[str], bool]) -> list[list[int]]:
             # glue joins only after a name word (or glue) and, mid-sentence, a capitalised
             # stopword may start a name run; it is trimmed at the run's end
             after_name = bool(run) and tokens[run[-1]].kind in (_NAMEK, _GLUEK)
-            starts_name = not run and i + 1 < len(tokens) and tokens[i + 1].kind == _NAMEK \
+            starts_name = i + 1 < len(tokens) and tokens[i + 1].kind == _NAMEK \
                 and tokens[i + 1].clause == tok.clause and tok.info.canon in ("the", "a")
-            if after_name or starts_name:
+            if after_name:
+                run.append(i)
+            elif starts_name:  # also right after another run ("return The Endless Highway")
+                flush()
                 run.append(i)
             else:
                 flush()

@@ -76,7 +76,10 @@ TOKENS_RHO_HIST = 0.1
 #: 9: the default keywords per document K_s follows the plan (``planner.auto_k_s``: fewer
 #: at low epsilon), so a state made with K_s = 14 under version 8 is not resumed under
 #: another; K_s is recorded as None when the plan chooses it.
-FACTS_RULES_VERSION = 9
+#: 10: a "the" or "a" before a name starts the name also right after another run ("return
+#: The Endless Highway" gave "endless highway", a second term beside "the endless highway");
+#: a kept cluster gets five texts at every epsilon (before: three below epsilon 5).
+FACTS_RULES_VERSION = 10
 
 
 class ConfigError(ValueError):
@@ -154,8 +157,8 @@ class BuildConfig:
     # facts with --writer tokens: each corpus text is the writer's reply followed by the
     # cluster's released template note (post-processing of released values: free)
     writer_keeps_note: bool = False
-    # facts, template writer: texts per kept cluster (note_views); None: by epsilon
-    # (fact_writer.default_texts_per_cluster)
+    # facts, template writer: texts per kept cluster (note_views); None: the default
+    # (fact_writer.TEXTS_PER_CLUSTER)
     texts_per_cluster: int | None = None
     allow_large_epsilon: bool = False  # measurement builds above MAX_EPSILON (eval ceilings)
     # facts with --writer tokens: levers of the writer to switch off, comma-separated (the
@@ -368,13 +371,13 @@ class BuildConfig:
 
     @property
     def resolved_texts_per_cluster(self) -> int:
-        """``--texts-per-cluster``, or without it the default for this build's epsilon
-        (``facts.fact_writer.default_texts_per_cluster``: 5 from epsilon 5, else 3)."""
+        """``--texts-per-cluster``, or without it the default
+        (``facts.fact_writer.TEXTS_PER_CLUSTER``: 5 at every epsilon, from facts rules 10)."""
         if self.texts_per_cluster is not None:
             return self.texts_per_cluster
-        from dpsynrag.facts.fact_writer import default_texts_per_cluster
+        from dpsynrag.facts.fact_writer import TEXTS_PER_CLUSTER
 
-        return default_texts_per_cluster(self.epsilon)
+        return TEXTS_PER_CLUSTER
 
     @property
     def resolved_runner(self) -> str:

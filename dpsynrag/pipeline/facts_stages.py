@@ -54,7 +54,6 @@ from dpsynrag.facts.fact_writer import (
     estimated_documents,
     keyword_shares,
     select_facts,
-    spread_views,
     write_notes,
 )
 from dpsynrag.facts.phrases import document_phrases
@@ -132,8 +131,7 @@ def facts_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
         notes = with_released_notes(replies, notes) if ctx.config.writer_keeps_note \
             else replies
     else:  # the template's views of each kept cluster (post-processing, free)
-        views = distinct_views(written, ctx.config.resolved_texts_per_cluster,
-                               spread=spread_views(ctx.config.epsilon))
+        views = distinct_views(written, ctx.config.resolved_texts_per_cluster)
         anchors, notes = [a for a, _ in views], [v for _, v in views]
         tokens = [len(note.split()) for note in notes]
     return StageResult(texts=notes, tokens=tokens, kept=[True] * len(notes),
