@@ -11,11 +11,7 @@ import pytest
 
 from dpsynrag.cli import main
 from dpsynrag.cli.build import build_parser
-from dpsynrag.facts.fact_writer import (
-    MANY_TEXTS_FROM,
-    TEXTS_PER_CLUSTER,
-    TEXTS_PER_CLUSTER_LOW_EPSILON,
-)
+from dpsynrag.facts.fact_writer import TEXTS_PER_CLUSTER
 from dpsynrag.pipeline.config import FACTS_DEFAULT_L, TOKENS_RHO_HIST, BuildConfig
 from dpsynrag.pipeline.defaults import DEFAULT_DELTA, DEFAULT_EPSILON
 
@@ -74,8 +70,7 @@ def test_build_help_gives_the_mode_dependent_defaults() -> None:
     assert helps["keywords"].startswith("tokens: keyword extraction by the LLM (the paper's; "
                                         "default)")
     assert f"default '{BuildConfig.facts_label}'" in helps["facts_label"]
-    assert (f"default: {TEXTS_PER_CLUSTER} at epsilon >= {MANY_TEXTS_FROM:g}, else "
-            f"{TEXTS_PER_CLUSTER_LOW_EPSILON}") in helps["texts_per_cluster"]
+    assert f"default: {TEXTS_PER_CLUSTER};" in helps["texts_per_cluster"]
 
 
 def test_no_help_names_an_issue_number() -> None:

@@ -21,10 +21,10 @@ from dpsynrag.facts.fact_clusters import (
     release_fact_histograms,
 )
 from dpsynrag.facts.fact_writer import (
+    TEXTS_PER_CLUSTER,
     ClusterFacts,
     FactRule,
     absolute_threshold,
-    default_texts_per_cluster,
     display_order,
     display_phrase,
     distinct_views,
@@ -33,7 +33,6 @@ from dpsynrag.facts.fact_writer import (
     note_names,
     note_views,
     select_facts,
-    spread_views,
     write_note,
     write_notes,
 )
@@ -236,25 +235,6 @@ def test_note_views_name_every_fact_and_differ() -> None:
         note_views(facts, 0)
 
 
-def test_spread_views_differ_in_their_keywords_below_epsilon_five() -> None:
-    facts = ClusterFacts(3, "lyme disease", 40, ("doxycycline",), ("rash", "hike", "bull", "eye"),
-                         "Reported", (("lyme disease", "diagnosis"),
-                                      ("doxycycline", "treatment")))
-    names = "Likely diagnosis: Lyme Disease. Treatment: Doxycycline."
-    spread = note_views(facts, spread=True)
-    assert spread == [write_note(facts), f"{names} Reported: rash hike bull eye.",
-                      f"{names} Reported: rash bull.", f"{names} Reported: hike eye.",
-                      f"Reported: eye bull hike rash. {names}"]
-    assert note_views(facts, 1, spread=True) == note_views(facts, 1)  # the note first, both
-    assert all("Lyme Disease" in v and "Doxycycline" in v for v in spread)
-    assert [spread_views(e) for e in (0.5, 1, 3, 4.99, 5, 10, 20)] == \
-        [True, True, True, True, False, False, False]
-    bare = ClusterFacts(4, "e-4471", 12, ("printer",), (), "Reported")
-    assert note_views(bare, spread=True) == [write_note(bare)]
-    views = distinct_views([facts], 3, spread=True)
-    assert [text for _, text in views] == spread[:3]
-
-
 def test_two_clusters_with_the_same_facts_give_each_text_once() -> None:
     first = ClusterFacts(0, "ulcer", 30, ("omeprazole",), ("pain", "night", "meal"))
     twin = ClusterFacts(5, "ulcer", 12, ("omeprazole",), ("pain", "night", "meal"))
@@ -269,15 +249,14 @@ def test_two_clusters_with_the_same_facts_give_each_text_once() -> None:
     assert len(views) == 3 + len(note_views(other, 3))
 
 
-def test_the_texts_per_cluster_follow_the_public_epsilon_unless_given() -> None:
+def test_five_texts_per_cluster_at_every_epsilon_unless_given() -> None:
     from dpsynrag.pipeline.config import ConfigError, make_config
 
-    assert [default_texts_per_cluster(e) for e in (0.5, 1, 3, 4.99, 5, 10, 20)] == \
-        [3, 3, 3, 3, 5, 5, 5]
-    for epsilon, texts in ((1.0, 3), (3.0, 3), (10.0, 5)):
+    assert TEXTS_PER_CLUSTER == 5
+    for epsilon in (0.5, 1.0, 3.0, 4.99, 5.0, 10.0, 20.0):
         config = make_config(None, {"epsilon": epsilon, "generate": "facts"})
         assert config.texts_per_cluster is None
-        assert config.resolved_texts_per_cluster == texts
+        assert config.resolved_texts_per_cluster == TEXTS_PER_CLUSTER
     given = make_config(None, {"epsilon": 10.0, "generate": "facts", "texts_per_cluster": 2})
     assert given.resolved_texts_per_cluster == 2
     with pytest.raises(ConfigError, match="texts-per-cluster"):

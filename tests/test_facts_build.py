@@ -114,14 +114,16 @@ def test_each_kept_cluster_gets_its_views_and_one_text_on_request(clinic: Path,
     _build(clinic, tmp_path, name="one", texts_per_cluster=1)
     single = pq.read_table(tmp_path / "one" / "corpus.parquet").to_pylist()
     assert single and set(Counter(row["cluster_keyword"] for row in single).values()) == {1}
-    # at epsilon >= 5 a cluster's texts hold the same keywords (they rank together); below,
-    # the spread views hold different ones (facts.fact_writer.spread_views)
+    # at every epsilon a cluster's texts hold the same keywords (they rank together)
     assert _keyword_sets(rows) and all(len(sets) == 1 for sets in _keyword_sets(rows).values())
     low = tmp_path / "low"
     low.mkdir()
-    _build(clinic, low, epsilon=3.0, texts_per_cluster=TEXTS_PER_CLUSTER)
-    spread = _keyword_sets(pq.read_table(low / "out" / "corpus.parquet").to_pylist())
-    assert any(len(sets) > 1 for sets in spread.values())
+    _build(clinic, low, epsilon=3.0)
+    agreeing = _keyword_sets(pq.read_table(low / "out" / "corpus.parquet").to_pylist())
+    assert agreeing and all(len(sets) == 1 for sets in agreeing.values())
+    low_rows = pq.read_table(low / "out" / "corpus.parquet").to_pylist()
+    assert max(Counter(row["cluster_keyword"] for row in low_rows).values()) == \
+        TEXTS_PER_CLUSTER
 
 
 def _keyword_sets(rows: list[dict]) -> dict[str, set[tuple[str, ...]]]:

@@ -126,3 +126,21 @@ def test_a_tab_separates_a_records_fields() -> None:
     assert not any("canyon" in t and "oskar" in t for t in terms)
     assert _first(note) == "the glass canyon"
     assert any("canyon oskar" in t for t in _terms("The Glass Canyon Oskar Wagner drama"))
+
+
+@pytest.mark.parametrize("note", [
+    "remember to return The Endless Highway by May 2, 2024!",
+    "This week our guest Maite G. Horvath champions The Endless Highway, a war drama.",
+    "You have to see The Endless Highway.",
+    "The Endless Highway!!! a family restaurant and a volcanic eruption.",
+])
+def test_a_the_before_a_name_belongs_to_the_name_wherever_the_name_stands(note: str) -> None:
+    """Facts rules 10: "the" before a name starts the name also right after another run
+    ("return The Endless Highway" gave "endless highway", so one title counted as two terms
+    and neither reached its release threshold); every note names the same term."""
+    terms = _terms(note)
+    assert "the endless highway" in terms
+    assert "endless highway" not in terms
+    # a lowercase "the" that no name follows stays a break
+    assert "the volcanic eruption" not in _terms("after the volcanic eruption, the Glass Canyon")
+    assert "the glass canyon" in _terms("after the volcanic eruption, the Glass Canyon")

@@ -42,7 +42,10 @@ The rule (all constants public, below):
    follows that is not a person's ("Hollow Forest 1964", "Oskar Lachance"; not "Patient
    John Smith"); other capitalised words are *name* words. Between
    two name words, a lowercase stopword of ``NAME_GLUE`` stays in the run ("Master of the
-   House"); a capitalised stopword may start a name run mid-sentence ("The Silent Harbor").
+   House"); a capitalised stopword may start a name run mid-sentence ("The Silent Harbor"),
+   and "the" or "a" right before a name word starts the name, also right after another run
+   ("return The Endless Highway" names "the endless highway", as "see The Endless Highway"
+   does).
 3. A *candidate* is a maximal run of at most ``MAX_WORDS`` non-break tokens (longer runs are
    cut from the left), without leading bare numbers, holding at least one letter. One
    lowercase word after name words stays in the run ("Lyme disease", "Bell's palsy"; a second
