@@ -33,6 +33,7 @@ from dpsynrag.eval.datasets_ordinary import (
 from dpsynrag.eval.metrics import contains_answer
 from dpsynrag.eval.templates_blind6 import CONDITION_TEMPLATES_BLIND6, FILM_TEMPLATES_BLIND6
 from dpsynrag.eval.templates_blind7 import CONDITION_TEMPLATES_BLIND7, FILM_TEMPLATES_BLIND7
+from dpsynrag.eval.templates_blind8 import CONDITION_TEMPLATES_BLIND8, FILM_TEMPLATES_BLIND8
 from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL, FILM_TEMPLATES_FINAL
 from dpsynrag.eval.templates_unseen import CONDITION_TEMPLATES_UNSEEN, FILM_TEMPLATES_UNSEEN
 from dpsynrag.io.reader import read_documents
@@ -43,11 +44,12 @@ TEMPLATES = {"conditions": {"dev": CONDITION_TEMPLATES, "heldout": CONDITION_TEM
                             "final": CONDITION_TEMPLATES_FINAL,
                             "unseen": CONDITION_TEMPLATES_UNSEEN,
                             "blind6": CONDITION_TEMPLATES_BLIND6,
-                            "blind7": CONDITION_TEMPLATES_BLIND7},
+                            "blind7": CONDITION_TEMPLATES_BLIND7,
+                            "blind8": CONDITION_TEMPLATES_BLIND8},
              "films": {"dev": FILM_TEMPLATES, "heldout": FILM_TEMPLATES_HELDOUT,
                        "fresh": FILM_TEMPLATES_FRESH, "final": FILM_TEMPLATES_FINAL,
                        "unseen": FILM_TEMPLATES_UNSEEN, "blind6": FILM_TEMPLATES_BLIND6,
-                       "blind7": FILM_TEMPLATES_BLIND7}}
+                       "blind7": FILM_TEMPLATES_BLIND7, "blind8": FILM_TEMPLATES_BLIND8}}
 LAY = {phrase: lay for phrase, lay in PLOT_ELEMENTS}
 
 
@@ -136,7 +138,7 @@ def test_zipf_counts_properties(n_notes: int) -> None:
 @pytest.mark.parametrize("variant", [{}, {"heldout": True}, {"templates": "heldout"},
                                      {"templates": "fresh"}, {"templates": "final"},
                                      {"templates": "unseen"}, {"templates": "blind6"},
-                                     {"templates": "blind7"}])
+                                     {"templates": "blind7"}, {"templates": "blind8"}])
 def test_queries_never_give_the_answer_away(kind: str, variant: dict) -> None:
     data = make_ordinary_dataset(kind, n_notes=600, n_queries=200, seed=2, **variant)
     answers = [a for a, _, _, _ in _answers(data)]
@@ -224,6 +226,7 @@ def test_template_variants_are_separate(kind: str) -> None:
     assert len(sets["unseen"].notes) >= 10 and len(sets["unseen"].queries) >= 8
     assert len(sets["blind6"].notes) >= 10 and len(sets["blind6"].queries) >= 8
     assert len(sets["blind7"].notes) >= 10 and len(sets["blind7"].queries) >= 8
+    assert len(sets["blind8"].notes) >= 10 and len(sets["blind8"].queries) >= 8
     for a in TEMPLATE_VARIANTS:
         for b in TEMPLATE_VARIANTS:
             if a < b:
@@ -240,7 +243,9 @@ def test_template_variants_are_separate(kind: str) -> None:
             "blind6": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
                                             templates="blind6"),
             "blind7": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
-                                            templates="blind7")}
+                                            templates="blind7"),
+            "blind8": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
+                                            templates="blind8")}
     for variant, data in made.items():
         own = sets[variant]
         others = [sets[v] for v in TEMPLATE_VARIANTS if v != variant]
@@ -259,7 +264,8 @@ def test_template_variants_are_separate(kind: str) -> None:
         used = Counter(next(t for t in own.notes if _regex(t).match(n.text))
                        for n in data.notes)
         assert len(used) == len(own.notes)  # every note template is used
-    for variant in ("fresh", "final", "unseen", "blind6", "blind7"):  # every query template
+    # every query template is used
+    for variant in ("fresh", "final", "unseen", "blind6", "blind7", "blind8"):
         assert {next(t for t in sets[variant].queries if _regex(t).match(q.question))
                 for q in made[variant].queries} == set(sets[variant].queries)
 
@@ -329,7 +335,7 @@ def test_dataset_command(tmp_path: Path, capsys) -> None:
 def test_dataset_command_fresh_templates(tmp_path: Path, kind: str, capsys) -> None:
     from dpsynrag.cli import main
 
-    for variant in ("fresh", "final", "unseen", "blind6", "blind7"):
+    for variant in ("fresh", "final", "unseen", "blind6", "blind7", "blind8"):
         out = tmp_path / variant
         assert main(["dataset", kind, "-o", str(out / "f"), "--notes", "80", "--seed", "11",
                      "--templates", variant]) == 0
@@ -356,12 +362,13 @@ def test_dataset_help_says_fresh_is_for_a_final_measurement(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["dataset", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--templates {dev,heldout,fresh,final,unseen,blind6,blind7}" in text
+    assert "--templates {dev,heldout,fresh,final,unseen,blind6,blind7,blind8}" in text
     assert "fresh: templates kept unread for a final measurement only" in text
     assert "final: another such unread set" in text
     assert "unseen: a fifth set, measured blind once and read since" in text
     assert "blind6: a sixth set, measured blind once and read since" in text
     assert "blind7: a seventh set, measured blind once and read since" in text
+    assert "blind8: an eighth set, written by a helper, to be measured blind once" in text
 
 
 def test_eval_harness_generates_the_kinds(tmp_path: Path) -> None:

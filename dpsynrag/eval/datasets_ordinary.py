@@ -41,6 +41,7 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   since.
   ``"blind7"`` is a seventh variant, written by a helper and measured blind once; read
   since.
+  ``"blind8"`` is an eighth variant, written by a helper, to be measured blind once.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 
@@ -67,6 +68,7 @@ from dpsynrag.eval.metrics import contains_answer
 from dpsynrag.eval.template_set import TemplateSet
 from dpsynrag.eval.templates_blind6 import CONDITION_TEMPLATES_BLIND6, FILM_TEMPLATES_BLIND6
 from dpsynrag.eval.templates_blind7 import CONDITION_TEMPLATES_BLIND7, FILM_TEMPLATES_BLIND7
+from dpsynrag.eval.templates_blind8 import CONDITION_TEMPLATES_BLIND8, FILM_TEMPLATES_BLIND8
 from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL, FILM_TEMPLATES_FINAL
 from dpsynrag.eval.templates_unseen import CONDITION_TEMPLATES_UNSEEN, FILM_TEMPLATES_UNSEEN
 
@@ -101,7 +103,8 @@ __all__ = [
 ]
 
 ORDINARY_KINDS = ("conditions", "films")
-TEMPLATE_VARIANTS = ("dev", "heldout", "fresh", "final", "unseen", "blind6", "blind7")
+TEMPLATE_VARIANTS = ("dev", "heldout", "fresh", "final", "unseen", "blind6", "blind7",
+                     "blind8")
 ZIPF_OFFSET = 10.0
 ZIPF_EXPONENT = 2.35
 N_DOCTORS = 8
@@ -629,10 +632,11 @@ TEMPLATE_SETS: dict[str, dict[str, TemplateSet]] = {
     "conditions": dict(zip(TEMPLATE_VARIANTS, (
         CONDITION_TEMPLATES, CONDITION_TEMPLATES_HELDOUT, CONDITION_TEMPLATES_FRESH,
         CONDITION_TEMPLATES_FINAL, CONDITION_TEMPLATES_UNSEEN, CONDITION_TEMPLATES_BLIND6,
-        CONDITION_TEMPLATES_BLIND7), strict=True)),
+        CONDITION_TEMPLATES_BLIND7, CONDITION_TEMPLATES_BLIND8), strict=True)),
     "films": dict(zip(TEMPLATE_VARIANTS, (
         FILM_TEMPLATES, FILM_TEMPLATES_HELDOUT, FILM_TEMPLATES_FRESH, FILM_TEMPLATES_FINAL,
-        FILM_TEMPLATES_UNSEEN, FILM_TEMPLATES_BLIND6, FILM_TEMPLATES_BLIND7), strict=True)),
+        FILM_TEMPLATES_UNSEEN, FILM_TEMPLATES_BLIND6, FILM_TEMPLATES_BLIND7,
+        FILM_TEMPLATES_BLIND8), strict=True)),
 }
 
 
