@@ -51,6 +51,8 @@ TEMPLATES = {"conditions": {"dev": CONDITION_TEMPLATES, "heldout": CONDITION_TEM
                        "unseen": FILM_TEMPLATES_UNSEEN, "blind6": FILM_TEMPLATES_BLIND6,
                        "blind7": FILM_TEMPLATES_BLIND7, "blind8": FILM_TEMPLATES_BLIND8}}
 LAY = {phrase: lay for phrase, lay in PLOT_ELEMENTS}
+#: The variants written for one blind measurement each (every variant but dev and heldout).
+BLIND_VARIANTS = tuple(v for v in TEMPLATE_VARIANTS if v not in ("dev", "heldout"))
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +138,7 @@ def test_zipf_counts_properties(n_notes: int) -> None:
 
 @pytest.mark.parametrize("kind", ["conditions", "films"])
 @pytest.mark.parametrize("variant", [{}, {"heldout": True}, {"templates": "heldout"},
-                                     {"templates": "fresh"}, {"templates": "final"},
-                                     {"templates": "unseen"}, {"templates": "blind6"},
-                                     {"templates": "blind7"}, {"templates": "blind8"}])
+                                     *({"templates": v} for v in BLIND_VARIANTS)])
 def test_queries_never_give_the_answer_away(kind: str, variant: dict) -> None:
     data = make_ordinary_dataset(kind, n_notes=600, n_queries=200, seed=2, **variant)
     answers = [a for a, _, _, _ in _answers(data)]
@@ -223,10 +223,8 @@ def test_template_variants_are_separate(kind: str) -> None:
     assert len(sets["heldout"].notes) >= 4 and len(sets["heldout"].queries) >= 4
     assert len(sets["fresh"].notes) >= 6 and len(sets["fresh"].queries) >= 5
     assert len(sets["final"].notes) >= 8 and len(sets["final"].queries) >= 6
-    assert len(sets["unseen"].notes) >= 10 and len(sets["unseen"].queries) >= 8
-    assert len(sets["blind6"].notes) >= 10 and len(sets["blind6"].queries) >= 8
-    assert len(sets["blind7"].notes) >= 10 and len(sets["blind7"].queries) >= 8
-    assert len(sets["blind8"].notes) >= 10 and len(sets["blind8"].queries) >= 8
+    for variant in BLIND_VARIANTS[2:]:  # unseen and after
+        assert len(sets[variant].notes) >= 10 and len(sets[variant].queries) >= 8, variant
     for a in TEMPLATE_VARIANTS:
         for b in TEMPLATE_VARIANTS:
             if a < b:
@@ -234,18 +232,9 @@ def test_template_variants_are_separate(kind: str) -> None:
                 assert not set(sets[a].queries) & set(sets[b].queries), (a, b)
     made = {"dev": make_ordinary_dataset(kind, n_notes=300, seed=4),
             "heldout": make_ordinary_dataset(kind, n_notes=300, seed=4, heldout=True),
-            "fresh": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
-                                           templates="fresh"),
-            "final": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
-                                           templates="final"),
-            "unseen": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
-                                            templates="unseen"),
-            "blind6": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
-                                            templates="blind6"),
-            "blind7": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
-                                            templates="blind7"),
-            "blind8": make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
-                                            templates="blind8")}
+            **{variant: make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
+                                              templates=variant)
+               for variant in BLIND_VARIANTS}}
     for variant, data in made.items():
         own = sets[variant]
         others = [sets[v] for v in TEMPLATE_VARIANTS if v != variant]
@@ -264,8 +253,7 @@ def test_template_variants_are_separate(kind: str) -> None:
         used = Counter(next(t for t in own.notes if _regex(t).match(n.text))
                        for n in data.notes)
         assert len(used) == len(own.notes)  # every note template is used
-    # every query template is used
-    for variant in ("fresh", "final", "unseen", "blind6", "blind7", "blind8"):
+    for variant in BLIND_VARIANTS:  # every query template is used
         assert {next(t for t in sets[variant].queries if _regex(t).match(q.question))
                 for q in made[variant].queries} == set(sets[variant].queries)
 
@@ -335,7 +323,7 @@ def test_dataset_command(tmp_path: Path, capsys) -> None:
 def test_dataset_command_fresh_templates(tmp_path: Path, kind: str, capsys) -> None:
     from dpsynrag.cli import main
 
-    for variant in ("fresh", "final", "unseen", "blind6", "blind7", "blind8"):
+    for variant in BLIND_VARIANTS:
         out = tmp_path / variant
         assert main(["dataset", kind, "-o", str(out / "f"), "--notes", "80", "--seed", "11",
                      "--templates", variant]) == 0
