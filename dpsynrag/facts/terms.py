@@ -162,13 +162,15 @@ ROLE_CUES: dict[str, str] = {
     **dict.fromkeys(("diagnosed", "diagnosis", "diagnoses", "diagnose", "assessment",
                      "impression", "consistent", "confirmed", "confirms", "suspected",
                      "dx", "indication", "indications", "attests", "attested",
-                     "reckons", "reckoned", "suggestive", "indicative", "likely", "probable"),
+                     "reckons", "reckoned", "suggestive", "indicative", "likely", "probable",
+                     "imp", "ddx"),
                     "diagnosis"),
     **dict.fromkeys(("presenting", "presented", "presents", "complains", "complained",
                      "complaining", "complaint", "complaints", "reports", "reported",
                      "reporting", "symptoms", "symptom", "experiencing", "experiences",
                      "experienced", "noticed", "notices", "developed", "describes",
-                     "described", "signs", "including", "suffering", "suffers", "suffered"),
+                     "described", "signs", "including", "suffering", "suffers", "suffered",
+                     "hpi", "sx", "hx"),
                     "symptom"),
     **dict.fromkeys(("treated", "treatment", "treat", "prescribed", "prescription",
                      "prescribe", "started", "starting", "plan", "recommended", "medication",
@@ -176,7 +178,7 @@ ROLE_CUES: dict[str, str] = {
                      "course", "regimen",
                      "therapy", "continue", "continued", "taking", "fix", "fixed", "workaround",
                      "resolved", "resolve", "solution", "solved", "reinstall", "reinstalling",
-                     "patch", "remedy"), "treatment"),
+                     "patch", "remedy", "rx", "tx", "gave", "gives"), "treatment"),
     **dict.fromkeys(("watched", "watching", "watch", "film", "movie", "titled",
                      "called", "recommends", "saw", "streamed", "picked", "reviewed",
                      "review", "favourite", "favorite", "rewatched"),
@@ -195,6 +197,20 @@ STATUS_WORDS = frozenset(("active", "current", "known", "possible", "presumed", 
                           "resolving", "resolved", "underlying", "existing", "previous",
                           "pre-existing", "preexisting", "suspected", "confirmed", "probable",
                           "long-standing", "longstanding"))
+#: Words of hesitation in speech ("it's um sinus infection", rule 11): a break in any case.
+FILLER_WORDS = frozenset(("um", "umm", "uh", "uhh", "er", "erm", "hmm", "hm", "ah", "eh"))
+#: Lowercase words of elapsed time that end a term ("diagnosed with pneumonia last week",
+#: "at long last", "two days ago", rule 11; a capitalised "Last" may start a title).
+TIME_BREAKS = frozenset(("last", "ago"))
+#: Family words that name a person ("Things to tell Mum", rule 11): ranked like a person's
+#: name (public).
+KIN_WORDS = frozenset(("mum", "mom", "mummy", "mommy", "dad", "daddy", "nan", "nana", "gran",
+                       "granny", "grandma", "grandpa", "grandad", "granddad", "auntie",
+                       "aunty", "uncle"))
+#: Clinical shorthand for findings that are none ("NKDA", "NAD", "PRN", "PMHx: nil sig",
+#: rule 11; public): a break, never a term.
+CLINICAL_SHORTHAND = frozenset(("nkda", "nad", "prn", "pmhx", "dhx", "shx", "fhx", "pmh",
+                                "nil", "sig", "nfa", "tbc"))
 #: The naming cues that are nouns ("the film X", "error code E-4471", "Product: X"): they
 #: name only what follows them directly or after a colon, or their purpose after "for"/"of"
 #: ("a fix for X" is a verb cue's), never a term reached over a verb form or another
@@ -264,7 +280,7 @@ IRREGULAR_VERBS = frozenset((
     "done", "did", "does", "gone", "seen", "held", "holds", "dealt", "dug", "hung", "fled",
     "found", "finds", "put", "puts", "let", "lets", "led", "leads", "gives", "believe",
     "believes", "agree", "agrees", "suggests", "indicates", "reveals", "mentions",
-    "explains", "adds", "states", "concludes", "decides",
+    "explains", "adds", "states", "concludes", "decides", "rang", "rings", "rung",
 ))
 #: Adverbs of time and manner that end a term ("finally caught X", public).
 ADVERBS = frozenset((
@@ -551,6 +567,9 @@ def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool
         return _BREAK
     if canon in STATUS_WORDS and (initial or not capital):
         return _BREAK  # "active kidney stones" -> "kidney stones"
+    if canon in FILLER_WORDS or canon in CLINICAL_SHORTHAND or (
+            canon in TIME_BREAKS and not capital):
+        return _BREAK  # "it's um sinus infection", "pneumonia last week", "NKDA"
     if (initial or not capital) and verb_form(canon):
         return _INGK if canon.endswith("ing") and canon not in REPORT_VERBS else _BREAK
     if tok.kind == _IDENT:
@@ -640,9 +659,26 @@ def _runs(tokens: list[_Tok], known: Callable[[str], bool]) -> list[list[int]]:
     return runs
 
 
+#: A markup tag: ``<imp>``, ``<who age="38">``, ``</imp>``, ``<br/>`` (not ``<Mira Horvath>``,
+#: a chat nickname: a tag's attributes have values).
+_MARKUP_TAG = re.compile(r"<(/?)([A-Za-z][\w.-]*)"
+                         r"((?:\s+[\w:.-]+\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s>]+))*)\s*(/?)>")
+
+
+def _unmarked(text: str) -> str:
+    """The text with its markup read as fields (rule 11): an opening tag is its name as a
+    label ("<imp>sinus infection</imp>" reads "imp: sinus infection."), a closing or empty
+    tag ends a sentence, attributes are dropped."""
+    def field(match: re.Match[str]) -> str:
+        if match.group(1) or match.group(4):
+            return ". "
+        return f". {match.group(2)}: "
+    return _MARKUP_TAG.sub(field, text)
+
+
 def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], bool],
               known: Callable[[str], bool], K_e: int) -> DocumentTerms:
-    text = unicodedata.normalize("NFC", text)
+    text = _unmarked(unicodedata.normalize("NFC", text))
     tokens = _tokens(text, info, verb_form, known)
     items, described = _items(tokens)
     # term -> (role rank, demotion, class, score, start, first token)
@@ -663,7 +699,8 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
         opened = any(tokens[i].info.is_open and not _plain_identifier(tokens[i].info, known)
                      for i in piece)
         score = min(t.prior for t in content) - WORD_BONUS * (len(content) - 1)
-        person = _person_shaped(tokens, piece, known)
+        person = _person_shaped(tokens, piece, known) or (
+            len(piece) == 1 and _lone_name(tokens[piece[0]], known))
         if term in roles and (roles[term] or given_role is None):
             role = roles[term]
         else:  # a whole list item gives its list's role to a term that had none
@@ -718,7 +755,11 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
     if unannounced and not NAMING_ROLES & set(roles.values()):
         # what someone says or finds it is comes first ("Dr. Doe says sleep apnea", "finally
         # said it's pneumonia", "spotted kidney stones")
-        first = min(unannounced, key=lambda t: (not _said(tokens, best[t][5]), best[t]))
+        # and then what a clinician named just before it did ("Dr. Doe landed on sinus
+        # infection", "Dr Roe is going with kidney stones", rule 11)
+        first = min(unannounced, key=lambda t: (not _said(tokens, best[t][5]),
+                                                not _after_clinician(tokens, best[t][5]),
+                                                best[t]))
         best[first] = (UNANNOUNCED_RANK, *best[first][1:])
     ranked = sorted(best, key=lambda term: best[term])[:K_e]
     return DocumentTerms(tuple(ranked), tuple(roles[t] for t in ranked))
@@ -759,6 +800,18 @@ def _person_shaped(tokens: list[_Tok], piece: list[int], known: Callable[[str], 
         surname in surnames() or not known(surname))
 
 
+def _lone_name(tok: _Tok, known: Callable[[str], bool]) -> bool:
+    """Whether one capitalised word alone is a person (rule 11): a family word ("Mum") or a
+    given name or surname of the public lists that is no word of V ("Bruno" and "Quispe" of
+    "Bruno A. Quispe", where the initial's full stop parts them)."""
+    canon = tok.info.canon
+    if canon in KIN_WORDS:
+        return True
+    name = canon[:-2] if canon.endswith("'s") else canon
+    return tok.kind == _NAMEK and name.isalpha() and not known(name) and (
+        name in given_names() or name in surnames())
+
+
 def _said(tokens: list[_Tok], first: int) -> bool:
     """Whether the term whose first token is ``first`` is what a verb of saying or finding
     (``SAYING_VERBS``) right before it reports, in the same sentence, past at most three
@@ -773,6 +826,29 @@ def _said(tokens: list[_Tok], first: int) -> bool:
     return j >= 0 and tokens[j].sentence == tokens[first].sentence \
         and tokens[j].info.canon in SAYING_VERBS and not any(
             tokens[i].gap not in ("", "'") for i in range(j + 1, first + 1))
+
+
+#: How many tokens a clinician's act may take between the name and the term (rule 11).
+CLINICIAN_REACH = 6
+
+
+def _after_clinician(tokens: list[_Tok], first: int) -> bool:
+    """Whether the term whose first token is ``first`` is what a clinician named right
+    before it did, in the same sentence (rule 11): walking back at most ``CLINICIAN_REACH``
+    tokens over verbs, stopwords and common words ("landed on", "pinned the lot on",
+    "chalked it up to", "rang back and it's") reaches a titled name ("Dr. Doe", "doctor
+    Nadia Eklund"), with no other term between."""
+    j = first - 1
+    while j >= 0 and first - j <= CLINICIAN_REACH and tokens[j].sentence == tokens[first].sentence:
+        tok = tokens[j]
+        if tok.kind == _HONORK:
+            return j < first - 1  # an act between: not "Dr. Roe - Kofi V. Zhou"
+        if tok.kind in (_BREAK, _GLUEK, _INGK, _NUMK) or (
+                tok.kind == _WORDK and tok.info.prior >= COMMON_ZIPF):
+            j -= 1
+            continue
+        return False
+    return False
 
 
 def _plain_identifier(tok: _Info, known: Callable[[str], bool]) -> bool:
@@ -954,9 +1030,10 @@ def _items(tokens: list[_Tok]) -> tuple[list[tuple[list[int], str]], set[int]]:
     items: list[tuple[list[int], str]] = []
     described: set[int] = set()
     role = ""
-    for k, (part, _) in enumerate(segments):
-        if k and tokens[part[0]].sentence != tokens[segments[k - 1][0][0]].sentence:
-            role = ""
+    for k, (part, before) in enumerate(segments):
+        if k and (tokens[part[0]].sentence != tokens[segments[k - 1][0][0]].sentence
+                  or before == ";"):
+            role = ""  # a sentence, or a clause after a semicolon, starts without a role
         cut = -1
         for position, i in enumerate(part):
             canon = tokens[i].info.canon
@@ -967,6 +1044,14 @@ def _items(tokens: list[_Tok]) -> tuple[list[tuple[list[int], str]], set[int]]:
                                            and canon.endswith("ed")):
                 role, cut = "", position
         part = part[cut + 1:]
+        if not role and k in listed and k - 1 not in listed:
+            # a list's first item starts after the words that lead to it ("going with
+            # kidney stones for all the nausea, ...": rule 11)
+            lead = [p for p, i in enumerate(part) if tokens[i].info.stop
+                    and tokens[i].info.canon not in ITEM_GLUE and tokens[i].info.canon != "with"
+                    and any(not tokens[j].info.stop for j in part[p + 1:])]
+            if lead:
+                part = part[lead[-1] + 1:]
         while part and tokens[part[0]].info.stop:
             part.pop(0)
         while part and tokens[part[-1]].info.stop:

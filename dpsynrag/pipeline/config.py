@@ -79,7 +79,7 @@ TOKENS_RHO_HIST = 0.1
 #: 10: a "the" or "a" before a name starts the name also right after another run ("return
 #: The Endless Highway" gave "endless highway", a second term beside "the endless highway");
 #: a kept cluster gets five texts at every epsilon (before: three below epsilon 5).
-FACTS_RULES_VERSION = 10
+FACTS_RULES_VERSION = 11
 
 
 class ConfigError(ValueError):
