@@ -113,3 +113,28 @@ def test_one_name_word_alone_ranks_as_a_person(note: str, person: str) -> None:
     found = document_terms([note], public_vocabulary(), 8)[0].terms
     assert person in found
     assert found[0] != person
+
+
+def test_a_day_number_before_a_month_is_the_dates_not_the_titles() -> None:
+    terms = _terms("wtchd Crimson Roads 5 September 2023; 4/5")
+    assert "crimson roads" in terms and "crimson roads 5" not in terms
+    assert "blue horizon 2" in _terms("We watched Blue Horizon 2 at home.")
+
+
+def test_a_shorthand_label_does_not_start_a_term() -> None:
+    terms = _terms("dir Quentin Bjork; gnr crime drama; abt: a rival chef and a ghost ship")
+    assert "crime drama" in terms and not any(t.startswith("gnr") for t in terms)
+
+
+def test_lowercase_words_are_no_title() -> None:
+    terms = _terms("He just picked from the recommendations. I only caught its name at the "
+                   "end: Blue Whistle 1980.")
+    assert terms.get("recommendations", "") != "title"
+    assert _first("He just picked from the recommendations. I only caught its name at the "
+                  "end: Blue Whistle 1980.") == "blue whistle 1980"
+
+
+def test_a_channel_name_heads_the_record_and_is_not_what_it_is_about() -> None:
+    note = ("* Ana Lima has joined #filmnight\n<Ana Lima> sat through Lonely Ribbon today\n"
+            "<Ana Lima> a romance with a chess tournament, a haunted hotel and a magician")
+    assert _first(note) == "lonely ribbon"

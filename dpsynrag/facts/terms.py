@@ -591,10 +591,14 @@ def _runs(tokens: list[_Tok], known: Callable[[str], bool]) -> list[list[int]]:
             (i + 1 < len(tokens) and tokens[i + 1].gap == "/" and tokens[i + 1].kind == _NUMK)
             or (i > 0 and tokens[i - 1].kind == _NUMK))
 
+    def dated(i: int) -> bool:  # "Crimson Roads 5 September 2023": the 5 is the date's
+        return tokens[i].kind == _NUMK and i + 1 < len(tokens) \
+            and tokens[i + 1].info.canon in DATE_WORDS
+
     def flush() -> None:
         while run and (tokens[run[-1]].kind == _GLUEK  # glue only between name words
                        or (tokens[run[-1]].kind == _NUMK  # "aged 34", not "Blue Horizon 2"
-                           and (score(run[-1])
+                           and (score(run[-1]) or dated(run[-1])
                                 or not any(tokens[i].kind == _NAMEK for i in run)))):
             run.pop()
         while run and tokens[run[0]].kind == _NUMK:
@@ -706,15 +710,19 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
         else:  # a whole list item gives its list's role to a term that had none
             role = given_role if given_role is not None else (
                 _role(tokens, piece[0]) or _passive_role(tokens, piece[-1]))
-            if person and role == "title":
-                role = ""  # a person's name is no title ("picked X, directed by Kofi Uchenna")
+            if role == "title" and (person or not any(tokens[i].kind == _NAMEK
+                                                        for i in piece)):
+                # a person's name is no title ("picked X, directed by Kofi Uchenna"), nor
+                # are lowercase words ("picked from the recommendations", rule 11)
+                role = ""
             elif role != "treatment" and not person and _drug_shaped(content):
                 role = "treatment"
             elif not role and not person and piece[0] in described:
                 role = _DESCRIBED_ROLE  # a word of an unannounced list's item
         rank = PREFIX_RANK if penalty else ROLE_RANK.get(role, NO_ROLE_RANK)
         demotion = PERSON_DEMOTION if person else (
-            HEADING_DEMOTION if _heading(tokens, piece) else 0)
+            HEADING_DEMOTION if _heading(tokens, piece) or tokens[piece[0]].gap == "#"
+            else 0)  # a channel or tag ("has joined #moviechat") heads a record (rule 11)
         named = any(tokens[i].kind == _NAMEK for i in piece)
         kind_class = 0 if opened else 3 if penalty else 1 if named else 2
         key = (rank, demotion, kind_class, score, tokens[piece[0]].start, piece[0])
@@ -732,6 +740,8 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
         if 2 <= names < len(run) and tokens[run[names]].kind == _WORDK \
                 and _person_shaped(tokens, run[:names], known):
             run = run[:names]  # "Pavel Haddad pls", "Oskar Lachance sets up": the person
+        if len(run) > 1 and _shorthand(tokens[run[0]], known):
+            run = run[1:]  # "gnr crime drama", "abt rival chef": a shorthand label (rule 11)
         for start in range(0, len(run), MAX_WORDS):
             piece = run[start:start + MAX_WORDS]
             while piece and (tokens[piece[0]].kind == _NUMK or (
@@ -798,6 +808,14 @@ def _person_shaped(tokens: list[_Tok], piece: list[int], known: Callable[[str], 
     surname = last[:-2] if possessive else last
     return surname.replace("-", "").isalpha() and (
         surname in surnames() or not known(surname))
+
+
+def _shorthand(tok: _Tok, known: Callable[[str], bool]) -> bool:
+    """Whether a token is a lowercase shorthand label: at most ``SHORT_WORD`` letters, no
+    word of V ("gnr", "abt", "dir")."""
+    canon = tok.info.canon
+    return tok.kind == _WORDK and canon.isalpha() and len(canon) <= SHORT_WORD \
+        and not known(canon)
 
 
 def _lone_name(tok: _Tok, known: Callable[[str], bool]) -> bool:
