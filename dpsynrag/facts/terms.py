@@ -710,10 +710,11 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
         else:  # a whole list item gives its list's role to a term that had none
             role = given_role if given_role is not None else (
                 _role(tokens, piece[0]) or _passive_role(tokens, piece[-1]))
-            if role == "title" and (person or not any(tokens[i].kind == _NAMEK
-                                                        for i in piece)):
+            if role == "title" and (person or not (
+                    tokens[piece[0]].field or any(tokens[i].kind == _NAMEK for i in piece))):
                 # a person's name is no title ("picked X, directed by Kofi Uchenna"), nor
-                # are lowercase words ("picked from the recommendations", rule 11)
+                # are lowercase words outside a field ("picked from the recommendations"; a
+                # field "Film: comedy" may name one in lowercase, rule 11)
                 role = ""
             elif role != "treatment" and not person and _drug_shaped(content):
                 role = "treatment"
