@@ -138,3 +138,7 @@ def test_a_channel_name_heads_the_record_and_is_not_what_it_is_about() -> None:
     note = ("* Ana Lima has joined #filmnight\n<Ana Lima> sat through Lonely Ribbon today\n"
             "<Ana Lima> a romance with a chess tournament, a haunted hotel and a magician")
     assert _first(note) == "lonely ribbon"
+
+
+def test_a_year_before_yesterday_stays_the_titles() -> None:
+    assert "blue whistle 1980" in _terms("sat through Blue Whistle 1980 yesterday (31 July)")

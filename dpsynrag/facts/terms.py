@@ -310,6 +310,11 @@ DATE_WORDS = frozenset((
     "sep", "sept", "oct", "nov", "dec", "monday", "tuesday", "wednesday", "thursday",
     "friday", "saturday", "sunday", "today", "yesterday", "tomorrow",
 ))
+#: Month names: a number right before one is a day ("Crimson Roads 5 September", rule 11);
+#: one before "yesterday" or "tonight" stays a title's ("Blue Whistle 1980 yesterday").
+MONTH_WORDS = frozenset(w for w in DATE_WORDS if w not in (
+    "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "today",
+    "yesterday", "tomorrow"))
 #: Marks after which a field starts ("Translator: Javier Dubois", "| Quiet Ribbon |"): its
 #: first word is capitalised like a sentence's ("Honestly, ...", "Background: ...").
 LABEL_MARKS = (":", "|", "=")
@@ -593,7 +598,7 @@ def _runs(tokens: list[_Tok], known: Callable[[str], bool]) -> list[list[int]]:
 
     def dated(i: int) -> bool:  # "Crimson Roads 5 September 2023": the 5 is the date's
         return tokens[i].kind == _NUMK and i + 1 < len(tokens) \
-            and tokens[i + 1].info.canon in DATE_WORDS
+            and tokens[i + 1].info.canon in MONTH_WORDS
 
     def flush() -> None:
         while run and (tokens[run[-1]].kind == _GLUEK  # glue only between name words
