@@ -115,6 +115,16 @@ The rule (all constants public, below):
    A list of three items or more that no cue announces is a description too (``_items``:
    "Honestly, weight loss, chronic diarrhoea and mouth ulcers", "Hard scenes: a message
    from space, a rival chef and a small-town baker").
+7. Records of other shapes (facts rules 11): markup tags read as field labels
+   (``_unmarked``: "<imp>gout</imp>" as "imp: gout"); clinical abbreviations are cues (Imp,
+   DDx, HPI, Hx, Sx, Rx, Tx) and shorthand for no finding, words of hesitation and a
+   lowercase "last" or "ago" are breaks; among the uncued terms, after what a verb of saying
+   reports, what a titled clinician named just before did comes first
+   (``_after_clinician``: "Dr. Roe landed on sinus infection"); a list's first item starts
+   after its lead-in ("for all the"); a semicolon ends a cue's reach over a list; one name
+   word of the public lists or a family word is a person (``_lone_name``), a channel after
+   "#" a heading; a title role needs a capitalised word or a field; a number before a month
+   is the date's; a lowercase shorthand label ("gnr") starts no term.
 """
 
 from __future__ import annotations
