@@ -356,7 +356,7 @@ def test_dataset_help_says_fresh_is_for_a_final_measurement(capsys) -> None:
     assert "unseen: a fifth set, measured blind once and read since" in text
     assert "blind6: a sixth set, measured blind once and read since" in text
     assert "blind7: a seventh set, measured blind once and read since" in text
-    assert "blind8: an eighth set, written by a helper, to be measured blind once" in text
+    assert "blind8: an eighth set, measured blind once and read since" in text
 
 
 def test_eval_harness_generates_the_kinds(tmp_path: Path) -> None:

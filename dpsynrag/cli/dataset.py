@@ -48,7 +48,7 @@ def add_parser(subparsers: Any) -> None:
                              "fifth set, measured blind once and read since; blind6: a sixth "
                              "set, measured blind once and read since; blind7: a seventh "
                              "set, measured blind once and read since; blind8: an eighth "
-                             "set, written by a helper, to be measured blind once")
+                             "set, measured blind once and read since")
     parser.add_argument("--heldout", action="store_true",
                         help="'conditions' and 'films' only: the same as --templates heldout")
     parser.set_defaults(handler=run_dataset)

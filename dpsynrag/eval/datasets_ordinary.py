@@ -41,7 +41,8 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   since.
   ``"blind7"`` is a seventh variant, written by a helper and measured blind once; read
   since.
-  ``"blind8"`` is an eighth variant, written by a helper, to be measured blind once.
+  ``"blind8"`` is an eighth variant, written by a helper and measured blind once; read
+  since.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 

@@ -1,10 +1,10 @@
 """The ``blind8`` note and query templates of the ``conditions`` and ``films`` generators.
 
-An eighth variant, written by a helper for one blind measurement: whoever tunes the system
-must not read this module. Chosen by ``templates="blind8"`` in
-:mod:`dpsynrag.eval.datasets_ordinary`, which maps the variant name to these sets. Same
-placeholders and rules as the other variants there (each note holds its answer verbatim;
-queries share no word with any answer).
+An eighth variant, written by a helper for one blind measurement (made with facts rules 10,
+see docs/evaluation.md); read since, so it is a development set now. Chosen by
+``templates="blind8"`` in :mod:`dpsynrag.eval.datasets_ordinary`, which maps the variant
+name to these sets. Same placeholders and rules as the other variants there (each note holds
+its answer verbatim; queries share no word with any answer).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dpsynrag.eval.template_set import TemplateSet
 
 __all__ = ["CONDITION_TEMPLATES_BLIND8", "FILM_TEMPLATES_BLIND8"]
 
-# Blind8: for one blind measurement only; whoever tunes the system must not read these.
+# Blind8: measured blind once with facts rules 10; read since.
 CONDITION_TEMPLATES_BLIND8 = TemplateSet(notes=(
     "encounter:\n  when: {date}\n  clinician: Dr. {doctor}\npatient:\n  full_name: {name}\n"
     "  age_years: {age}\nfindings:\n  - {symptoms}\nassessment: {condition}\n"
