@@ -8,10 +8,12 @@ from dpsynrag.facts.term_choice import first_terms, released_choice, released_ch
 from dpsynrag.facts.terms import DocumentTerms, document_terms
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
+# in the public order of ``facts.terms`` (rule 5): cued symptoms, the unannounced terms, a
+# person's name, a heading last
 CANDIDATES = DocumentTerms(
-    ("fever", "dry cough", "jane doe", "discharge summary", "ear infection", "amoxicillin",
-     "ear"),
-    ("symptom", "symptom", "", "", "", "", "symptom"))
+    ("fever", "dry cough", "ear infection", "jane doe", "amoxicillin", "ear",
+     "discharge summary"),
+    ("symptom", "symptom", "", "", "", "symptom", ""))
 RELEASED = {"fever": 300, "dry cough": 120, "discharge summary": 900, "ear infection": 84,
             "amoxicillin": 90, "ear": 400}
 
@@ -24,9 +26,9 @@ def test_only_released_terms_are_chosen_at_most_k_e() -> None:
 
 
 def test_one_uncued_term_then_cued_terms_then_uncued_by_released_count() -> None:
-    """Without a released naming role: the released term no cue announces of the smallest
-    released count first (it may be what the record is about), then the cued terms, then
-    the other uncued terms by released count, smallest first (a template's words, written in
+    """Without a released naming role: the document's own first released term no cue
+    announces first (it may be what the record is about), then the cued terms, then the
+    other uncued terms by released count, smallest first (a template's words, written in
     most documents, last)."""
     chosen = released_choice(CANDIDATES, RELEASED, 6)
     assert chosen.terms == ("ear infection", "fever", "dry cough", "ear", "amoxicillin",
@@ -34,6 +36,37 @@ def test_one_uncued_term_then_cued_terms_then_uncued_by_released_count() -> None
     assert chosen.roles == ("", "symptom", "symptom", "symptom", "", "")
     assert released_choice(CANDIDATES, RELEASED, 2).terms == ("ear infection", "fever")
     assert "discharge summary" not in released_choice(CANDIDATES, RELEASED, 5).terms
+
+
+def test_the_documents_own_first_uncued_term_takes_the_place_not_the_rarest() -> None:
+    """A released count counts the documents that offered a term among their first K_e: a
+    director's name or a genre most notes rank late has a small count however often it is
+    written, a popular title a large one. The title the document ranks first keeps the place
+    (facts rules 12)."""
+    candidates = DocumentTerms(("twelve winters", "dance competition", "long-lost sister",
+                                "thriller", "samir jensen"), ("", "symptom", "symptom", "", ""))
+    released = {"twelve winters": 132, "dance competition": 178, "long-lost sister": 149,
+                "thriller": 49, "samir jensen": 19}
+    chosen = released_choice(candidates, released, 4)
+    assert chosen.terms == ("twelve winters", "dance competition", "long-lost sister",
+                            "samir jensen")
+    assert released_choice(candidates, released, 1).terms == ("twelve winters",)
+
+
+def test_a_released_prefix_of_a_longer_released_term_is_not_chosen() -> None:
+    """ "hollow forest" (released from the notes where the title's year was cut) beside
+    "hollow forest 1964" in one note: the longer term holds it. A prefix with a cue of its
+    own ("ear", a symptom, beside "ear infection") stays."""
+    candidates = DocumentTerms(("hollow forest 1964", "time traveller", "hollow forest"),
+                               ("title", "symptom", "title"))
+    released = {"hollow forest 1964": 397, "time traveller": 709, "hollow forest": 22}
+    assert released_choice(candidates, released, 3).terms == ("hollow forest 1964",
+                                                              "time traveller")
+    uncued_prefix = DocumentTerms(("hollow forest 1964", "hollow forest"), ("title", ""))
+    assert released_choice(uncued_prefix, released, 2).terms == ("hollow forest 1964",)
+    assert "ear" in released_choice(CANDIDATES, RELEASED, 6).terms
+    assert released_choice(DocumentTerms(("hollow forest",), ("",)), released, 2).terms == (
+        "hollow forest",)  # alone, the prefix is the document's term
 
 
 def test_a_released_naming_role_puts_the_term_first() -> None:

@@ -341,6 +341,33 @@ def test_a_term_without_a_role_anchors_before_a_treatment_symptom_or_credit() ->
     assert role_priority(roles) == {t: ROLE_RANK[r] for t, r in roles.items()}
 
 
+def test_among_anchors_without_a_role_a_document_joins_the_one_it_lists_first() -> None:
+    """A released count says how often documents offered a term among their first K_e, not
+    how specific it is: a director's name most notes rank late has a smaller count than a
+    popular title. With ``OWN_ORDER_PRIORITIES`` a note joins the unannounced anchor it lists
+    first; a naming role and the other roles keep the public order (facts rules 12)."""
+    from dpsynrag.facts.fact_clusters import anchor_clusters
+    from dpsynrag.facts.roles import OWN_ORDER_PRIORITIES, role_priority
+
+    released = {"twelve winters": 132, "samir jensen": 19, "thriller": 49, "influenza": 60,
+                "ibuprofen": 5}
+    priority = role_priority({"influenza": "diagnosis", "ibuprofen": "treatment"}, released)
+    docs = [["twelve winters", "samir jensen", "thriller"], ["samir jensen", "twelve winters"],
+            ["ibuprofen", "thriller", "twelve winters"], ["twelve winters", "influenza"]]
+    order, members = anchor_clusters(docs, released, L=1, priority=priority,
+                                     own_order=OWN_ORDER_PRIORITIES)
+    joined = {order[r]: m for r, m in enumerate(members)}
+    assert joined["twelve winters"] == [0] and joined["samir jensen"] == [1]
+    assert joined["thriller"] == [2] and joined["ibuprofen"] == []  # unannounced before a drug
+    assert joined["influenza"] == [3]  # a naming role first, whatever the document's order
+    rarest, members = anchor_clusters(docs, released, L=1, priority=priority)
+    assert {rarest[r]: m for r, m in enumerate(members)}["samir jensen"] == [0, 1]
+    assert rarest == order  # the list of clusters is the same public order
+    _, two = anchor_clusters(docs, released, L=2, priority=priority,
+                             own_order=OWN_ORDER_PRIORITIES)
+    assert {order[r]: m for r, m in enumerate(two)}["samir jensen"] == [0, 1]
+
+
 def test_verb_forms_end_terms_and_a_cue_verb_announces_in_any_person() -> None:
     notes = ["Dr. Oyelaran suspects gout and prescribes colchicine.",
              "Maria Lopez told her sister that Copper Lantern was worth a ticket.",

@@ -70,7 +70,7 @@ from dpsynrag.eval.report import write_markdown, write_plots
 from dpsynrag.facts.fact_clusters import anchor_clusters, fact_counts, fact_domain
 from dpsynrag.facts.fact_writer import FactRule, select_facts, write_notes
 from dpsynrag.facts.phrases import document_phrases
-from dpsynrag.facts.roles import role_priority
+from dpsynrag.facts.roles import OWN_ORDER_PRIORITIES, role_priority
 from dpsynrag.facts.term_choice import CANDIDATES, first_terms, released_choices
 from dpsynrag.facts.terms import document_terms
 from dpsynrag.io.output_files import CORPUS_FILE
@@ -363,7 +363,8 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     priority = role_priority({t: r for t, r in roles.items() if t in anchors}, anchors) \
         if roles else None
     # as the build: a document's own terms choose its cluster, not its keywords
-    order, clusters = anchor_clusters(phrases, anchors, config.L, priority=priority)
+    order, clusters = anchor_clusters(phrases, anchors, config.L, priority=priority,
+                                      own_order=OWN_ORDER_PRIORITIES)
     exact = fact_counts(clusters, items, domain, plan.K_e + plan.K_s)
     n = max(len(data.notes), 1)
     shares = {w: keyword_count[w] / n for w in top}

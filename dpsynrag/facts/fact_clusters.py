@@ -16,7 +16,13 @@ public order "rarest first": smallest released noisy count first, ties by the ph
 With released roles (``facts.roles``) the order puts anchors by the public rank of their
 role first (a diagnosis, a title, a product or an error before a treatment or a symptom), so
 a document joins the cluster of what it is about. Document i joins the clusters of the first
-``L`` anchors of that order that it holds. So:
+``L`` anchors of that order that it holds, except that among anchors of a priority listed in
+``own_order`` (the build lists the rank of the released terms without a role) the
+document's own order of its items decides, not the rarest first: its items come from
+``facts.term_choice``, whose order puts first the unannounced term the document itself
+ranks first. (A released count counts the documents that offered a term among their
+first K_e, so a director's name most notes rank late had a smaller count than a popular
+title and took the notes of "Twelve Winters" into its own cluster; facts rules 12.) So:
 
 * the list of clusters is a function of the released anchors only (an empty cluster exists
   like any other: skipping it would reveal that it is empty);
@@ -52,7 +58,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -131,21 +137,35 @@ def anchor_clusters(
     L: int,
     min_anchor_count: int | None = None,
     priority: Mapping[str, int] | None = None,
+    own_order: Collection[int] = (),
 ) -> tuple[list[str], list[list[int]]]:
     """(anchor of each cluster, sorted member indices of each cluster).
 
     Clusters follow :func:`anchor_order` (one per released anchor, empty ones included);
-    document i joins the clusters of the (at most) ``L`` rarest anchors among its items. No
-    release, no cost; the memberships are private.
+    document i joins the clusters of the (at most) ``L`` first anchors among its items: by
+    ``priority``, then rarest first, or, for anchors whose priority is in ``own_order``, in
+    the order the document lists them. No release, no cost; the memberships are private.
     """
     L = _positive_int(L, "L")
     order = anchor_order(anchors, min_anchor_count, priority)
     rank = {anchor: r for r, anchor in enumerate(order)}
+    # the anchors of one priority are contiguous in the public order: an own-order anchor
+    # sorts at its priority's first place, then by its position in the document
+    start: dict[str, int] = {}
+    if priority:
+        first_rank: dict[int, int] = {}
+        for r, anchor in enumerate(order):
+            first_rank.setdefault(priority.get(anchor, -1), r)
+        start = {a: first_rank[priority[a]] for a in order
+                 if a in priority and priority[a] in own_order}
     clusters: list[list[int]] = [[] for _ in order]
     for d, items in enumerate(doc_items):
-        ranks = sorted({rank[x] for x in _item_list(items) if x in rank})
-        for r in ranks[:L]:
-            clusters[r].append(d)  # d ascends: every cluster stays sorted
+        held: dict[str, tuple[int, int]] = {}
+        for position, item in enumerate(_item_list(items)):
+            if item in rank and item not in held:
+                held[item] = (start[item], position) if item in start else (rank[item], -1)
+        for anchor in sorted(held, key=held.__getitem__)[:L]:
+            clusters[rank[anchor]].append(d)  # d ascends: every cluster stays sorted
     return order, clusters
 
 

@@ -35,7 +35,7 @@ from dpsynrag.facts.fact_clusters import domain_fingerprint
 from dpsynrag.facts.fact_writer import absolute_threshold
 from dpsynrag.facts.terms import ROLE_RANK, ROLES, UNANNOUNCED_RANK, DocumentTerms
 
-__all__ = ["KEY", "MECHANISM", "STAGE", "release_roles", "role_charge",
+__all__ = ["KEY", "MECHANISM", "OWN_ORDER_PRIORITIES", "STAGE", "release_roles", "role_charge",
            "role_counts", "role_priority", "term_roles"]
 
 KEY = "roles"
@@ -106,6 +106,13 @@ def term_roles(noisy: np.ndarray, released: Sequence[str], sigma: float) -> Mapp
         if values[i, j] >= cut:
             roles[term] = ROLES[j]
     return roles
+
+
+#: The anchor priorities within which a document joins the anchor it lists first, not the
+#: rarest (``fact_clusters.anchor_clusters``): that of the released terms without a role.
+#: Their released counts say how often documents offered them among their first K_e, not
+#: how specific they are (facts rules 12).
+OWN_ORDER_PRIORITIES = frozenset({UNANNOUNCED_RANK})
 
 
 def role_priority(roles: Mapping[str, str], released: Iterable[str] = ()) -> dict[str, int]:

@@ -79,7 +79,15 @@ TOKENS_RHO_HIST = 0.1
 #: 10: a "the" or "a" before a name starts the name also right after another run ("return
 #: The Endless Highway" gave "endless highway", a second term beside "the endless highway");
 #: a kept cluster gets five texts at every epsilon (before: three below epsilon 5).
-FACTS_RULES_VERSION = 11
+#: 11: markup tags as field labels, clinical shorthand cues and breaks, words of hesitation,
+#: a clinician's verb before an unannounced diagnosis, a lone public name word as a person
+#: (``facts.terms`` rule 7).
+#: 12: after the release, a document's own first uncued term takes the unannounced place
+#: (not the uncued term of the smallest released count), a released prefix of a longer
+#: released term of the document is not chosen (``facts.term_choice``), and among anchors
+#: without a released role a document joins the first of its own order
+#: (``facts.fact_clusters.anchor_clusters``).
+FACTS_RULES_VERSION = 12
 
 
 class ConfigError(ValueError):

@@ -18,7 +18,8 @@ resumed build reads released values back and never redraws them):
     role is post-processing, and each document chooses its K_e terms once more, the terms
     of a released naming role first;
 (f2) clusters anchored on A, each document in at most L clusters, by released role then
-    rarest anchor first (a rule of the document and released values) -> one noisy
+    rarest anchor first, or among the terms without a released role the one the document
+    lists first (a rule of the document and released values) -> one noisy
     histogram per cluster over the public domain D = A u W: each document adds at most
     K_e + K_s items to each of at most L clusters -> L (K_e + K_s) / (2 sigma_C^2) by
     overlapping parallel composition;
@@ -57,7 +58,7 @@ from dpsynrag.facts.fact_writer import (
     write_notes,
 )
 from dpsynrag.facts.phrases import document_phrases
-from dpsynrag.facts.roles import release_roles, role_priority, term_roles
+from dpsynrag.facts.roles import OWN_ORDER_PRIORITIES, release_roles, role_priority, term_roles
 from dpsynrag.facts.term_choice import CANDIDATES, first_terms, released_choices
 from dpsynrag.facts.terms import DocumentTerms, document_terms
 from dpsynrag.pipeline.config import ablated_levers
@@ -236,7 +237,8 @@ def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: Relea
         # term ("a comedy about ...") does not pull it away from its title's cluster
         priority = role_priority(phrases.roles, phrases.released) if phrases.roles else None
         anchors, members = anchor_clusters(phrases.per_document, phrases.released,
-                                           ctx.config.L, priority=priority)
+                                           ctx.config.L, priority=priority,
+                                           own_order=OWN_ORDER_PRIORITIES)
         noisy = None
         if anchors:
             with ctx.progress("(f2) fact histograms (clusters)", len(members)) as advance:
