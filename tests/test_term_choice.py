@@ -92,3 +92,19 @@ def test_a_documents_choice_does_not_depend_on_other_documents() -> None:
 def test_k_e_must_be_positive() -> None:
     with pytest.raises(ValueError, match="K_e"):
         released_choice(CANDIDATES, RELEASED, 0)
+
+
+def test_a_lowercase_article_before_a_name_also_offers_the_name_alone() -> None:
+    """Rule 8 of ``facts.terms`` (facts rules 12): "after the Autumn Lantern 2 showing"
+    offers "autumn lantern 2" too, after the document's other terms, so a note that writes
+    "the" before a title the other notes release without it still holds the title."""
+    vocab = public_vocabulary()
+    lost, named, plain = document_terms(
+        ["Lost property: a black umbrella left after the Autumn Lantern 2 showing.",
+         "We finally watched The Endless Highway.", "Autumn Lantern 2 was fine."], vocab, 48)
+    assert lost.terms[0] == "the autumn lantern 2"
+    assert "autumn lantern 2" in lost.terms[1:]
+    assert "endless highway" not in named.terms  # a capitalised "The" is the title's
+    chosen = released_choice(lost, {"autumn lantern 2": 50, "black umbrella left": 90}, 1)
+    assert chosen.terms == ("autumn lantern 2",)
+    assert plain.terms[0] == "autumn lantern 2"

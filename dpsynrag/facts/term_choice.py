@@ -34,7 +34,9 @@ candidates (the first ``CANDIDATES`` of the same public order) that are in A:
 3. terms without a cue by their released count, smallest first: a term written in many
    documents is a template's words ("discharge summary", "referral letter"), not what one
    record is about;
-4. then the public prior order.
+4. then the public prior order, where a name that a lowercase article started stands at the
+   place of its form with the article (``facts.terms`` rule 8: "the autumn lantern 2" is
+   written by a few notes and not released, "autumn lantern 2" by most).
 
 **Privacy.** The choice reads one document's candidates (a rule of that document alone) and
 released values only (A with its noisy counts, the released roles): it is post-processing
@@ -85,8 +87,14 @@ def released_choice(candidates: DocumentTerms, released: Mapping[str, int], K_e:
     usable = [p for p in usable if not _held_by_longer(p, usable, candidates)]
     uncued = [p for p in usable if ROLE_RANK.get(candidates.roles[p], NO_ROLE_RANK)
               == NO_ROLE_RANK]
+    # a name a lowercase article started stands where its unreleased form with the article
+    # stands ("the autumn lantern 2" -> "autumn lantern 2", ``facts.terms`` rule 8)
+    where = {term: p for p, term in enumerate(candidates.terms)}
+    place = {p: min([p, *(where[a + candidates.terms[p]] for a in ("the ", "a ")
+                          if a + candidates.terms[p] in where)])
+             for p in usable}
     # the document's own first uncued term takes the place kept for it (rule 2)
-    first_uncued = min(uncued, default=-1)
+    first_uncued = min(uncued, key=place.__getitem__, default=-1)
 
     def order(position: int) -> tuple[int, int, int, int]:
         term, cue = candidates.terms[position], candidates.roles[position]
@@ -95,7 +103,7 @@ def released_choice(candidates: DocumentTerms, released: Mapping[str, int], K_e:
         count = int(released[term]) if cue_rank == NO_ROLE_RANK else 0
         if position == first_uncued:
             cue_rank = UNANNOUNCED_RANK
-        return naming, cue_rank, count, position
+        return naming, cue_rank, count, place[position]
 
     chosen = sorted(usable, key=order)[:K_e]
     return DocumentTerms(tuple(candidates.terms[p] for p in chosen),

@@ -125,6 +125,10 @@ The rule (all constants public, below):
    word of the public lists or a family word is a person (``_lone_name``), a channel after
    "#" a heading; a title role needs a capitalised word or a field; a number before a month
    is the date's; a lowercase shorthand label ("gnr") starts no term.
+8. A name run that a lowercase "the" or "a" starts (rule 2: "after the Autumn Lantern 2
+   showing") also offers the name without it, ranked as a name-only prefix: the notes that
+   write the name alone release it, and the few that put "the" before it would otherwise
+   hold an unreleased term only (facts rules 12).
 """
 
 from __future__ import annotations
@@ -607,8 +611,9 @@ def _runs(tokens: list[_Tok], known: Callable[[str], bool]) -> list[list[int]]:
             or (i > 0 and tokens[i - 1].kind == _NUMK))
 
     def dated(i: int) -> bool:  # "Crimson Roads 5 September 2023": the 5 is the date's
+        # (a day has one or two digits: "Hollow Forest 1964 January 31" keeps its year)
         return tokens[i].kind == _NUMK and i + 1 < len(tokens) \
-            and tokens[i + 1].info.canon in MONTH_WORDS
+            and tokens[i + 1].info.canon in MONTH_WORDS and len(tokens[i].info.canon) <= 2
 
     def flush() -> None:
         while run and (tokens[run[-1]].kind == _GLUEK  # glue only between name words
@@ -766,6 +771,11 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
             while piece and tokens[piece[-1]].kind == _GLUEK:
                 piece = piece[:-1]  # "The Glass Canyon and" (a run cut at MAX_WORDS)
             add(piece, 0)
+            if len(piece) > 1 and tokens[piece[0]].kind == _GLUEK \
+                    and text[tokens[piece[0]].start].islower():
+                # "after the Autumn Lantern 2 showing": also the name without the article, as
+                # the notes that write it alone release it (rule 8)
+                add(piece[1:], 1)
             name_part = [i for i in piece if tokens[i].kind in (_NAMEK, _GLUEK)]
             while name_part and tokens[name_part[-1]].kind == _GLUEK:
                 name_part.pop()
