@@ -39,7 +39,7 @@ def add_parser(subparsers: Any) -> None:
                         help="queries (default one per disease, issue, condition or film)")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     parser.add_argument("--templates", choices=["dev", "heldout", "fresh", "final", "unseen",
-                                                "blind6", "blind7", "blind8"],
+                                                "blind6", "blind7", "blind8", "blind9"],
                         default=None,
                         help="'conditions' and 'films' only: the note and query templates "
                              "(default dev, the set to tune on); heldout: the older held-out "
@@ -48,7 +48,8 @@ def add_parser(subparsers: Any) -> None:
                              "fifth set, measured blind once and read since; blind6: a sixth "
                              "set, measured blind once and read since; blind7: a seventh "
                              "set, measured blind once and read since; blind8: an eighth "
-                             "set, measured blind once and read since")
+                             "set, measured blind once and read since; blind9: a ninth set, "
+                             "written by a helper and not yet read or measured")
     parser.add_argument("--heldout", action="store_true",
                         help="'conditions' and 'films' only: the same as --templates heldout")
     parser.set_defaults(handler=run_dataset)

@@ -43,6 +43,7 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   since.
   ``"blind8"`` is an eighth variant, written by a helper and measured blind once; read
   since.
+  ``"blind9"`` is a ninth variant, written by a helper and not yet measured.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 
@@ -70,6 +71,7 @@ from dpsynrag.eval.template_set import TemplateSet
 from dpsynrag.eval.templates_blind6 import CONDITION_TEMPLATES_BLIND6, FILM_TEMPLATES_BLIND6
 from dpsynrag.eval.templates_blind7 import CONDITION_TEMPLATES_BLIND7, FILM_TEMPLATES_BLIND7
 from dpsynrag.eval.templates_blind8 import CONDITION_TEMPLATES_BLIND8, FILM_TEMPLATES_BLIND8
+from dpsynrag.eval.templates_blind9 import CONDITION_TEMPLATES_BLIND9, FILM_TEMPLATES_BLIND9
 from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL, FILM_TEMPLATES_FINAL
 from dpsynrag.eval.templates_unseen import CONDITION_TEMPLATES_UNSEEN, FILM_TEMPLATES_UNSEEN
 
@@ -105,7 +107,7 @@ __all__ = [
 
 ORDINARY_KINDS = ("conditions", "films")
 TEMPLATE_VARIANTS = ("dev", "heldout", "fresh", "final", "unseen", "blind6", "blind7",
-                     "blind8")
+                     "blind8", "blind9")
 ZIPF_OFFSET = 10.0
 ZIPF_EXPONENT = 2.35
 N_DOCTORS = 8
@@ -633,11 +635,12 @@ TEMPLATE_SETS: dict[str, dict[str, TemplateSet]] = {
     "conditions": dict(zip(TEMPLATE_VARIANTS, (
         CONDITION_TEMPLATES, CONDITION_TEMPLATES_HELDOUT, CONDITION_TEMPLATES_FRESH,
         CONDITION_TEMPLATES_FINAL, CONDITION_TEMPLATES_UNSEEN, CONDITION_TEMPLATES_BLIND6,
-        CONDITION_TEMPLATES_BLIND7, CONDITION_TEMPLATES_BLIND8), strict=True)),
+        CONDITION_TEMPLATES_BLIND7, CONDITION_TEMPLATES_BLIND8, CONDITION_TEMPLATES_BLIND9),
+        strict=True)),
     "films": dict(zip(TEMPLATE_VARIANTS, (
         FILM_TEMPLATES, FILM_TEMPLATES_HELDOUT, FILM_TEMPLATES_FRESH, FILM_TEMPLATES_FINAL,
         FILM_TEMPLATES_UNSEEN, FILM_TEMPLATES_BLIND6, FILM_TEMPLATES_BLIND7,
-        FILM_TEMPLATES_BLIND8), strict=True)),
+        FILM_TEMPLATES_BLIND8, FILM_TEMPLATES_BLIND9), strict=True)),
 }
 
 
