@@ -360,7 +360,7 @@ def test_dataset_help_says_fresh_is_for_a_final_measurement(capsys) -> None:
     assert "blind6: a sixth set, measured blind once and read since" in text
     assert "blind7: a seventh set, measured blind once and read since" in text
     assert "blind8: an eighth set, measured blind once and read since" in text
-    assert "blind9: a ninth set, written by a helper and not yet read or measured" in text
+    assert "blind9: a ninth set, measured blind once (its conditions read since)" in text
 
 
 def test_eval_harness_generates_the_kinds(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def add_parser(subparsers: Any) -> None:
                              "set, measured blind once and read since; blind7: a seventh "
                              "set, measured blind once and read since; blind8: an eighth "
                              "set, measured blind once and read since; blind9: a ninth set, "
-                             "written by a helper and not yet read or measured")
+                             "measured blind once (its conditions read since)")
     parser.add_argument("--heldout", action="store_true",
                         help="'conditions' and 'films' only: the same as --templates heldout")
     parser.set_defaults(handler=run_dataset)

@@ -43,7 +43,8 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   since.
   ``"blind8"`` is an eighth variant, written by a helper and measured blind once; read
   since.
-  ``"blind9"`` is a ninth variant, written by a helper and not yet measured.
+  ``"blind9"`` is a ninth variant, written by a helper and measured blind once (facts rules
+  12); its conditions templates read since, its films templates not yet.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 

@@ -1,8 +1,8 @@
 """The ``blind9`` note and query templates of the ``conditions`` and ``films`` generators.
 
-A ninth variant, written by a helper for one blind measurement; not yet read or measured by
-the developers, so whoever tunes the system must not read it before it has been measured
-blind once. Chosen by ``templates="blind9"`` in :mod:`dpsynrag.eval.datasets_ordinary`,
+A ninth variant, written by a helper for one blind measurement, made at facts rules 12
+(docs/evaluation.md); the conditions templates were read after it, the films templates not
+yet. Chosen by ``templates="blind9"`` in :mod:`dpsynrag.eval.datasets_ordinary`,
 which maps the variant name to these sets. Same placeholders and rules as the other variants
 there (each note holds its answer verbatim; queries share no word with any answer).
 """
