@@ -54,6 +54,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from dpsynrag.facts.terms import (
+    NAME_ARTICLES,
     NAMING_ROLES,
     NO_ROLE_RANK,
     ROLE_RANK,
@@ -90,8 +91,8 @@ def released_choice(candidates: DocumentTerms, released: Mapping[str, int], K_e:
     # a name a lowercase article started stands where its unreleased form with the article
     # stands ("the autumn lantern 2" -> "autumn lantern 2", ``facts.terms`` rule 8)
     where = {term: p for p, term in enumerate(candidates.terms)}
-    place = {p: min([p, *(where[a + candidates.terms[p]] for a in ("the ", "a ")
-                          if a + candidates.terms[p] in where)])
+    place = {p: min([p, *(where[f"{a} {candidates.terms[p]}"] for a in NAME_ARTICLES
+                          if f"{a} {candidates.terms[p]}" in where)])
              for p in usable}
     # the document's own first uncued term takes the place kept for it (rule 2)
     first_uncued = min(uncued, key=place.__getitem__, default=-1)

@@ -145,9 +145,9 @@ from dpsynrag.facts.phrases import _IDENT, _NAME, _classify, _Info, scan_tokens
 from dpsynrag.transforms.keywords import _check_k, inflected_form
 from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
 
-__all__ = ["COMMON_ZIPF", "MAX_WORDS", "NAMING_ROLES", "NO_ROLE_RANK", "ROLES", "ROLE_CUES",
-           "ROLE_RANK", "UNANNOUNCED_RANK", "DocumentTerms", "cue_form", "cue_of",
-           "document_terms"]
+__all__ = ["COMMON_ZIPF", "MAX_WORDS", "NAME_ARTICLES", "NAMING_ROLES", "NO_ROLE_RANK",
+           "ROLES", "ROLE_CUES", "ROLE_RANK", "UNANNOUNCED_RANK", "DocumentTerms", "cue_form",
+           "cue_of", "document_terms"]
 
 #: Longest term, in tokens.
 MAX_WORDS = 4
@@ -324,6 +324,10 @@ DATE_WORDS = frozenset((
     "sep", "sept", "oct", "nov", "dec", "monday", "tuesday", "wednesday", "thursday",
     "friday", "saturday", "sunday", "today", "yesterday", "tomorrow",
 ))
+#: The articles that may start a name run (rule 2: "return The Endless Highway"); after a
+#: lowercase one the name alone is offered too (rule 8), and ``facts.term_choice`` places
+#: that name where its form with the article stands.
+NAME_ARTICLES = ("the", "a")
 #: Month names: a number right before one is a day ("Crimson Roads 5 September", rule 11);
 #: one before "yesterday" or "tonight" stays a title's ("Blue Whistle 1980 yesterday").
 MONTH_WORDS = frozenset(w for w in DATE_WORDS if w not in (
@@ -655,7 +659,7 @@ def _runs(tokens: list[_Tok], known: Callable[[str], bool]) -> list[list[int]]:
             # stopword may start a name run; it is trimmed at the run's end
             after_name = bool(run) and tokens[run[-1]].kind in (_NAMEK, _GLUEK)
             starts_name = i + 1 < len(tokens) and tokens[i + 1].kind == _NAMEK \
-                and tokens[i + 1].clause == tok.clause and tok.info.canon in ("the", "a")
+                and tokens[i + 1].clause == tok.clause and tok.info.canon in NAME_ARTICLES
             if after_name:
                 run.append(i)
             elif starts_name:  # also right after another run ("return The Endless Highway")
