@@ -39,7 +39,8 @@ def add_parser(subparsers: Any) -> None:
                         help="queries (default one per disease, issue, condition or film)")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     parser.add_argument("--templates", choices=["dev", "heldout", "fresh", "final", "unseen",
-                                                "blind6", "blind7", "blind8", "blind9"],
+                                                "blind6", "blind7", "blind8", "blind9",
+                                                "blind10"],
                         default=None,
                         help="'conditions' and 'films' only: the note and query templates "
                              "(default dev, the set to tune on); heldout: the older held-out "
@@ -49,7 +50,8 @@ def add_parser(subparsers: Any) -> None:
                              "set, measured blind once and read since; blind7: a seventh "
                              "set, measured blind once and read since; blind8: an eighth "
                              "set, measured blind once and read since; blind9: a ninth set, "
-                             "measured blind once (its conditions read since)")
+                             "measured blind once (its conditions read since); blind10: a "
+                             "tenth set, not yet measured")
     parser.add_argument("--heldout", action="store_true",
                         help="'conditions' and 'films' only: the same as --templates heldout")
     parser.set_defaults(handler=run_dataset)
