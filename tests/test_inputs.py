@@ -84,7 +84,7 @@ def test_four_formats_give_the_same_documents(tmp_path: Path) -> None:
         assert docs.units == docs.ids
         assert docs.skipped == dict.fromkeys(SKIP_REASONS, 0)
     assert results["jsonl"].texts[1] == "Second note\nspans two lines — café naïve."
-    assert results["jsonl"].texts[2] == "Third note with odd spacing."
+    assert results["jsonl"].texts[2] == "Third note\twith odd spacing."
 
 
 def test_parquet_directory_and_units(tmp_path: Path) -> None:
@@ -144,7 +144,10 @@ def test_identical_records_without_ids_are_one_document(tmp_path: Path) -> None:
 
 def test_normalisation() -> None:
     raw = "  Cafe\u0301\u00a0 au\tlait\r\nline  \r\n\n\n\nnext\x00para  "
-    assert normalise_text(raw) == "Café au lait\nline\n\nnext para"
+    assert normalise_text(raw) == "Café au\tlait\nline\n\nnext para"
+    # a run holding a tab is one tab (a record's field break), trailing tabs go
+    assert normalise_text("Seven Doors \t Pavel Haddad\t\t\n4\t\u00a05") == \
+        "Seven Doors\tPavel Haddad\n4\t5"
     assert normalise_text("l1\u2028l2\x85l3\rl4\x0bx\u3000\ufeffy") == "l1\nl2\nl3\nl4 x y"
     assert normalise_text("a   b  \n \n\n  c") == "a b\n\n c"  # leading indent kept
     assert normalise_text("plain text.") == "plain text."

@@ -129,6 +129,20 @@ The rule (all constants public, below):
    showing") also offers the name without it, ranked as a name-only prefix: the notes that
    write the name alone release it, and the few that put "the" before it would otherwise
    hold an unreleased term only (facts rules 12).
+9. Facts rules 13. A lowercase word of at least ``TYPO_MIN_LETTERS`` letters rarer than
+   ``TYPO_ZIPF`` that is one edit (an inserted, dropped or changed letter, or two
+   neighbours swapped) from a word of V at least ``TYPO_NEIGHBOUR_ZIPF`` frequent is read as
+   that word (``_misspelt``: "complaning of" is a cue, "docter Ana Lima" a person, "if
+   wors" no term); invented names ("snurflepox") have no such neighbour. Among the
+   unannounced terms of one kind (open-vocabulary words, names, ordinary words: rule 5),
+   after what a verb of saying reports and what a clinician named just before did, what
+   fills a field's value whole comes first (``_field_value``: "what the GP thinks: hay
+   fever", "Details: sinus infection; symptoms were ...", "problems += gout", a table
+   cell); a name still comes before ordinary words ("logged Seven Doors (Pavel Haddad).
+   Genre tag: family comedy."). A dash ends a clinician's act ("Examining physician: Dr.
+   Roe - fit to dive" says nothing Dr. Roe found). Attribution is a diagnosis cue ("which
+   I attribute to tennis elbow"), and telling a verb of saying ("was telling it is
+   shingles", "told us it's shingles").
 """
 
 from __future__ import annotations
@@ -137,11 +151,11 @@ import dataclasses
 import functools
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dpsynrag.facts.person_names import given_names, surnames
-from dpsynrag.facts.phrases import _IDENT, _NAME, _classify, _Info, scan_tokens
+from dpsynrag.facts.phrases import _IDENT, _NAME, _classify, _Info, _zipf, scan_tokens
 from dpsynrag.transforms.keywords import _check_k, inflected_form
 from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
 
@@ -155,8 +169,9 @@ MAX_WORDS = 4
 #: says something is, first among a record's uncued terms (rule 5; public).
 SAYING_VERBS = frozenset(("says", "said", "say", "reckons", "reckoned", "thinks", "thought",
                           "spotted", "found", "concluded", "called", "confirmed", "declared",
-                          "believe", "believes", "believed"))
-SAID_GLUE = frozenset(("it's", "it", "is", "was", "that", "this", "a", "an"))
+                          "believe", "believes", "believed", "told", "tells", "telling", "sez"))
+SAID_GLUE = frozenset(("it's", "its", "it", "is", "was", "that", "this", "a", "an", "me",
+                       "us", "him", "her", "them"))
 #: Forms of "have": a role walk stops at one ("who has readings above 140/90", rule 4).
 POSSESSIVE_VERBS = frozenset(("has", "had", "have"))
 #: A lowercase word outside V of at most this many letters is no term alone: chat shorthand
@@ -177,7 +192,7 @@ ROLE_CUES: dict[str, str] = {
                      "impression", "consistent", "confirmed", "confirms", "suspected",
                      "dx", "indication", "indications", "attests", "attested",
                      "reckons", "reckoned", "suggestive", "indicative", "likely", "probable",
-                     "imp", "ddx"),
+                     "imp", "ddx", "attribute", "attributed", "attributable"),
                     "diagnosis"),
     **dict.fromkeys(("presenting", "presented", "presents", "complains", "complained",
                      "complaining", "complaint", "complaints", "reports", "reported",
@@ -312,6 +327,7 @@ REPORT_VERBS = frozenset((
     "thinks", "thought", "loved", "loves", "liked", "likes", "hated", "enjoyed", "wrote",
     "writes", "asks", "asked", "tried", "tries", "wants", "needs", "made", "makes", "gave",
     "send", "get", "give", "take", "make", "try", "let", "bring", "tell", "ask", "say", "go",
+    "sez",
     "know", "think", "feel", "want", "need", "keep", "see",
     *IRREGULAR_VERBS,
 ))
@@ -483,6 +499,9 @@ def document_terms(texts: Sequence[str], vocab: PublicVocabulary, K_e: int
         found = cache.get(token)
         if found is None:
             found = _classify(token, vocab, stop)
+            meant = _misspelt(token, found, vocab)
+            if meant is not None:  # "complaning", "docter": read as the word meant (rule 9)
+                found = _classify(meant, vocab, stop)
             if not found.stop and _contracted_stopword(found.canon, stop):
                 found = dataclasses.replace(found, stop=True)
             cache[token] = found
@@ -511,6 +530,43 @@ def document_terms(texts: Sequence[str], vocab: PublicVocabulary, K_e: int
         return inflected_form(canon, vocab.index) is not None
 
     return [_terms_of(text, info, verb_form, known, K_e) for text in texts]
+
+
+#: A lowercase word rarer than this Zipf frequency (rule 9) ...
+TYPO_ZIPF = 2.0
+#: ... with a word of V at least this frequent one edit away is that word misspelt.
+TYPO_NEIGHBOUR_ZIPF = 4.0
+#: Shortest misspelt word (rule 9): shorter ones have too many neighbours ("sez", "bak").
+TYPO_MIN_LETTERS = 4
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _misspelt(token: str, found: _Info, vocab: PublicVocabulary) -> str | None:
+    """The frequent word a rare lowercase word misspells (rule 9), or None: the most
+    frequent word of V or an inflection of one, of Zipf frequency at least
+    ``TYPO_NEIGHBOUR_ZIPF``, one insertion, deletion, substitution or swap of two
+    neighbouring letters away from a word of at least ``TYPO_MIN_LETTERS`` ASCII letters
+    rarer than ``TYPO_ZIPF`` ("complaning" -> "complaining", "docter" -> "doctor",
+    "pateint" -> "patient"). A function of the token and public data only."""
+    if not (token.isascii() and token.isalpha() and token.islower()) \
+            or len(token) < TYPO_MIN_LETTERS or found.prior >= TYPO_ZIPF:
+        return None
+    return _frequent_neighbour(token, vocab.index)
+
+
+def _frequent_neighbour(word: str, known: Mapping[str, int]) -> str | None:
+    edits = {word[:i] + word[i + 1:] for i in range(len(word))}
+    edits |= {word[:i] + word[i + 1] + word[i] + word[i + 2:] for i in range(len(word) - 1)}
+    for i in range(len(word) + 1):
+        for letter in _LETTERS:
+            edits.add(word[:i] + letter + word[i:])
+            if i < len(word):
+                edits.add(word[:i] + letter + word[i + 1:])
+    edits.discard(word)
+    scored = [(_zipf(edit), edit) for edit in sorted(edits)
+              if inflected_form(edit, known) is not None]
+    best = max(scored, default=(0.0, ""))
+    return best[1] if best[0] >= TYPO_NEIGHBOUR_ZIPF else None
 
 
 def _contracted_stopword(canon: str, stop: frozenset[str]) -> bool:
@@ -712,6 +768,7 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
     # term -> (role rank, demotion, class, score, start, first token)
     best: dict[str, tuple[int, int, int, float, int, int]] = {}
     roles: dict[str, str] = {}
+    last_token: dict[str, int] = {}  # term -> the last token of its best occurrence
 
     def add(piece: list[int], penalty: int, given_role: str | None = None) -> None:
         content = [tokens[i].info for i in piece
@@ -757,6 +814,7 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
                 bool(role) == bool(roles[term]) and key < best[term]):
             roles[term] = role
             best[term] = key
+            last_token[term] = piece[-1]
 
     for run in _runs(tokens, known):
         names = 0
@@ -796,10 +854,11 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
         # what someone says or finds it is comes first ("Dr. Doe says sleep apnea", "finally
         # said it's pneumonia", "spotted kidney stones")
         # and then what a clinician named just before it did ("Dr. Doe landed on sinus
-        # infection", "Dr Roe is going with kidney stones", rule 11)
-        first = min(unannounced, key=lambda t: (not _said(tokens, best[t][5]),
-                                                not _after_clinician(tokens, best[t][5]),
-                                                best[t]))
+        # infection", "Dr Roe is going with kidney stones", rule 11), and then what fills a
+        # field's value whole ("what the GP thinks: hay fever", "Details: gout; ...", rule 9)
+        first = min(unannounced, key=lambda t: (
+            not _said(tokens, best[t][5]), not _after_clinician(tokens, best[t][5]),
+            best[t][2], not _field_value(tokens, best[t][5], last_token[t]), best[t]))
         best[first] = (UNANNOUNCED_RANK, *best[first][1:])
     ranked = sorted(best, key=lambda term: best[term])[:K_e]
     return DocumentTerms(tuple(ranked), tuple(roles[t] for t in ranked))
@@ -876,6 +935,9 @@ def _said(tokens: list[_Tok], first: int) -> bool:
             tokens[i].gap not in ("", "'") for i in range(j + 1, first + 1))
 
 
+#: Dashes that part a clinician's name from what follows (rule 9: "Examining physician:
+#: Dr. Roe - fit to dive" reports no act of hers).
+CLAUSE_DASHES = frozenset(("-", "\u2013", "\u2014"))
 #: How many tokens a clinician's act may take between the name and the term (rule 11).
 CLINICIAN_REACH = 6
 
@@ -889,6 +951,8 @@ def _after_clinician(tokens: list[_Tok], first: int) -> bool:
     j = first - 1
     while j >= 0 and first - j <= CLINICIAN_REACH and tokens[j].sentence == tokens[first].sentence:
         tok = tokens[j]
+        if tokens[j + 1].gap in CLAUSE_DASHES:
+            return False  # a dash between: "Dr. Roe - fit to dive" is no act of hers
         if tok.kind == _HONORK:
             return j < first - 1  # an act between: not "Dr. Roe - Kofi V. Zhou"
         if tok.kind in (_BREAK, _GLUEK, _INGK, _NUMK) or (
@@ -897,6 +961,19 @@ def _after_clinician(tokens: list[_Tok], first: int) -> bool:
             continue
         return False
     return False
+
+
+def _field_value(tokens: list[_Tok], first: int, last: int) -> bool:
+    """Whether the term from token ``first`` to ``last`` fills a field's value whole (rule
+    9): it starts right after a label mark (``LABEL_MARKS``: "Details: ...", "problems +=
+    ...", "| ... |") and the record, its sentence or line ends right after it, or a
+    semicolon or bar does ("what the GP thinks: hay fever", "Details: sinus infection;
+    symptoms were ...", "CALLER: hay fever. I'd had ...")."""
+    if not tokens[first].field:
+        return False
+    after = last + 1
+    return after >= len(tokens) or tokens[after].sentence != tokens[last].sentence \
+        or tokens[after].gap in (";", "|")
 
 
 def _plain_identifier(tok: _Info, known: Callable[[str], bool]) -> bool:
