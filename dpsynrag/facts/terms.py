@@ -151,7 +151,7 @@ import dataclasses
 import functools
 import re
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dpsynrag.facts.person_names import given_names, surnames
@@ -554,7 +554,7 @@ def _misspelt(token: str, found: _Info, vocab: PublicVocabulary) -> str | None:
     return _frequent_neighbour(token, vocab.index)
 
 
-def _frequent_neighbour(word: str, known: Mapping[str, int]) -> str | None:
+def _frequent_neighbour(word: str, known: dict[str, int]) -> str | None:
     edits = {word[:i] + word[i + 1:] for i in range(len(word))}
     edits |= {word[:i] + word[i + 1] + word[i] + word[i + 2:] for i in range(len(word) - 1)}
     for i in range(len(word) + 1):
