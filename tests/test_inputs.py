@@ -84,7 +84,7 @@ def test_four_formats_give_the_same_documents(tmp_path: Path) -> None:
         assert docs.units == docs.ids
         assert docs.skipped == dict.fromkeys(SKIP_REASONS, 0)
     assert results["jsonl"].texts[1] == "Second note\nspans two lines — café naïve."
-    assert results["jsonl"].texts[2] == "Third note\twith odd spacing."
+    assert results["jsonl"].texts[2] == "Third\tnote\twith\todd\tspacing."
 
 
 def test_parquet_directory_and_units(tmp_path: Path) -> None:
@@ -144,12 +144,12 @@ def test_identical_records_without_ids_are_one_document(tmp_path: Path) -> None:
 
 def test_normalisation() -> None:
     raw = "  Cafe\u0301\u00a0 au\tlait\r\nline  \r\n\n\n\nnext\x00para  "
-    assert normalise_text(raw) == "Café au\tlait\nline\n\nnext para"
-    # a run holding a tab is one tab (a record's field break), trailing tabs go
+    assert normalise_text(raw) == "Café\tau\tlait\nline\n\nnext para"
+    # a run of two or more, or holding a tab, is one tab (a record's column break)
     assert normalise_text("Seven Doors \t Pavel Haddad\t\t\n4\t\u00a05") == \
         "Seven Doors\tPavel Haddad\n4\t5"
-    assert normalise_text("l1\u2028l2\x85l3\rl4\x0bx\u3000\ufeffy") == "l1\nl2\nl3\nl4 x y"
-    assert normalise_text("a   b  \n \n\n  c") == "a b\n\n c"  # leading indent kept
+    assert normalise_text("l1\u2028l2\x85l3\rl4\x0bx\u3000\ufeffy") == "l1\nl2\nl3\nl4 x\ty"
+    assert normalise_text("a   b  \n \n\n  c") == "a\tb\n\n\tc"  # leading indent kept
     assert normalise_text("plain text.") == "plain text."
 
 
@@ -466,7 +466,7 @@ def test_several_text_columns_are_joined_in_order_by_a_blank_line(tmp_path: Path
         path = writer(tmp_path / name, TICKETS)
         docs = read_documents(path, text_column=("subject", "body", "resolution"))
         assert docs.ids == ["t1", "t2", "t3"], name
-        assert docs.texts == ["Printer jams\n\nIt jams on page two.\n\nReplaced the roller.",
+        assert docs.texts == ["Printer jams\n\nIt\tjams on page two.\n\nReplaced the roller.",
                               "VPN drops hourly.", "Login fails"], name
         assert docs.skipped["empty"] == 1, name
         reverse = read_documents(path, text_column=["resolution", "subject"])
@@ -506,11 +506,11 @@ def test_one_text_column_keeps_its_documents_and_content_ids(tmp_path: Path) -> 
 
     text = "  Fever and   a rash.  "
     path = write_jsonl(tmp_path / "one.jsonl", [{"text": text, "more": ""}])
-    inner = hashlib.sha256(b"Fever and a rash.").digest()
+    inner = hashlib.sha256(b"Fever and\ta rash.").digest()  # "   " is a column break
     expected = "doc-" + hashlib.sha256(b"\x00" + inner).hexdigest()[:32]
     for column in ("text", ["text"], ("text", "more"), ("more", "text")):
         docs = read_documents(path, text_column=column)
-        assert (docs.ids, docs.texts) == ([expected], ["Fever and a rash."]), column
+        assert (docs.ids, docs.texts) == ([expected], ["Fever and\ta rash."]), column
     # a name with a comma is one column name here (only the CLI and TOML strings split)
     commas = write_csv(tmp_path / "commas.csv", [{"a,b": "value", "a": "x", "b": "y"}])
     assert read_documents(commas, text_column="a,b").texts == ["value"]

@@ -143,6 +143,16 @@ The rule (all constants public, below):
    Roe - fit to dive" says nothing Dr. Roe found). Attribution is a diagnosis cue ("which
    I attribute to tennis elbow"), and telling a verb of saying ("was telling it is
    shingles", "told us it's shingles").
+10. Facts rules 14. A line that starts with a capital letter starts a new clause, so no
+   term runs into it ("Line 2: gout\nLine 3: ..."; a wrapped line that goes on in
+   lowercase still continues its term). A column's first word after a tab is capitalised
+   like a sentence's ("Slide 3<TAB>Obs normal"); the input normalisation turns a run of two
+   or more spaces into a tab (``io.text.normalise_text``: columns of an exported record).
+   A field's value takes the role of its label's first word when no cue reaches it
+   (``_label_role``: "Diagnosis submitted by provider: shingles"). "Compatible" is a
+   diagnosis cue ("a clinical picture compatible with sinus infection"), and a verb of
+   saying reaches over a pronoun and a form of "have" ("I was told that I had kidney
+   stones"). A number with a unit ("1h 05m", "250mg", "6yo") is a measurement, no term.
 """
 
 from __future__ import annotations
@@ -171,7 +181,8 @@ SAYING_VERBS = frozenset(("says", "said", "say", "reckons", "reckoned", "thinks"
                           "spotted", "found", "concluded", "called", "confirmed", "declared",
                           "believe", "believes", "believed", "told", "tells", "telling", "sez"))
 SAID_GLUE = frozenset(("it's", "its", "it", "is", "was", "that", "this", "a", "an", "me",
-                       "us", "him", "her", "them"))
+                       "us", "him", "her", "them", "i", "you", "he", "she", "we", "they",
+                       "have", "has", "had"))
 #: Forms of "have": a role walk stops at one ("who has readings above 140/90", rule 4).
 POSSESSIVE_VERBS = frozenset(("has", "had", "have"))
 #: A lowercase word outside V of at most this many letters is no term alone: chat shorthand
@@ -192,7 +203,7 @@ ROLE_CUES: dict[str, str] = {
                      "impression", "consistent", "confirmed", "confirms", "suspected",
                      "dx", "indication", "indications", "attests", "attested",
                      "reckons", "reckoned", "suggestive", "indicative", "likely", "probable",
-                     "imp", "ddx", "attribute", "attributed", "attributable"),
+                     "imp", "ddx", "attribute", "attributed", "attributable", "compatible"),
                     "diagnosis"),
     **dict.fromkeys(("presenting", "presented", "presents", "complains", "complained",
                      "complaining", "complaint", "complaints", "reports", "reported",
@@ -476,6 +487,7 @@ class _Tok:
     gap: str  # the first non-space character between the previous token and this one
     kind: int  # one of the kinds below
     field: bool = False  # the first token after a colon or a bar (``LABEL_MARKS``)
+    column: bool = False  # the first token after a tab (a column's, rule 10)
 
 
 # 0 break, 1 word, 2 name, 3 number, 4 glue (a name-run stopword), 5 identifier, 6 suffix (a
@@ -586,11 +598,14 @@ def _tokens(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], 
     joins: list[int] = []
     clause = sentence = -1
     for match, tok, gap, new_clause, initial in scan_tokens(text, info):
-        clause += new_clause
+        # a line that starts with a capital letter is a new field or sentence, not a wrapped
+        # line of the one before ("Line 2: gout\nLine 3: ...", rule 10)
+        clause += new_clause or ("\n" in gap and match.group()[:1].isupper())
         sentence += initial
         # a field's first word after a colon or a bar is capitalised like a sentence's
         field = gap.strip().rstrip("\"'“")[-1:] in LABEL_MARKS
-        kind = _kind(match.group(), tok, initial or field, verb_form)
+        # and so is a column's after a tab ("Slide 3<TAB>Obs normal", rule 10)
+        kind = _kind(match.group(), tok, initial or field or "\t" in gap, verb_form)
         if kind in (_NAMEK, _GLUEK) and out and out[-1].kind == _HONORK and (
                 not new_clause or out[-1].info.canon in HONORIFICS) and not initial:
             kind = _HONORK  # "Dr. Jane Doe": a person's name goes with the title
@@ -604,7 +619,8 @@ def _tokens(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], 
             joins.append(len(out) - 1)
         if gap.strip()[:1] == "=" and out:  # "rec_type=consult": the key is a label
             out[-1] = dataclasses.replace(out[-1], kind=_BREAK)
-        out.append(_Tok(tok, match.start(), clause, sentence, gap.strip()[:1], kind, field))
+        out.append(_Tok(tok, match.start(), clause, sentence, gap.strip()[:1], kind, field,
+                        "\t" in gap))
     # "Hollow Forest 1964 | thriller", "Oskar Lachance u genius": a sentence's (or a
     # field's) first word, capitalised, before a name word is a word of that name, unless
     # the name words after it are a person's ("Patient John Smith", "Student Rania Chowdhury")
@@ -619,11 +635,11 @@ def _tokens(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], 
 
 
 def _initial_capital(out: list[_Tok], text: str) -> bool:
-    """Whether the last token so far starts its sentence or a field (``LABEL_MARKS``) and is
-    capitalised."""
+    """Whether the last token so far starts its sentence, a field (``LABEL_MARKS``) or a
+    column (after a tab) and is capitalised."""
     last = out[-1]
-    return (len(out) == 1 or out[-2].sentence != last.sentence or last.field) \
-        and text[last.start].isupper()
+    return (len(out) == 1 or out[-2].sentence != last.sentence or last.field
+            or last.column) and text[last.start].isupper()
 
 
 def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool]) -> int:
@@ -652,6 +668,8 @@ def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool
     if (initial or not capital) and verb_form(canon):
         return _INGK if canon.endswith("ing") and canon not in REPORT_VERBS else _BREAK
     if tok.kind == _IDENT:
+        if _MEASURE.fullmatch(canon):
+            return _BREAK  # "1h 05m", "250mg", "3yo": a number with its unit (rule 10)
         return _IDENTK
     if canon[:1].isdigit() and tok.kind != _IDENT:
         return _BREAK  # "45-year-old", "3rd" (but "covid-19" and identifiers are terms)
@@ -935,6 +953,11 @@ def _said(tokens: list[_Tok], first: int) -> bool:
             tokens[i].gap not in ("", "'") for i in range(j + 1, first + 1))
 
 
+#: A number with a unit of time, size, dose or age ("05m", "3h", "250mg", "6yo", "2wks"):
+#: a measurement, no term (rule 10; public).
+_MEASURE = re.compile(
+    r"\d+(?:[.,]\d+)?(?:h|hr|hrs|m|min|mins|s|sec|secs|ms|d|wk|wks|mo|mos|yr|yrs|y|yo|kg|g|"
+    r"mg|mcg|lb|lbs|oz|cm|mm|km|mi|ml|l|am|pm|st|nd|rd|th|k|x)")
 #: Dashes that part a clinician's name from what follows (rule 9: "Examining physician:
 #: Dr. Roe - fit to dive" reports no act of hers).
 CLAUSE_DASHES = frozenset(("-", "\u2013", "\u2014"))
@@ -1079,7 +1102,27 @@ def _role(tokens: list[_Tok], first: int) -> str:
                 object_words += 1  # one object: consecutive words ("kidney stones")
                 continue
             break  # another word: the cue, if any, is not this term's
-    return ""
+    return _label_role(tokens, first)
+
+
+#: Longest field label whose first word gives its value a role (rule 10), in tokens.
+LABEL_REACH = 6
+
+
+def _label_role(tokens: list[_Tok], first: int) -> str:
+    """The role a field's label gives the term that starts its value (rule 10): the label is
+    the words of the value's sentence right before its colon, at most ``LABEL_REACH``, with
+    no punctuation between them, and its first word is a cue ("Diagnosis submitted by
+    provider: shingles", "Symptoms reported by parent: cough"); "" otherwise."""
+    if tokens[first].gap != ":":
+        return ""
+    j = first - 1
+    while j > 0 and first - j < LABEL_REACH and tokens[j - 1].sentence == tokens[first].sentence \
+            and not tokens[j].gap:
+        j -= 1
+    if j < 0 or tokens[j].sentence != tokens[first].sentence:
+        return ""
+    return cue_of(tokens[j].info.canon) or ""
 
 
 def _leads_sentence(tokens: list[_Tok], j: int) -> bool:

@@ -21,10 +21,11 @@ def normalise_text(text: str) -> str:
 
     CRLF, CR, NEL and the Unicode line/paragraph separators become LF; other control
     characters become spaces; runs of horizontal whitespace (space, tab, NBSP, the Unicode
-    spaces, BOM) collapse to one space, or to one tab where the run holds a tab (a tab
-    separates the fields of a record pasted from a spreadsheet or a TSV export, and the
-    facts rules read it as a field break: ``facts.phrases.scan_tokens``); trailing spaces
-    and tabs of each line are removed (leading ones, i.e. indentation, are kept as one);
+    spaces, BOM): one character stays one space, a run of two or more or a tab becomes one
+    tab (columns of a record exported from a spreadsheet, a billing system or a slide deck
+    are parted by a tab or by several spaces, and the facts rules read a tab as a field
+    break: ``facts.phrases.scan_tokens``); trailing spaces and tabs of each line are
+    removed (leading ones, i.e. indentation, are kept as one tab);
     several blank lines collapse to one (paragraphs carry structure the LLM can use); the
     whole text is stripped.
     """
@@ -34,7 +35,7 @@ def normalise_text(text: str) -> str:
         text = _CONTROL.sub(" ", text)
         text = _HSPACE.sub(_one_space, text)
     elif "  " in text:
-        text = _SPACES.sub(" ", text)
+        text = _SPACES.sub("\t", text)
     if " \n" in text or "\t\n" in text:
         text = _TRAILING.sub("\n", text)
     if "\n\n" in text:
@@ -43,5 +44,6 @@ def normalise_text(text: str) -> str:
 
 
 def _one_space(run: re.Match[str]) -> str:
-    """One tab for a run of horizontal whitespace that holds a tab, else one space."""
-    return "\t" if "\t" in run.group() else " "
+    """One tab for a run of two or more horizontal whitespace characters or a tab, else one
+    space."""
+    return "\t" if len(run.group()) > 1 or "\t" in run.group() else " "
