@@ -364,7 +364,7 @@ def test_dataset_help_says_fresh_is_for_a_final_measurement(capsys) -> None:
     assert "blind7: a seventh set, measured blind once and read since" in text
     assert "blind8: an eighth set, measured blind once and read since" in text
     assert "blind9: a ninth set, measured blind once (its conditions read since)" in text
-    assert "blind10: a tenth set, not yet measured" in text
+    assert "blind10: a tenth set, measured blind once and read since" in text
 
 
 def test_eval_harness_generates_the_kinds(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def add_parser(subparsers: Any) -> None:
                              "set, measured blind once and read since; blind8: an eighth "
                              "set, measured blind once and read since; blind9: a ninth set, "
                              "measured blind once (its conditions read since); blind10: a "
-                             "tenth set, not yet measured")
+                             "tenth set, measured blind once and read since")
     parser.add_argument("--heldout", action="store_true",
                         help="'conditions' and 'films' only: the same as --templates heldout")
     parser.set_defaults(handler=run_dataset)

@@ -44,8 +44,10 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   ``"blind8"`` is an eighth variant, written by a helper and measured blind once; read
   since.
   ``"blind9"`` is a ninth variant, written by a helper and measured blind once (facts rules
-  12); its conditions templates read since, its films templates not yet.
-  ``"blind10"`` is a tenth variant, written by a helper and not yet read or measured.
+  12); its conditions templates read since, its films templates not yet (a scan for
+  misspellings showed four words of one).
+  ``"blind10"`` is a tenth variant, written by a helper and measured blind once (facts
+  rules 13); read since.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 

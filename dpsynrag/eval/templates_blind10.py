@@ -1,6 +1,7 @@
 """The ``blind10`` note and query templates of the ``conditions`` and ``films`` generators.
 
-A tenth variant, written by a helper for one blind measurement; not yet read or measured.
+A tenth variant, written by a helper for one blind measurement; measured blind once (facts
+rules 13) and read since.
 Chosen by ``templates="blind10"`` in :mod:`dpsynrag.eval.datasets_ordinary`, which maps the
 variant name to these sets. Same placeholders and rules as the other variants there (each
 note holds its answer verbatim; queries share no word with any answer).
