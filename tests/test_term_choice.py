@@ -108,3 +108,19 @@ def test_a_lowercase_article_before_a_name_also_offers_the_name_alone() -> None:
     chosen = released_choice(lost, {"autumn lantern 2": 50, "black umbrella left": 90}, 1)
     assert chosen.terms == ("autumn lantern 2",)
     assert plain.terms[0] == "autumn lantern 2"
+
+
+def test_a_released_naming_role_the_documents_own_cue_contradicts_anchors_no_cluster() -> None:
+    from dpsynrag.facts.term_choice import anchor_terms
+
+    roles = {"pneumonia": "diagnosis", "rapid breathing": "error"}  # the second one false
+    choice = DocumentTerms(("pneumonia", "rapid breathing", "clarithromycin"),
+                           ("diagnosis", "symptom", "treatment"))
+    assert anchor_terms(choice, roles) == ["pneumonia", "clarithromycin"]
+    # with no term whose own cue agrees with its released naming role, nothing is dropped:
+    # "suffers from hay fever" (a symptom cue) still anchors on hay fever
+    alone = DocumentTerms(("hay fever", "cetirizine"), ("symptom", "treatment"))
+    assert anchor_terms(alone, {"hay fever": "diagnosis"}) == ["hay fever", "cetirizine"]
+    # an uncued term keeps its released role
+    uncued = DocumentTerms(("pneumonia", "rapid breathing"), ("diagnosis", ""))
+    assert anchor_terms(uncued, roles) == ["pneumonia", "rapid breathing"]

@@ -71,7 +71,12 @@ from dpsynrag.facts.fact_clusters import anchor_clusters, fact_counts, fact_doma
 from dpsynrag.facts.fact_writer import FactRule, select_facts, write_notes
 from dpsynrag.facts.phrases import document_phrases
 from dpsynrag.facts.roles import OWN_ORDER_PRIORITIES, role_priority
-from dpsynrag.facts.term_choice import CANDIDATES, first_terms, released_choices
+from dpsynrag.facts.term_choice import (
+    CANDIDATES,
+    anchor_terms,
+    first_terms,
+    released_choices,
+)
 from dpsynrag.facts.terms import document_terms
 from dpsynrag.io.output_files import CORPUS_FILE
 from dpsynrag.io.reader import read_documents
@@ -337,6 +342,7 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     keywords = fact_keywords(data.notes, vocab, plan.K_s)
     roles: dict[str, str] | None = None
     candidates = None
+    anchoring: list[list[str]] | None = None  # the terms that choose a note's cluster
     if config.facts_items == "terms":
         candidates = document_terms(data.notes, vocab, CANDIDATES)
         phrases = [list(first_terms(t, plan.K_e).terms) for t in candidates]
@@ -352,8 +358,9 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
         roles = {}
         for (term, role), _ in sorted(pairs.items(), key=lambda item: -item[1]):
             roles.setdefault(term, role)  # the most frequent role of each term (exact)
-        phrases = [list(t.terms) for t in released_choices(candidates, anchors, plan.K_e,
-                                                             roles)]
+        chosen = released_choices(candidates, anchors, plan.K_e, roles)
+        phrases = [list(t.terms) for t in chosen]
+        anchoring = [anchor_terms(t, roles) for t in chosen]
     keyword_count = Counter(w for items in keywords for w in set(items))
     top = [w for w, _ in keyword_count.most_common(config.R_f)]
     domain = fact_domain(anchors, top)
@@ -363,7 +370,8 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     priority = role_priority({t: r for t, r in roles.items() if t in anchors}, anchors) \
         if roles else None
     # as the build: a document's own terms choose its cluster, not its keywords
-    order, clusters = anchor_clusters(phrases, anchors, config.L, priority=priority,
+    order, clusters = anchor_clusters(anchoring if anchoring is not None else phrases,
+                                      anchors, config.L, priority=priority,
                                       own_order=OWN_ORDER_PRIORITIES)
     exact = fact_counts(clusters, items, domain, plan.K_e + plan.K_s)
     n = max(len(data.notes), 1)

@@ -62,7 +62,7 @@ from dpsynrag.facts.terms import (
     DocumentTerms,
 )
 
-__all__ = ["CANDIDATES", "first_terms", "released_choice", "released_choices"]
+__all__ = ["CANDIDATES", "anchor_terms", "first_terms", "released_choice", "released_choices"]
 
 #: How many candidate terms per document (public prior order) the choice after the release
 #: may pick from.
@@ -124,3 +124,26 @@ def released_choices(candidates: Sequence[DocumentTerms], released: Mapping[str,
                      ) -> list[DocumentTerms]:
     """``released_choice`` for each document."""
     return [released_choice(item, released, K_e, roles) for item in candidates]
+
+
+def anchor_terms(choice: DocumentTerms, roles: Mapping[str, str]) -> list[str]:
+    """The document's chosen terms that may anchor its cluster (facts rules 15): all of them
+    but a term whose released naming role (``NAMING_ROLES``) its own cue contradicts (the
+    document announces it as another role: a symptom, a treatment) while another of its
+    terms has a released naming role that its own cue agrees with.
+
+    The role threshold admits about one false role per build by design; a false naming role
+    makes a term an anchor, rarest first, and on blind7 conditions (ε = 3) "rapid
+    breathing", released with the error role, drew 258 notes whose own cues said "diagnosed
+    with pneumonia" away from pneumonia's cluster; with this rule 137 of them return, and
+    no other set changes (offline, the same releases).
+
+    **Privacy.** Post-processing per document: it reads the document's own chosen terms
+    and cues and the released roles, and only narrows which of its terms choose its cluster
+    (its items in the fact histograms are unchanged), so each document still joins at most
+    L clusters and the fact histograms' sensitivity is unchanged."""
+    agreed = any(roles.get(term) in NAMING_ROLES and cue == roles.get(term)
+                 for term, cue in zip(choice.terms, choice.roles, strict=True))
+    return [term for term, cue in zip(choice.terms, choice.roles, strict=True)
+            if not (agreed and roles.get(term) in NAMING_ROLES and cue
+                    and cue != roles.get(term))]

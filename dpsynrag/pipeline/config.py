@@ -87,7 +87,7 @@ TOKENS_RHO_HIST = 0.1
 #: released term of the document is not chosen (``facts.term_choice``), and among anchors
 #: without a released role a document joins the first of its own order
 #: (``facts.fact_clusters.anchor_clusters``).
-FACTS_RULES_VERSION = 14
+FACTS_RULES_VERSION = 15
 
 
 class ConfigError(ValueError):

@@ -59,7 +59,12 @@ from dpsynrag.facts.fact_writer import (
 )
 from dpsynrag.facts.phrases import document_phrases
 from dpsynrag.facts.roles import OWN_ORDER_PRIORITIES, release_roles, role_priority, term_roles
-from dpsynrag.facts.term_choice import CANDIDATES, first_terms, released_choices
+from dpsynrag.facts.term_choice import (
+    CANDIDATES,
+    anchor_terms,
+    first_terms,
+    released_choices,
+)
 from dpsynrag.facts.terms import DocumentTerms, document_terms
 from dpsynrag.pipeline.config import ablated_levers
 from dpsynrag.pipeline.context import BuildContext, StageResult
@@ -103,6 +108,7 @@ class ReleasedPhrases(NamedTuple):
     terms: list[DocumentTerms] | None = None
     roles: dict[str, str] | None = None
     candidates: list[DocumentTerms] | None = None
+    anchoring: list[list[str]] | None = None  # the terms that choose each one's cluster
 
 
 class FactClusters(NamedTuple):
@@ -220,7 +226,8 @@ def released_roles(ctx: BuildContext, phrases: ReleasedPhrases) -> ReleasedPhras
         return phrases._replace(roles=roles)
     # the released roles choose again: a term a reader asks for is never cut
     chosen = released_choices(phrases.candidates, phrases.released, ctx.plan.K_e, roles)
-    return phrases._replace(per_document=[list(item.terms) for item in chosen], roles=roles)
+    return phrases._replace(per_document=[list(item.terms) for item in chosen], roles=roles,
+                            anchoring=[anchor_terms(item, roles) for item in chosen])
 
 
 def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: ReleasedKeywords
@@ -236,7 +243,9 @@ def fact_histograms(ctx: BuildContext, phrases: ReleasedPhrases, keywords: Relea
         # own terms (phrases) choose its cluster: a keyword that happens to be a released
         # term ("a comedy about ...") does not pull it away from its title's cluster
         priority = role_priority(phrases.roles, phrases.released) if phrases.roles else None
-        anchors, members = anchor_clusters(phrases.per_document, phrases.released,
+        anchoring = phrases.anchoring if phrases.anchoring is not None \
+            else phrases.per_document
+        anchors, members = anchor_clusters(anchoring, phrases.released,
                                            ctx.config.L, priority=priority,
                                            own_order=OWN_ORDER_PRIORITIES)
         noisy = None
