@@ -47,6 +47,9 @@ def test_a_field_label_gives_its_value_the_role_of_its_first_word() -> None:
     assert _terms("Symptoms noted by school nurse: itchy scalp\n")["itchy scalp"] == "symptom"
     # a label whose first word is no cue gives none
     assert _terms("Entered by billing clerk: plantar fasciitis\n")["plantar fasciitis"] == ""
+    # nor does a cue inside a label longer than LABEL_REACH words
+    assert _terms("Entered diagnosis late by the night clerk: plantar fasciitis\n")[
+        "plantar fasciitis"] == ""
 
 
 def test_compatible_with_is_a_diagnosis_cue() -> None:

@@ -604,8 +604,9 @@ def _tokens(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], 
         sentence += initial
         # a field's first word after a colon or a bar is capitalised like a sentence's
         field = gap.strip().rstrip("\"'“")[-1:] in LABEL_MARKS
+        column = "\t" in gap  # a column's first word, after a tab (rule 10)
         # and so is a column's after a tab ("Slide 3<TAB>Obs normal", rule 10)
-        kind = _kind(match.group(), tok, initial or field or "\t" in gap, verb_form)
+        kind = _kind(match.group(), tok, initial or field or column, verb_form)
         if kind in (_NAMEK, _GLUEK) and out and out[-1].kind == _HONORK and (
                 not new_clause or out[-1].info.canon in HONORIFICS) and not initial:
             kind = _HONORK  # "Dr. Jane Doe": a person's name goes with the title
@@ -620,7 +621,7 @@ def _tokens(text: str, info: Callable[[str], _Info], verb_form: Callable[[str], 
         if gap.strip()[:1] == "=" and out:  # "rec_type=consult": the key is a label
             out[-1] = dataclasses.replace(out[-1], kind=_BREAK)
         out.append(_Tok(tok, match.start(), clause, sentence, gap.strip()[:1], kind, field,
-                        "\t" in gap))
+                        column))
     # "Hollow Forest 1964 | thriller", "Oskar Lachance u genius": a sentence's (or a
     # field's) first word, capitalised, before a name word is a word of that name, unless
     # the name words after it are a person's ("Patient John Smith", "Student Rania Chowdhury")
@@ -1114,15 +1115,15 @@ def _label_role(tokens: list[_Tok], first: int) -> str:
     the words of the value's sentence right before its colon, at most ``LABEL_REACH``, with
     no punctuation between them, and its first word is a cue ("Diagnosis submitted by
     provider: shingles", "Symptoms reported by parent: cough"); "" otherwise."""
-    if tokens[first].gap != ":":
+    if tokens[first].gap != ":" or first == 0:
         return ""
-    j = first - 1
-    while j > 0 and first - j < LABEL_REACH and tokens[j - 1].sentence == tokens[first].sentence \
-            and not tokens[j].gap:
-        j -= 1
-    if j < 0 or tokens[j].sentence != tokens[first].sentence:
-        return ""
-    return cue_of(tokens[j].info.canon) or ""
+    sentence = tokens[first].sentence
+    start = first - 1
+    while start > 0 and tokens[start - 1].sentence == sentence and not tokens[start].gap:
+        start -= 1  # back to the label's first word
+    if tokens[start].sentence != sentence or first - start > LABEL_REACH:
+        return ""  # no label in this sentence, or a longer one than a label's
+    return cue_of(tokens[start].info.canon) or ""
 
 
 def _leads_sentence(tokens: list[_Tok], j: int) -> bool:
