@@ -36,6 +36,7 @@ from dpsynrag.eval.templates_blind7 import CONDITION_TEMPLATES_BLIND7, FILM_TEMP
 from dpsynrag.eval.templates_blind8 import CONDITION_TEMPLATES_BLIND8, FILM_TEMPLATES_BLIND8
 from dpsynrag.eval.templates_blind9 import CONDITION_TEMPLATES_BLIND9, FILM_TEMPLATES_BLIND9
 from dpsynrag.eval.templates_blind10 import CONDITION_TEMPLATES_BLIND10, FILM_TEMPLATES_BLIND10
+from dpsynrag.eval.templates_blind11 import CONDITION_TEMPLATES_BLIND11, FILM_TEMPLATES_BLIND11
 from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL, FILM_TEMPLATES_FINAL
 from dpsynrag.eval.templates_unseen import CONDITION_TEMPLATES_UNSEEN, FILM_TEMPLATES_UNSEEN
 from dpsynrag.io.reader import read_documents
@@ -49,12 +50,14 @@ TEMPLATES = {"conditions": {"dev": CONDITION_TEMPLATES, "heldout": CONDITION_TEM
                             "blind7": CONDITION_TEMPLATES_BLIND7,
                             "blind8": CONDITION_TEMPLATES_BLIND8,
                             "blind9": CONDITION_TEMPLATES_BLIND9,
-                            "blind10": CONDITION_TEMPLATES_BLIND10},
+                            "blind10": CONDITION_TEMPLATES_BLIND10,
+                            "blind11": CONDITION_TEMPLATES_BLIND11},
              "films": {"dev": FILM_TEMPLATES, "heldout": FILM_TEMPLATES_HELDOUT,
                        "fresh": FILM_TEMPLATES_FRESH, "final": FILM_TEMPLATES_FINAL,
                        "unseen": FILM_TEMPLATES_UNSEEN, "blind6": FILM_TEMPLATES_BLIND6,
                        "blind7": FILM_TEMPLATES_BLIND7, "blind8": FILM_TEMPLATES_BLIND8,
-                       "blind9": FILM_TEMPLATES_BLIND9, "blind10": FILM_TEMPLATES_BLIND10}}
+                       "blind9": FILM_TEMPLATES_BLIND9, "blind10": FILM_TEMPLATES_BLIND10,
+                       "blind11": FILM_TEMPLATES_BLIND11}}
 LAY = {phrase: lay for phrase, lay in PLOT_ELEMENTS}
 #: The variants written for one blind measurement each (every variant but dev and heldout).
 BLIND_VARIANTS = tuple(v for v in TEMPLATE_VARIANTS if v not in ("dev", "heldout"))
@@ -356,7 +359,7 @@ def test_dataset_help_says_fresh_is_for_a_final_measurement(capsys) -> None:
         main(["dataset", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert ("--templates {dev,heldout,fresh,final,unseen,blind6,blind7,blind8,blind9,"
-            "blind10}") in text
+            "blind10,blind11}") in text
     assert "fresh: templates kept unread for a final measurement only" in text
     assert "final: another such unread set" in text
     assert "unseen: a fifth set, measured blind once and read since" in text
@@ -365,6 +368,7 @@ def test_dataset_help_says_fresh_is_for_a_final_measurement(capsys) -> None:
     assert "blind8: an eighth set, measured blind once and read since" in text
     assert "blind9: a ninth set, measured blind once (its conditions read since)" in text
     assert "blind10: a tenth set, measured blind once and read since" in text
+    assert "blind11: an eleventh set, not yet read or measured" in text
 
 
 def test_eval_harness_generates_the_kinds(tmp_path: Path) -> None:

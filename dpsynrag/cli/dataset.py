@@ -40,7 +40,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     parser.add_argument("--templates", choices=["dev", "heldout", "fresh", "final", "unseen",
                                                 "blind6", "blind7", "blind8", "blind9",
-                                                "blind10"],
+                                                "blind10", "blind11"],
                         default=None,
                         help="'conditions' and 'films' only: the note and query templates "
                              "(default dev, the set to tune on); heldout: the older held-out "
@@ -51,7 +51,8 @@ def add_parser(subparsers: Any) -> None:
                              "set, measured blind once and read since; blind8: an eighth "
                              "set, measured blind once and read since; blind9: a ninth set, "
                              "measured blind once (its conditions read since); blind10: a "
-                             "tenth set, measured blind once and read since")
+                             "tenth set, measured blind once and read since; blind11: an "
+                             "eleventh set, not yet read or measured")
     parser.add_argument("--heldout", action="store_true",
                         help="'conditions' and 'films' only: the same as --templates heldout")
     parser.set_defaults(handler=run_dataset)

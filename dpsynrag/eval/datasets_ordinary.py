@@ -48,6 +48,7 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   misspellings showed four words of one).
   ``"blind10"`` is a tenth variant, written by a helper and measured blind once (facts
   rules 13); read since.
+  ``"blind11"`` is an eleventh variant, written by a helper and not yet measured.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 
@@ -77,6 +78,7 @@ from dpsynrag.eval.templates_blind7 import CONDITION_TEMPLATES_BLIND7, FILM_TEMP
 from dpsynrag.eval.templates_blind8 import CONDITION_TEMPLATES_BLIND8, FILM_TEMPLATES_BLIND8
 from dpsynrag.eval.templates_blind9 import CONDITION_TEMPLATES_BLIND9, FILM_TEMPLATES_BLIND9
 from dpsynrag.eval.templates_blind10 import CONDITION_TEMPLATES_BLIND10, FILM_TEMPLATES_BLIND10
+from dpsynrag.eval.templates_blind11 import CONDITION_TEMPLATES_BLIND11, FILM_TEMPLATES_BLIND11
 from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL, FILM_TEMPLATES_FINAL
 from dpsynrag.eval.templates_unseen import CONDITION_TEMPLATES_UNSEEN, FILM_TEMPLATES_UNSEEN
 
@@ -112,7 +114,7 @@ __all__ = [
 
 ORDINARY_KINDS = ("conditions", "films")
 TEMPLATE_VARIANTS = ("dev", "heldout", "fresh", "final", "unseen", "blind6", "blind7",
-                     "blind8", "blind9", "blind10")
+                     "blind8", "blind9", "blind10", "blind11")
 ZIPF_OFFSET = 10.0
 ZIPF_EXPONENT = 2.35
 N_DOCTORS = 8
@@ -641,11 +643,12 @@ TEMPLATE_SETS: dict[str, dict[str, TemplateSet]] = {
         CONDITION_TEMPLATES, CONDITION_TEMPLATES_HELDOUT, CONDITION_TEMPLATES_FRESH,
         CONDITION_TEMPLATES_FINAL, CONDITION_TEMPLATES_UNSEEN, CONDITION_TEMPLATES_BLIND6,
         CONDITION_TEMPLATES_BLIND7, CONDITION_TEMPLATES_BLIND8, CONDITION_TEMPLATES_BLIND9,
-        CONDITION_TEMPLATES_BLIND10), strict=True)),
+        CONDITION_TEMPLATES_BLIND10, CONDITION_TEMPLATES_BLIND11), strict=True)),
     "films": dict(zip(TEMPLATE_VARIANTS, (
         FILM_TEMPLATES, FILM_TEMPLATES_HELDOUT, FILM_TEMPLATES_FRESH, FILM_TEMPLATES_FINAL,
         FILM_TEMPLATES_UNSEEN, FILM_TEMPLATES_BLIND6, FILM_TEMPLATES_BLIND7,
-        FILM_TEMPLATES_BLIND8, FILM_TEMPLATES_BLIND9, FILM_TEMPLATES_BLIND10), strict=True)),
+        FILM_TEMPLATES_BLIND8, FILM_TEMPLATES_BLIND9, FILM_TEMPLATES_BLIND10,
+        FILM_TEMPLATES_BLIND11), strict=True)),
 }
 
 
