@@ -102,8 +102,14 @@ The rule (all constants public, below):
    first uncued term that is neither (what a verb of saying or finding reports first:
    ``SAYING_VERBS``, "Dr. Doe says sleep apnea", "finally said it's pneumonia") takes
    ``UNANNOUNCED_RANK``: what a record is about
-   may be written with no cue ("2023-03-24 / Jane Roe / 47 / strep throat / ..."). The
-   first ``K_e`` distinct terms are the document's.
+   may be written with no cue ("2023-03-24 / Jane Roe / 47 / strep throat / ..."). So does
+   the next best one, after it (``UNANNOUNCED_PLACES`` = 2, facts rules 16): the best may
+   be a template's fixed words that come first ("Dear Sir or Madam, ... The Winter Signal
+   ..."; "Merchant: STRMFLIX*RENTAL  Description: Broken Ferry"), and with one place the
+   answer fell behind the symptoms and out of the first ``K_e``. A term that is a run of
+   the first one's words, or holds it, names the same thing and is not the second ("the
+   guylian range" and "guylian range"). The first ``K_e`` distinct terms are the
+   document's.
 6. Whole items of a symptom list (``_items``): "has been suffering from ringing in the ears,
    crackling sound when breathing and hair loss in circular patches" gives the three items
    whole, with the symptom role, besides the shorter terms of rule 3 ("ears"). A list is
@@ -300,6 +306,12 @@ NO_ROLE_RANK = len(ROLES)
 #: document keeps for it after the release (``term_choice``) and its anchor rank
 #: (``roles.role_priority``).
 UNANNOUNCED_RANK = 1
+#: How many terms no cue announces take ``UNANNOUNCED_RANK`` before the release (rule 5) in
+#: a document where no term has a naming role: the best one may be a record's heading or a
+#: template's fixed words ("Dear Sir or Madam", a merchant's name on a card statement) that
+#: stand before what it is about, and a second place keeps the answer among the document's
+#: first ``K_e`` (facts rules 16).
+UNANNOUNCED_PLACES = 2
 #: The rank of a name-only prefix of a longer run ("lyme" of "Lyme disease"): with the
 #: terms without a role.
 PREFIX_RANK = NO_ROLE_RANK
@@ -864,9 +876,9 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
                 add(name_part, 1)  # "Lyme disease" -> also "lyme"
     for piece, role in items:
         add(piece, 0, role)
-    # in a document that no cue says is about something (no naming role), the best
-    # unannounced term that is neither a heading nor a person's name may be what it is
-    # about: it takes the place after the naming roles (``UNANNOUNCED_RANK``)
+    # in a document that no cue says is about something (no naming role), the best two
+    # unannounced terms that are neither headings nor people's names may be what it is
+    # about: they take the places after the naming roles (``UNANNOUNCED_RANK``, rules 16)
     unannounced = [t for t, key in best.items()
                    if key[0] == NO_ROLE_RANK and key[1] == 0 and key[2] < 3 and not roles[t]]
     if unannounced and not NAMING_ROLES & set(roles.values()):
@@ -875,12 +887,23 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
         # and then what a clinician named just before it did ("Dr. Doe landed on sinus
         # infection", "Dr Roe is going with kidney stones", rule 11), and then what fills a
         # field's value whole ("what the GP thinks: hay fever", "Details: gout; ...", rule 9)
-        first = min(unannounced, key=lambda t: (
+        firsts = sorted(unannounced, key=lambda t: (
             not _said(tokens, best[t][5]), not _after_clinician(tokens, best[t][5]),
             best[t][2], not _field_value(tokens, best[t][5], last_token[t]), best[t]))
-        best[first] = (UNANNOUNCED_RANK, *best[first][1:])
+        chosen: list[str] = []
+        for term in firsts:  # a part of a chosen term names the same thing: not a second
+            if len(chosen) < UNANNOUNCED_PLACES and not any(
+                    _word_part(term, other) or _word_part(other, term) for other in chosen):
+                # the second sorts right after the first (its demotion slot holds 1)
+                best[term] = (UNANNOUNCED_RANK, len(chosen), *best[term][2:])
+                chosen.append(term)
     ranked = sorted(best, key=lambda term: best[term])[:K_e]
     return DocumentTerms(tuple(ranked), tuple(roles[t] for t in ranked))
+
+
+def _word_part(part: str, whole: str) -> bool:
+    """``part`` is ``whole`` or a run of its words ("guylian range" of "the guylian range")."""
+    return f" {part} " in f" {whole} "
 
 
 #: Demotions of an unannounced term inside its role rank (public prior, rule 5): a heading
