@@ -368,7 +368,7 @@ def test_dataset_help_says_fresh_is_for_a_final_measurement(capsys) -> None:
     assert "blind8: an eighth set, measured blind once and read since" in text
     assert "blind9: a ninth set, measured blind once (its conditions read since)" in text
     assert "blind10: a tenth set, measured blind once and read since" in text
-    assert "blind11: an eleventh set, not yet read or measured" in text
+    assert "blind11: an eleventh set, measured blind and not read" in text
 
 
 def test_eval_harness_generates_the_kinds(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ def add_parser(subparsers: Any) -> None:
                              "set, measured blind once and read since; blind9: a ninth set, "
                              "measured blind once (its conditions read since); blind10: a "
                              "tenth set, measured blind once and read since; blind11: an "
-                             "eleventh set, not yet read or measured")
+                             "eleventh set, measured blind and not read")
     parser.add_argument("--heldout", action="store_true",
                         help="'conditions' and 'films' only: the same as --templates heldout")
     parser.set_defaults(handler=run_dataset)

@@ -48,7 +48,8 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   misspellings showed four words of one).
   ``"blind10"`` is a tenth variant, written by a helper and measured blind once (facts
   rules 13); read since.
-  ``"blind11"`` is an eleventh variant, written by a helper and not yet measured.
+  ``"blind11"`` is an eleventh variant, written by a helper and measured blind (facts rules 15
+  and 16), not read.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 

@@ -1,6 +1,7 @@
 """The ``blind11`` note and query templates of the ``conditions`` and ``films`` generators.
 
-An eleventh variant, written by a helper for one blind measurement; not yet read or measured.
+An eleventh variant, written by a helper for one blind measurement; measured blind (facts rules
+15 and 16) and not read.
 Chosen by ``templates="blind11"`` in :mod:`dpsynrag.eval.datasets_ordinary`, which maps the
 variant name to these sets. Same placeholders and rules as the other variants there (each
 note holds its answer verbatim; queries share no word with any answer).
