@@ -11,8 +11,10 @@ import pytest
 from test_build import SMALL, HashEmbedder
 from test_private_prediction import tiny_llm
 
+import dpsynrag
 from dpsynrag.eval.harness import EvalError, EvalSettings, measure_corpus, run_eval
 from dpsynrag.models.lazy import LazyModels
+from dpsynrag.pipeline.config import FACTS_RULES_VERSION
 
 
 @pytest.fixture(autouse=True)
@@ -37,6 +39,11 @@ def test_every_method_runs_and_the_report_is_written(tmp_path: Path) -> None:
         ("dp-synrag-hard", 10.0)}
     for name in ("results.json", "results.md", "utility_vs_epsilon.png"):
         assert (tmp_path / "report" / name).stat().st_size > 0
+    # every run records the package it imported, and the report names it
+    package = str(Path(dpsynrag.__file__).resolve().parent)
+    assert {m["runs"][0]["code"]["package_dir"] for m in results["methods"]} == {package}
+    assert f"facts rules {FACTS_RULES_VERSION}" in (tmp_path / "report" / "results.md"
+                                                     ).read_text()
     by_method = {m["method"]: m["runs"][0] for m in results["methods"]}
     # the private RAG baseline retrieves over the notes themselves, which name every disease
     assert by_method["rag"]["recall_at_k"] > 0

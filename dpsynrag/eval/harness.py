@@ -64,6 +64,7 @@ from dpsynrag.eval.metrics import (
     verbatim_spans,
     weighted_recall_at_k,
 )
+from dpsynrag.eval.provenance import code_provenance
 from dpsynrag.eval.query_methods import run_query_method
 from dpsynrag.eval.rag import CorpusIndex
 from dpsynrag.eval.report import write_markdown, write_plots
@@ -462,6 +463,7 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, models: LazyModels | N
     work = report_dir / "work"
     (report_dir / "runs").mkdir(exist_ok=True)
     _check_resumable(settings, report_dir)
+    code = code_provenance()  # which package this process imported (eval.provenance)
     data = load_data(settings, work)
     if models is None:
         models = LazyModels(settings.build_options.get("model"),
@@ -517,6 +519,7 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, models: LazyModels | N
                     result = _run_dp_synrag(settings, data, runner, models, work, method,
                                             epsilon, run)
                 result["wall_seconds"] = time.monotonic() - started
+                result["code"] = code
                 path.write_text(json.dumps(result, indent=1, sort_keys=True))
                 entry["runs"].append(result)
                 progress(f"{label}: done in {result['wall_seconds']:.0f} s")

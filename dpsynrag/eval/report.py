@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dpsynrag.eval.provenance import describe_code
+
 __all__ = [
     "LEAKAGE_METRICS",
     "STAGES",
@@ -54,6 +56,8 @@ _LABELS = {
     "verbatim_spans_one_note": "Verbatim spans of one note",
 }
 _DASH = "–"
+#: A run's records that are not metrics: the code it ran (``eval.provenance``).
+RECORD_KEYS = frozenset({"code"})
 
 
 # ---------------------------------------------------------------------------------- summary
@@ -67,10 +71,10 @@ def _number(value: Any, where: str) -> float:
 
 def _flatten(run: Mapping[str, Any], where: str) -> dict[str, float]:
     """One run's metrics; a mapping such as ``stage_rho`` becomes ``stage_rho.<stage>``;
-    None means missing."""
+    None means missing; ``RECORD_KEYS`` are no metrics."""
     out: dict[str, float] = {}
     for name, value in run.items():
-        if value is None:
+        if value is None or name in RECORD_KEYS:
             continue
         if isinstance(value, Mapping):
             for stage, number in value.items():
@@ -231,6 +235,11 @@ def write_markdown(results: Mapping[str, Any], path: str | Path, *,
             lines += [f"## {title}", ""]
             lines += [f"- {key}: {value}" for key, value in block.items()]
             lines.append("")
+    runs = [run for entry in results.get("methods") or [] for run in entry.get("runs") or []]
+    if runs:
+        lines += ["## Code", "", "The package each run imported (`eval.provenance`):", ""]
+        lines += [f"- {line}" for line in describe_code(run.get("code") for run in runs)]
+        lines.append("")
 
     lines += ["## Table 1: utility", "",
               "Mean ± sample standard deviation over runs (a single value: one run). "
