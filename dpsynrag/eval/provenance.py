@@ -14,6 +14,7 @@ Privacy: public facts about the code only; nothing here reads data.
 from __future__ import annotations
 
 import subprocess
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ def code_provenance() -> dict[str, Any]:
 def describe_code(records: Iterable[Mapping[str, Any] | None]) -> list[str]:
     """One line per distinct code record among a report's runs (runs without one: older
     reports), most frequent first: "commit abc1234 (clean), facts rules 16, <dir>: 9 runs"."""
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     for record in records:
         if not record:
             line = "not recorded (a run from before the record)"
@@ -67,6 +68,6 @@ def describe_code(records: Iterable[Mapping[str, Any] | None]) -> list[str]:
                 where = "no git checkout"
             line = (f"{where}, facts rules {record.get('facts_rules')}, "
                     f"version {record.get('version')}, {record.get('package_dir')}")
-        counts[line] = counts.get(line, 0) + 1
+        counts[line] += 1
     return [f"{line}: {n} run{'s' if n != 1 else ''}"
-            for line, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+            for line, n in counts.most_common()]
