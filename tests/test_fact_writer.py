@@ -99,21 +99,48 @@ def test_clusters_below_support_or_without_facts_are_dropped() -> None:
         _row(grenaethix=19, fever=20),            # below an explicit min_support of 20
     ], dtype=np.int64)
     anchors = ["grenaethix"] * 4
-    facts = select_facts(noisy, DOMAIN, anchors, PHRASES, sigma)
+    rules_16 = FactRule(min_facts=1, require_keywords=True)
+    facts = select_facts(noisy, DOMAIN, anchors, PHRASES, sigma, rules_16)
     assert facts[0] is None and facts[1] is None
     assert facts[2] is not None and facts[2].keywords == ("fever",)
     assert facts[3] is not None
-    strict = select_facts(noisy, DOMAIN, anchors, PHRASES, sigma, FactRule(min_support=20))
+    strict = select_facts(noisy, DOMAIN, anchors, PHRASES, sigma,
+                          FactRule(min_support=20, min_facts=1, require_keywords=True))
     assert strict[3] is None and strict[2] is not None
-    lenient = select_facts(noisy, DOMAIN, anchors, PHRASES, sigma,
-                           FactRule(min_facts=0, require_keywords=False))
+    # the default (facts rules 17): a supported cluster without a fact is kept, bare
+    lenient = select_facts(noisy, DOMAIN, anchors, PHRASES, sigma)
+    assert lenient[0] is None
     assert lenient[1] == ClusterFacts(1, "grenaethix", 30, (), ())
     assert write_notes(facts) == ["Reported: fever. Grenaethix."] * 2
-    # a cluster whose only facts are phrases (a name anchor, say) is dropped by default
+    # a cluster whose only facts are phrases (a name anchor, say) was dropped by rules 16
     names_only = np.array([_row(grenaethix=30, familial_feshukia=30)], dtype=np.int64)
-    assert select_facts(names_only, DOMAIN, ["grenaethix"], PHRASES, sigma) == [None]
-    assert select_facts(names_only, DOMAIN, ["grenaethix"], PHRASES, sigma,
-                        FactRule(require_keywords=False))[0] is not None
+    assert select_facts(names_only, DOMAIN, ["grenaethix"], PHRASES, sigma, rules_16) == [None]
+    assert select_facts(names_only, DOMAIN, ["grenaethix"], PHRASES, sigma)[0] is not None
+
+
+def test_a_cluster_below_support_stays_when_it_holds_its_released_anchor() -> None:
+    sigma = 8.0  # about epsilon 1: the absolute threshold lies above a small answer's count
+    c_abs = absolute_threshold(sigma, len(DOMAIN), FactRule().false_facts)
+    below = c_abs - 3
+    noisy = np.array([
+        _row(grenaethix=below),          # holds most of what offered it: kept, bare
+        _row(grenaethix=below),          # its anchor's documents went elsewhere: dropped
+        _row(grenaethix=0),              # nothing in the cluster: dropped whatever A says
+    ], dtype=np.int64)
+    anchors = ["grenaethix"] * 3
+    cases = [{"grenaethix": below + 2}, {"grenaethix": 3 * below}, {"grenaethix": 0}]
+    kept = [select_facts(noisy[[r]], DOMAIN, [anchor], PHRASES, sigma,
+                         anchor_counts=counts)[0]
+            for r, (anchor, counts) in enumerate(zip(anchors, cases, strict=True))]
+    assert kept[0] == ClusterFacts(0, "grenaethix", below, (), ())
+    assert kept[1] is None and kept[2] is None
+    # without the released counts (or with held_share above 1) the threshold alone decides
+    assert select_facts(noisy[[0]], DOMAIN, ["grenaethix"], PHRASES, sigma) == [None]
+    assert select_facts(noisy[[0]], DOMAIN, ["grenaethix"], PHRASES, sigma,
+                        FactRule(held_share=1.5), anchor_counts=cases[0]) == [None]
+    assert write_notes(kept[:1]) == ["Grenaethix."]
+    with pytest.raises(ValueError, match="held_share"):
+        FactRule(held_share=-0.1)
 
 
 def test_keywords_every_document_uses_are_not_facts_of_a_cluster() -> None:
@@ -161,7 +188,7 @@ def test_the_writer_sees_released_values_only() -> None:
     assert list(inspect.signature(write_note).parameters) == ["facts"]
     assert list(inspect.signature(select_facts).parameters) == [
         "noisy", "domain", "anchors", "phrases", "sigma", "rule", "keyword_share",
-        "phrase_share", "roles"]
+        "phrase_share", "roles", "anchor_counts"]  # anchor_counts: the released A
     noisy = np.array([_row(grenaethix=30, fever=20, rash=25)], dtype=np.int64)
     once = write_notes(select_facts(noisy, DOMAIN, ["grenaethix"], PHRASES, 2.0))
     twice = write_notes(select_facts(noisy.copy(), DOMAIN, ["grenaethix"], PHRASES, 2.0))

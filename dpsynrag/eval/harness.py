@@ -380,7 +380,7 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     facts = select_facts(exact, domain, order, set(anchors), 1e-3,
                          FactRule(label=config.facts_label), keyword_share=shares,
                          phrase_share={p: c / n for p, c in anchors.items()} if roles is not None
-                         else None, roles=roles)
+                         else None, roles=roles, anchor_counts=anchors)
     return write_notes(facts)
 
 

@@ -92,7 +92,9 @@ TOKENS_RHO_HIST = 0.1
 #: own cue contradicts (``facts.term_choice.anchor_terms``).
 #: 16: before the release, two unannounced terms take the places after the naming roles
 #: (``facts.terms.UNANNOUNCED_PLACES``), a part of the first not the second.
-FACTS_RULES_VERSION = 16
+#: 17: a kept cluster needs no keyword, and one below the support threshold stays when it
+#: holds at least half the released count of its anchor (``facts.fact_writer``).
+FACTS_RULES_VERSION = 17
 
 
 class ConfigError(ValueError):

@@ -277,7 +277,8 @@ def write_facts(ctx: BuildContext, keywords: ReleasedKeywords, phrases: Released
                              phrase_share={p: max(float(c), 0.0) / n_hat
                                            for p, c in phrases.released.items()}
                              if terms_mode else None,
-                             roles=phrases.roles) if clusters.noisy is not None else []
+                             roles=phrases.roles,
+                             anchor_counts=phrases.released) if clusters.noisy is not None else []
         written = [item for item in facts if item is not None]  # dropped: by released values
         notes = write_notes(written)
     return written, notes
