@@ -9,7 +9,8 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 # waits leave a core idle (pytest 497 s against 575 s with two, measured here). A test file's
 # tests run on one worker (its module fixtures are built once), except the runbooks: each is
 # a unit of its own, and they start first, the slowest first (tests/conftest.py);
-# `make test TEST_WORKERS=0` runs in one process.
+# `make test TEST_WORKERS=0` runs in one process. The 25 slowest tests are listed at the end
+# (--durations), so that a CI log shows where a slow run spent its time.
 TEST_WORKERS ?= 3
 PYTEST_ARGS ?=
 
@@ -78,8 +79,8 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	@$(BIN)/mypy > $(VENV)/mypy.log 2>&1 & mypy=$$!; \
-	echo "$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) (mypy beside it)"; \
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); tests=$$?; \
+	echo "$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS) (mypy beside it)"; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS); tests=$$?; \
 	wait $$mypy; types=$$?; echo "$(BIN)/mypy:"; cat $(VENV)/mypy.log; \
 	exit $$(( tests ? tests : types ))
 

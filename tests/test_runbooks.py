@@ -22,6 +22,11 @@ RUNBOOKS_DIR = REPO / "runbooks"
 # Started first, in this order, so that no long runbook is left for the end of the run (the
 # others follow in alphabetical order).
 SLOWEST_FIRST = ("scheduled-build", "facts-mode", "ray-cluster", "budget-exhausted", "handoff")
+# Under ``make test`` a runbook's time limit only catches a hang: how fast a runbook runs is
+# not what this test asserts (speed targets live in benchmarks/). scheduled-build passed
+# within the runner's default 300 s for weeks, then ran past it on a CI machine about half as
+# fast (the whole suite 2.2 x slower) while the other xdist workers shared its two cores.
+SUITE_TIMEOUT = 1200.0
 
 
 def _load_check() -> ModuleType:
@@ -176,7 +181,8 @@ def test_runbook_runs_as_written(runbook: Path, clinic_notes: Path,
     # A short scratch path (Ray's socket paths must stay under 108 bytes); math threads: the
     # worker's share of the cores (tests/conftest.py), inherited by the runbook's commands.
     scratch = tmp_path_factory.mktemp(runbook.stem) / "scratch"
-    result = check.run_runbook(runbook, scratch=scratch, data_source=clinic_notes)
+    result = check.run_runbook(runbook, scratch=scratch, data_source=clinic_notes,
+                               timeout=SUITE_TIMEOUT)
     text = check.report(result)
     print(text)  # the skipped blocks and their reasons, the time of each block
     assert all(block.skip_reason and block.skip_reason.strip() for block in result.skipped)
