@@ -143,6 +143,30 @@ def test_a_cluster_below_support_stays_when_it_holds_its_released_anchor() -> No
         FactRule(held_share=-0.1)
 
 
+def test_keywords_need_the_stricter_false_keyword_threshold() -> None:
+    sigma = 8.0  # about epsilon 1 (sigma_C 8.6)
+    c_abs = absolute_threshold(sigma, len(DOMAIN), FactRule().false_facts)
+    c_kw = absolute_threshold(sigma, len(DOMAIN), FactRule().false_keywords)
+    assert FactRule().false_keywords == 0.1 and c_kw > c_abs
+    noisy = np.array([
+        # a count between the two thresholds: the phrase stays, the keyword does not
+        _row(familial_feshukia=c_abs, grenaethix=2 * c_abs, fever=c_abs, rash=c_kw),
+        # the support needs only c_abs, so a cluster left without keywords stays, bare
+        _row(familial_feshukia=c_abs, fever=c_kw - 1),
+    ], dtype=np.int64)
+    anchors = ["familial feshukia", "familial feshukia"]
+    lenient = FactRule(frac=0.0, frac_phrases=0.0)
+    first, second = select_facts(noisy, DOMAIN, anchors, PHRASES, sigma, lenient)
+    assert first == ClusterFacts(0, "familial feshukia", c_abs, ("grenaethix",), ("rash",))
+    assert second == ClusterFacts(1, "familial feshukia", c_abs, (), ())
+    # false_keywords = false_facts is the rule of facts rules 17: one threshold for both
+    rules_17 = replace(lenient, false_keywords=lenient.false_facts)
+    assert select_facts(noisy, DOMAIN, anchors, PHRASES, sigma, rules_17)[0] == ClusterFacts(
+        0, "familial feshukia", c_abs, ("grenaethix",), ("rash", "fever"))
+    with pytest.raises(ValueError, match="false_keywords"):
+        FactRule(false_keywords=0.0)
+
+
 def test_keywords_every_document_uses_are_not_facts_of_a_cluster() -> None:
     sigma = 1.0
     noisy = np.array([_row(grenaethix=40, fever=36, rash=12, cough=30)], dtype=np.int64)

@@ -17,13 +17,17 @@ Selection rule for cluster r with anchor a (all values noisy, all thresholds pub
   (22), so an answer written by 25 documents was released and then dropped here; a cluster
   left with few of the documents that offered its anchor (a drug whose documents joined
   their diagnoses' clusters) is still dropped;
-* a keyword v is kept if noisy h_r[v] >= max(c_abs, frac * s_r) and, given the corpus
+* a keyword v is kept if noisy h_r[v] >= max(c_kw, frac * s_r) and, given the corpus
   shares estimated from the released keyword histogram, its share in the cluster is at least
   ``min_lift`` times its share in the corpus; a related phrase is kept if h_r[v] >=
   max(c_abs, frac_phrases * s_r). c_abs is the smallest integer c with |D| * P(N_Z(0,
   sigma^2) >= c) <= ``false_facts``: an item no member holds passes it with probability <=
   false_facts / |D|, so a cluster gets at most ``false_facts`` invented facts on average
-  (computed from the exact discrete Gaussian pmf);
+  (computed from the exact discrete Gaussian pmf). c_kw is the same threshold at
+  ``false_keywords`` (facts rules 18: 0.1, before them ``false_facts``): with one invented
+  keyword per cluster on average, a build of 30 clusters at epsilon 1 wrote about 30 words
+  that no document holds ("Reported: heterodontoid. Likely diagnosis: Asthma."), and a
+  sentence embedder matched questions to them;
 * kept items are ordered by noisy count (descending, ties by string) and capped, phrases of A
   (``max_phrases``) and keywords of W (``max_keywords``) separately; a cluster with fewer than
   ``min_facts`` kept items, or (``require_keywords``) without a kept keyword, is dropped.
@@ -35,7 +39,10 @@ Selection rule for cluster r with anchor a (all values noisy, all thresholds pub
 
 Measured (facts rules 16 -> 17, the same seeded noise, one build per set, recall@10 of the
 evaluation's retriever, the five read conditions sets and five read films sets): at
-epsilon 1 conditions 0.47 -> 0.55 on average and films level (docs/evaluation.md).
+epsilon 1 conditions 0.47 -> 0.55 on average and films level (docs/evaluation.md). Rules
+17 -> 18 (``false_keywords`` 1 -> 0.1), the same way: epsilon 1 conditions 0.546 -> 0.568,
+films 0.395 -> 0.403; epsilon 3 conditions 0.693 -> 0.706, films 0.594 -> 0.586; epsilon
+10 level (a stricter threshold for the support as well lost clusters of films at epsilon 3).
 
 The note is a fixed template: ``"{label}: {keyword} {keyword}. {Name} / {Name}."`` with
 phrases in title case (:func:`display_phrase`), names with more words first (:func:`write_note`).
@@ -74,7 +81,8 @@ class FactRule:
     """Public selection parameters (see the module docstring)."""
 
     frac: float = 0.2  # keywords: kept at >= frac x the anchor's noisy count
-    false_facts: float = 1.0
+    false_facts: float = 1.0  # support and related phrases: invented ones per cluster (c_abs)
+    false_keywords: float = 0.1  # keywords: invented ones per cluster (c_kw; rules <= 17: 1.0)
     min_support: float | None = None  # None: the absolute threshold c_abs
     min_facts: int = 0
     max_phrases: int = 8
@@ -90,6 +98,8 @@ class FactRule:
             raise ValueError("frac must lie in [0, 1]")
         if not (math.isfinite(self.false_facts) and self.false_facts > 0):
             raise ValueError("false_facts must be a finite positive number")
+        if not (math.isfinite(self.false_keywords) and self.false_keywords > 0):
+            raise ValueError("false_keywords must be a finite positive number")
         if not (math.isfinite(self.frac_phrases) and self.frac_phrases >= 0):
             raise ValueError("frac_phrases must be a finite non-negative number")
         if not (math.isfinite(self.held_share) and self.held_share >= 0):
@@ -179,6 +189,7 @@ def select_facts(
     if len(index) != len(domain):
         raise ValueError("the domain must not list an item twice")
     c_abs = absolute_threshold(sigma, len(domain), rule.false_facts)
+    c_kw = absolute_threshold(sigma, len(domain), rule.false_keywords)
     min_support = c_abs if rule.min_support is None else rule.min_support
     phrase_set = set(phrases)
     out: list[ClusterFacts | None] = []
@@ -190,7 +201,7 @@ def select_facts(
         if support < min_support and not _held(support, anchor, anchor_counts, rule):
             out.append(None)
             continue
-        cut = max(float(c_abs), rule.frac * support)
+        cut = max(float(c_kw), rule.frac * support)
         cut_phrases = max(float(c_abs), rule.frac_phrases * support)
         kept = [int(j) for j in np.flatnonzero(row >= min(cut, cut_phrases))
                 if domain[int(j)] != anchor]
