@@ -1,10 +1,11 @@
 """Scale-out (issue 17): the Ray runner with more than one model actor.
 
 The layout of the actors and the order in which ordered mode answers them are tested without
-Ray. Then a local Ray cluster (2 CPUs, its own temporary directory) runs the same seeded build
-with one and with two CPU model actors; tiny models are saved to disk so that every actor
-loads its own copy by path, as on a cluster. Both must release exactly the same: every ledger
-release (name, parameters, value), the rho spent and the synthetic texts.
+Ray. Then the same seeded build runs in process (the local runner, one torch thread) and on a
+local Ray cluster (2 CPUs, its own temporary directory) with two CPU model actors, in host and
+in device token sampling; tiny models are saved to disk so that every actor loads its own copy
+by path, as on a cluster. All must release exactly the same: every ledger release (name,
+parameters, value), the rho spent and the synthetic texts.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.signing import generate_keypair
 from dpsynrag.eval.datasets import write_clinic_dataset
 from dpsynrag.pipeline import runners
-from dpsynrag.pipeline.build import BuildSummary, run_build
+from dpsynrag.pipeline.build import BuildSummary, make_runner, run_build
 from dpsynrag.pipeline.config import make_config
 from dpsynrag.transforms.prediction_release import PartitionTokenSampler
 
@@ -109,15 +110,15 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _build(inputs: dict[str, Path], tmp: Path, workers: int,
            monkeypatch: pytest.MonkeyPatch, token_sampling: str = "host",
-           name: str | None = None) -> tuple[BuildSummary, list[list[int]], int]:
-    """A seeded build through ``make_runner`` (a Ray runner of ``workers`` actors on the
-    module's cluster). Returns the summary, the groups of every call to the token sampler
-    (its votes in host mode, its uniforms in device mode), and the number of model actors
-    the runner had. ``name`` (default: the worker count) names the output and state dirs."""
+           name: str | None = None, runner: runners.Runner | None = None
+           ) -> tuple[BuildSummary, list[list[int]]]:
+    """A seeded build: ``workers`` 0 runs it in process (the local runner, the reference);
+    otherwise on ``runner``, a Ray runner of ``workers`` actors on the module's cluster made by
+    ``make_runner`` from the same config, which the build leaves open. Returns the summary and
+    the groups of every call to the token sampler (its votes in host mode, its uniforms in
+    device mode). ``name`` (default: the worker count) names the output and state dirs."""
     calls: list[list[int]] = []
-    actors: list[int] = []
-    sample, close = PartitionTokenSampler.__call__, runners.RayRunner.close
-    uniforms = PartitionTokenSampler.draw_uniforms
+    sample, uniforms = PartitionTokenSampler.__call__, PartitionTokenSampler.draw_uniforms
     name = name or str(workers)
 
     def recording_sample(self: PartitionTokenSampler, votes: np.ndarray,
@@ -130,22 +131,23 @@ def _build(inputs: dict[str, Path], tmp: Path, workers: int,
         calls.append(list(active))
         return uniforms(self, active)
 
-    def counting_close(self: runners.RayRunner) -> None:
-        actors.append(len(self.workers))
-        close(self)
-
-    config = make_config(None, {**TINY, "workers": workers, "model": str(inputs["llm"]),
-                                "embedder": str(inputs["embedder"]),
-                                "token_sampling": token_sampling})
+    config = _config(inputs, workers, token_sampling)
+    assert (runner is None) == (workers == 0)
     with monkeypatch.context() as patch:
         patch.setattr(PartitionTokenSampler, "__call__", recording_sample)
         patch.setattr(PartitionTokenSampler, "draw_uniforms", recording_uniforms)
-        patch.setattr(runners.RayRunner, "close", counting_close)
         summary = run_build(inputs["notes"], tmp / f"out-{name}", config,
                             state_dir=tmp / f"state-{name}", signing_key=inputs["key"],
-                            corpus_ledger=False)
-    assert actors == [workers]  # run_build made the runner and closed it
-    return summary, calls, actors[0]
+                            corpus_ledger=False, runner=runner)
+    return summary, calls
+
+
+def _config(inputs: dict[str, Path], workers: int, token_sampling: str = "host") -> Any:
+    """The tiny seeded build's config: the local runner for 0 workers, else Ray."""
+    options = {**TINY, "model": str(inputs["llm"]), "embedder": str(inputs["embedder"]),
+               "token_sampling": token_sampling}
+    options.update({"runner": "local"} if workers == 0 else {"workers": workers})
+    return make_config(None, options)
 
 
 def _ledger(state: Path) -> tuple[dict[str, dict[str, Any]], float]:
@@ -161,17 +163,24 @@ def _ledger(state: Path) -> tuple[dict[str, dict[str, Any]], float]:
 
 
 @pytest.mark.slow
-def test_two_cpu_actors_release_exactly_what_one_actor_releases(
+@pytest.mark.usefixtures("one_torch_thread")
+def test_two_cpu_actors_release_exactly_what_the_local_runner_releases(
         ray_cluster: Any, inputs: dict[str, Path], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same seeded build in process (one torch thread, as each actor) and on two Ray
+    actors, in host and in device sampling (one Ray runner for both: its actors start once)."""
     started = time.monotonic()
-    one, one_calls, _ = _build(inputs, tmp_path, 1, monkeypatch)
-    two, two_calls, actors = _build(inputs, tmp_path, 2, monkeypatch)
-    device, device_calls, device_actors = _build(inputs, tmp_path, 2, monkeypatch,
-                                                 token_sampling="device", name="2-device")
-    print(f"three seeded builds (1 and 2 actors, 2 with device sampling): "
+    one, one_calls = _build(inputs, tmp_path, 0, monkeypatch)
+    runner = make_runner(_config(inputs, 2), state_dir=tmp_path / "ray-state")
+    try:
+        assert isinstance(runner, runners.RayRunner) and len(runner.workers) == 2
+        two, two_calls = _build(inputs, tmp_path, 2, monkeypatch, runner=runner)
+        device, device_calls = _build(inputs, tmp_path, 2, monkeypatch, runner=runner,
+                                      token_sampling="device", name="2-device")
+    finally:
+        runner.close()
+    print(f"three seeded builds (in process, 2 actors in host and device sampling): "
           f"{time.monotonic() - started:.1f} s")
-    assert actors == device_actors == 2
     # device-side sampling (the worker computes each token from the ledger's uniform) asks
     # for the same draws in the same order and releases exactly the same
     assert device_calls == two_calls
@@ -180,9 +189,9 @@ def test_two_cpu_actors_release_exactly_what_one_actor_releases(
     device_table = pq.read_table(tmp_path / "out-2-device" / "corpus.parquet").to_pydict()
     groups = one.synthetic_texts
     assert groups == two.synthetic_texts == TINY["R"]
-    # one actor asks for every group's token at each step; two actors shared stage (d):
+    # in process every group's token is asked for at each step; two actors shared stage (d):
     # their first calls are two disjoint halves, every later call is within one of them, and
-    # answered in turn they ask for the draws in the order one actor does
+    # answered in turn they ask for the draws in the order the local runner does
     assert one_calls[0] == list(range(groups))
     first, second = set(two_calls[0]), set(two_calls[1])
     assert first and second and not first & second and first | second == set(range(groups))
@@ -190,7 +199,7 @@ def test_two_cpu_actors_release_exactly_what_one_actor_releases(
     assert len(two_calls) > len(one_calls)
     assert [g for c in two_calls for g in c] == [g for c in one_calls for g in c]
     # the same ledger: every release, its parameters and value; the same rho
-    releases_one, rho_one = _ledger(tmp_path / "state-1")
+    releases_one, rho_one = _ledger(tmp_path / "state-0")
     releases_two, rho_two = _ledger(tmp_path / "state-2")
     assert any(key.endswith("/token/000") for key in releases_one)
     assert releases_two.keys() == releases_one.keys()
@@ -198,7 +207,7 @@ def test_two_cpu_actors_release_exactly_what_one_actor_releases(
         assert releases_two[key] == release, key
     assert rho_two == rho_one == two.rho_spent == one.rho_spent > 0
     # the same synthetic texts, cluster by cluster
-    table_one = pq.read_table(tmp_path / "out-1" / "corpus.parquet").to_pydict()
+    table_one = pq.read_table(tmp_path / "out-0" / "corpus.parquet").to_pydict()
     table_two = pq.read_table(tmp_path / "out-2" / "corpus.parquet").to_pydict()
     for column in ("id", "text", "tokens", "cluster_keyword"):
         assert table_two[column] == table_one[column] == device_table[column], column
