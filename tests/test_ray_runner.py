@@ -234,8 +234,10 @@ def test_the_stage_d_benchmark_counts_row_token_steps_through_one_actor(
     for run in runs:
         assert run["group_tokens"] == 6  # no EOS ids given: T = 3 tokens per group
         assert run["token_steps"] == 3 * 2 + 3 * 3
-        assert run["token_steps_per_s"] == pytest.approx(run["token_steps"]
-                                                         / run["wall_seconds"], rel=0.02)
+        # the benchmark rounds the rate to 2 decimals: on a slow run (0.15 steps/s) that alone
+        # moves it by more than 2 %
+        assert run["token_steps_per_s"] == pytest.approx(
+            run["token_steps"] / run["wall_seconds"], rel=0.02, abs=0.005)
     with Ledger(tmp_path / "host.sqlite") as host, Ledger(tmp_path / "device.sqlite") as device:
         assert [host.released_value(r.key) for r in host.releases()] == \
             [device.released_value(r.key) for r in device.releases()]
