@@ -28,6 +28,7 @@ from dpsynrag.accounting.certificate import verify_output
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.signing import generate_keypair
 from dpsynrag.eval.datasets import write_clinic_dataset
+from dpsynrag.pipeline import build as build_module
 from dpsynrag.pipeline import runners
 from dpsynrag.pipeline.build import BuildSummary, make_runner, run_build
 from dpsynrag.pipeline.config import make_config
@@ -113,10 +114,11 @@ def _build(inputs: dict[str, Path], tmp: Path, workers: int,
            name: str | None = None, runner: runners.Runner | None = None
            ) -> tuple[BuildSummary, list[list[int]]]:
     """A seeded build: ``workers`` 0 runs it in process (the local runner, the reference);
-    otherwise on ``runner``, a Ray runner of ``workers`` actors on the module's cluster made by
-    ``make_runner`` from the same config, which the build leaves open. Returns the summary and
-    the groups of every call to the token sampler (its votes in host mode, its uniforms in
-    device mode). ``name`` (default: the worker count) names the output and state dirs."""
+    otherwise on Ray: on ``runner`` when given (a runner of ``workers`` actors on the module's
+    cluster, which the build leaves open), else on the one ``run_build`` makes. Returns the
+    summary and the groups of every call to the token sampler (its votes in host mode, its
+    uniforms in device mode). ``name`` (default: the worker count) names the output and state
+    dirs."""
     calls: list[list[int]] = []
     sample, uniforms = PartitionTokenSampler.__call__, PartitionTokenSampler.draw_uniforms
     name = name or str(workers)
@@ -132,7 +134,6 @@ def _build(inputs: dict[str, Path], tmp: Path, workers: int,
         return uniforms(self, active)
 
     config = _config(inputs, workers, token_sampling)
-    assert (runner is None) == (workers == 0)
     with monkeypatch.context() as patch:
         patch.setattr(PartitionTokenSampler, "__call__", recording_sample)
         patch.setattr(PartitionTokenSampler, "draw_uniforms", recording_uniforms)
@@ -148,6 +149,20 @@ def _config(inputs: dict[str, Path], workers: int, token_sampling: str = "host")
                "token_sampling": token_sampling}
     options.update({"runner": "local"} if workers == 0 else {"workers": workers})
     return make_config(None, options)
+
+
+class _SharedRunner:
+    """The test's Ray runner handed to ``run_build`` as the one it made: a ``close`` is
+    counted and the actors stay up for the next build."""
+
+    def __init__(self, runner: runners.Runner) -> None:
+        self.runner, self.closed = runner, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.runner, name)
+
+    def close(self) -> None:
+        self.closed += 1
 
 
 def _ledger(state: Path) -> tuple[dict[str, dict[str, Any]], float]:
@@ -172,9 +187,19 @@ def test_two_cpu_actors_release_exactly_what_the_local_runner_releases(
     started = time.monotonic()
     one, one_calls = _build(inputs, tmp_path, 0, monkeypatch)
     runner = make_runner(_config(inputs, 2), state_dir=tmp_path / "ray-state")
+    made: list[_SharedRunner] = []
+
+    def make_shared(config: Any, state_dir: Path | None = None) -> _SharedRunner:
+        assert config.workers == 2 and state_dir == tmp_path / "state-2"
+        made.append(_SharedRunner(runner))
+        return made[-1]
+
     try:
         assert isinstance(runner, runners.RayRunner) and len(runner.workers) == 2
-        two, two_calls = _build(inputs, tmp_path, 2, monkeypatch, runner=runner)
+        with monkeypatch.context() as patch:
+            patch.setattr(build_module, "make_runner", make_shared)
+            two, two_calls = _build(inputs, tmp_path, 2, monkeypatch)
+        assert [shared.closed for shared in made] == [1]  # run_build made it and closed it
         device, device_calls = _build(inputs, tmp_path, 2, monkeypatch, runner=runner,
                                       token_sampling="device", name="2-device")
     finally:
