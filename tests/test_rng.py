@@ -51,6 +51,87 @@ def test_bernoulli_exp_minus_is_exact_in_distribution(numerator: int, denominato
         assert stats.binomtest(hits, trials, expected).pvalue > 1e-3
 
 
+@pytest.mark.parametrize("high", [1, 2, 7, 61, 2**62 + 3])
+def test_integers_array_is_uniform_and_in_range(high: int) -> None:
+    """Chi-square on 7 equal-probability bins of [0, high) (high 7: the values themselves;
+    bins of unequal size are weighted by their exact size), n = 35,000, fixed seed,
+    alpha = 1e-3 per case (a correct sampler fails one case with probability <= 5e-3)."""
+    draws = secure_rng(high % 1000 + 31).integers_array(high, 35_000)
+    assert draws.dtype == np.int64 and draws.shape == (35_000,)
+    assert draws.min() >= 0 and draws.max() < high
+    if high == 1:
+        assert not draws.any()
+        return
+    bins = min(high, 7)
+    edges = [high * j // bins for j in range(bins + 1)]
+    observed = np.histogram(draws, bins=np.asarray(edges, dtype=np.float64))[0]
+    sizes = np.diff(np.asarray(edges, dtype=np.float64))
+    assert stats.chisquare(observed, 35_000 * sizes / high).pvalue > 1e-3
+
+
+def test_integers_array_refuses_ranges_it_cannot_draw() -> None:
+    for bad in (0, 2**63 + 1):
+        with pytest.raises(ValueError):
+            secure_rng(0).integers_array(bad, 3)
+
+
+@pytest.mark.parametrize("numerator,denominator", [(1, 3), (1, 1), (5, 2), (7, 3),
+                                                   (10**30 + 7, 3 * 10**29)])
+def test_vectorised_bernoulli_exp_minus_is_exact_in_distribution(numerator: int,
+                                                                 denominator: int) -> None:
+    """Binomial tests against exp(-n/d) for the array draws (small integers) and the
+    repeated draws of one rational of any size, n = 40,000 each, fixed seeds,
+    alpha = 1e-3 / 2 per comparison (Bonferroni)."""
+    expected = float(np.exp(-numerator / denominator))
+    rng = secure_rng(numerator % 997 + denominator % 991)
+    repeated = rng.bernoulli_exp_minus_repeated(40_000, numerator, denominator)
+    assert repeated.dtype == bool and repeated.shape == (40_000,)
+    assert stats.binomtest(int(repeated.sum()), 40_000, expected).pvalue > 5e-4
+    if denominator < 2**40:
+        values = np.full(40_000, numerator, dtype=np.int64)
+        array = rng.bernoulli_exp_minus_array(values, denominator)
+        assert stats.binomtest(int(array.sum()), 40_000, expected).pvalue > 5e-4
+
+
+def test_vectorised_bernoulli_exp_minus_takes_each_elements_own_numerator() -> None:
+    """Mixed numerators in one call: each group's frequency against its own exp(-n/d),
+    n = 20,000 per group, alpha = 1e-3 / 3 per group."""
+    values = np.repeat(np.array([0, 2, 9], dtype=np.int64), 20_000)
+    drawn = secure_rng(77).bernoulli_exp_minus_array(values, 4)
+    assert drawn[:20_000].all()  # exp(0) = 1
+    for n, group in ((2, drawn[20_000:40_000]), (9, drawn[40_000:])):
+        assert stats.binomtest(int(group.sum()), 20_000, float(np.exp(-n / 4))).pvalue > 1e-3 / 3
+
+
+class _TiedWords:
+    """A source whose 64-bit words all equal floor(2^64 r / m): every comparison is a tie,
+    settled by the exact remainder draw (its integers come from a seeded source)."""
+
+    def __init__(self, word: int) -> None:
+        self.word, self.inner = word, secure_rng(5)
+
+    def words(self, size: int) -> np.ndarray:
+        return np.full(size, self.word, dtype=np.uint64)
+
+    def bernoulli_fraction(self, numerator: int, denominator: int) -> bool:
+        return self.inner.bernoulli_fraction(numerator, denominator)
+
+
+def test_a_tied_word_is_settled_by_the_exact_remainder() -> None:
+    """r / m = 1/3: q = floor(2^64 / 3) and the remainder's probability is
+    (2^64 - 3 q) / 3 = 1/3; with every word tied, the draws are Bernoulli(1/3)
+    (binomial test, n = 3,000, alpha = 1e-3)."""
+    from dpsynrag.accounting.rng import RandomSource
+
+    q = (1 << 64) // 3
+    tied = _TiedWords(q)
+    drawn = RandomSource._bernoulli_fraction_words(tied, 1, 3, 3_000)  # type: ignore[arg-type]
+    assert stats.binomtest(int(drawn.sum()), 3_000, 1 / 3).pvalue > 1e-3
+    below = RandomSource._bernoulli_fraction_words(_TiedWords(q - 1), 1, 3, 10)  # type: ignore[arg-type]
+    above = RandomSource._bernoulli_fraction_words(_TiedWords(q + 1), 1, 3, 10)  # type: ignore[arg-type]
+    assert below.all() and not above.any()
+
+
 def test_uniform_floats_use_53_bits_and_stay_in_range() -> None:
     values = np.asarray(secure_rng(5).random(100_000))
     assert values.min() >= 0.0 and values.max() < 1.0

@@ -26,8 +26,8 @@ def discrete_gaussian(counts: np.ndarray, sigma: float, rng: RandomSource, *,
 
     The sampler is Algorithm 3 of Canonne, Kamath & Steinke (2020): discrete-Laplace proposals
     with exact Bernoulli(exp(-gamma)) acceptance on rationals, so there is no floating point
-    between the random bits and the output. ``sigma^2`` is taken as the exact rational value
-    of ``float(sigma)**2``.
+    between the random bits and the output (``discrete_gaussian_noise``: all cells at once).
+    ``sigma^2`` is taken as the exact rational value of ``float(sigma)**2``.
 
     Privacy: rho = Delta_2^2 / (2 sigma^2) zCDP for integer queries of l2 sensitivity Delta_2.
 
@@ -41,46 +41,67 @@ def discrete_gaussian(counts: np.ndarray, sigma: float, rng: RandomSource, *,
     values = np.asarray(counts)
     if not np.issubdtype(values.dtype, np.integer):
         raise TypeError("discrete_gaussian needs integer counts; use gaussian() for real values")
-    sampler = _DiscreteGaussianSampler(sigma, rng)
-    noise = np.fromiter((sampler.sample() for _ in range(values.size)), dtype=np.int64,
-                        count=values.size)
-    return values.astype(np.int64) + noise.reshape(values.shape)
+    noise = discrete_gaussian_noise(values.size, sigma, rng)
+    noisy: np.ndarray = values.astype(np.int64) + noise.reshape(values.shape)
+    return noisy
 
 
-class _DiscreteGaussianSampler:
-    """Exact N_Z(0, sigma^2) via CKS Algorithm 3 with sigma^2 = num/den in lowest terms."""
+def discrete_gaussian_noise(size: int, sigma: float, rng: RandomSource) -> np.ndarray:
+    """``size`` i.i.d. exact N_Z(0, sigma^2) draws (int64): CKS Algorithm 3, vectorised.
 
-    def __init__(self, sigma: float, rng: RandomSource) -> None:
-        variance = Fraction(float(sigma)) ** 2
-        self.num, self.den = variance.numerator, variance.denominator
-        self.t = int(Fraction(float(sigma))) + 1  # floor(sigma) + 1
-        self.rng = rng
+    sigma^2 = num / den is the exact rational of ``float(sigma) ** 2`` and t = floor(sigma) + 1.
+    Each round proposes discrete Laplace(t) values y (``_discrete_laplace``) and accepts y with
+    probability exp(-(|y| - sigma^2 / t)^2 / (2 sigma^2)), written as the one rational
+    (|y| den t - num)^2 / (2 num den t^2) and drawn by
+    :meth:`RandomSource.bernoulli_exp_minus_repeated` for all proposals of the same |y| at
+    once; accepted draws are kept in order until ``size`` are found. Every comparison is of
+    integers, so there is no floating point between the random bits and the output, as in
+    the one-at-a-time algorithm; only the order in which random bits are used differs.
+    """
+    variance = Fraction(float(sigma)) ** 2
+    num, den = variance.numerator, variance.denominator
+    t = int(Fraction(float(sigma))) + 1
+    out = np.empty(size, dtype=np.int64)
+    filled = 0
+    while filled < size:
+        proposals = _discrete_laplace(t, size - filled, rng)
+        magnitudes = np.abs(proposals)
+        accepted = np.zeros(proposals.size, dtype=bool)
+        for magnitude in np.unique(magnitudes):
+            same = np.flatnonzero(magnitudes == magnitude)
+            gap = int(magnitude) * den * t - num
+            accepted[same] = rng.bernoulli_exp_minus_repeated(same.size, gap * gap,
+                                                              2 * num * den * t * t)
+        kept = proposals[accepted]
+        out[filled:filled + kept.size] = kept
+        filled += kept.size
+    return out
 
-    def sample(self) -> int:
-        rng, t = self.rng, self.t
-        while True:
-            y = self._discrete_laplace(t)
-            # accept with probability exp(-(|y| - sigma^2/t)^2 / (2 sigma^2)), as one rational:
-            # ((|y| den t - num)^2) / (2 num den t^2)
-            gap = abs(y) * self.den * t - self.num
-            if rng.bernoulli_exp_minus(gap * gap, 2 * self.num * self.den * t * t):
-                return y
 
-    def _discrete_laplace(self, t: int) -> int:
-        """Exact discrete Laplace with scale t (CKS Algorithm 2, s = 1)."""
-        rng = self.rng
-        while True:
-            u = rng.integers(t)
-            if not rng.bernoulli_exp_minus(u, t):
-                continue
-            v = 0
-            while rng.bernoulli_exp_minus(1, 1):
-                v += 1
-            x = u + t * v
-            negative = rng.integers(2) == 1
-            if negative and x == 0:
-                continue
-            return -x if negative else x
+def _discrete_laplace(t: int, size: int, rng: RandomSource) -> np.ndarray:
+    """``size`` exact discrete Laplace draws with scale t (CKS Algorithm 2, s = 1), int64:
+    U uniform on [0, t) kept with probability exp(-U / t), V the number of successes of
+    Bernoulli(exp(-1)) before the first failure, X = U + t V, a fair sign, and (-, 0)
+    rejected."""
+    out = np.empty(size, dtype=np.int64)
+    filled = 0
+    while filled < size:
+        need = size - filled
+        u = rng.integers_array(t, need)
+        u = u[rng.bernoulli_exp_minus_array(u, t)]
+        v = np.zeros(u.size, dtype=np.int64)
+        running = np.arange(u.size)
+        while running.size:
+            success = rng.bernoulli_exp_minus_array(np.ones(running.size, np.int64), 1)
+            running = running[success]
+            v[running] += 1
+        x = u + t * v
+        negative = rng.integers_array(2, u.size) == 1
+        valid = ~(negative & (x == 0))
+        kept = np.where(negative, -x, x)[valid]
+        out[filled:filled + kept.size] = kept
+        filled += kept.size
+    return out
 
 
 def gaussian(x: np.ndarray, sigma: float, rng: RandomSource) -> np.ndarray:

@@ -21,6 +21,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 _BUFFER_BYTES = 1 << 16
 _TWO_POW_MINUS_53 = 2.0**-53
+_TWO_POW_63 = 1 << 63
+_TWO_POW_64 = 1 << 64
 _UNSEEDED_SOURCES: weakref.WeakSet[RandomSource] = weakref.WeakSet()
 
 
@@ -152,6 +154,109 @@ class RandomSource:
         while self.bernoulli_fraction(numerator, denominator * k):
             k += 1
         return k % 2 == 1
+
+    # ------------------------------------------------------------------ arrays (exact)
+    def words(self, size: int) -> np.ndarray:
+        """``size`` uniform 64-bit words (uint64), eight fresh bytes each."""
+        return np.frombuffer(self.bytes(8 * size), dtype="<u8").astype(np.uint64)
+
+    def integers_array(self, high: int, size: int) -> np.ndarray:
+        """``size`` exactly uniform integers in ``[0, high)`` (int64), for 1 <= high <= 2**63.
+
+        Rejection on whole 64-bit words: a word below the largest multiple of ``high`` that
+        fits in 64 bits is kept and reduced modulo ``high``; the others are redrawn."""
+        if not 1 <= high <= _TWO_POW_63:
+            raise ValueError("integers_array needs 1 <= high <= 2**63")
+        out = np.empty(size, dtype=np.int64)
+        limit = (_TWO_POW_64 // high) * high  # the words kept: [0, limit)
+        filled = 0
+        while filled < size:
+            need = size - filled
+            drawn = self.words(need + (need >> 3) + 1)
+            if limit < _TWO_POW_64:
+                drawn = drawn[drawn < np.uint64(limit)]
+            kept = drawn[:need] % np.uint64(high)
+            out[filled:filled + kept.size] = kept.astype(np.int64)
+            filled += kept.size
+        return out
+
+    def bernoulli_exp_minus_array(self, numerators: np.ndarray, denominator: int) -> np.ndarray:
+        """Exact Bernoulli(exp(-numerators[i] / denominator)) for each element (bool array).
+
+        ``numerators`` are non-negative int64 and ``denominator * (k + 1)`` must stay below
+        2**63 for the rounds k used (small integers: the discrete Laplace proposals). The same
+        algorithm as :meth:`bernoulli_exp_minus`, one round for all elements at a time."""
+        values = np.asarray(numerators, dtype=np.int64)
+        if denominator <= 0 or (values.size and values.min() < 0):
+            raise ValueError("need numerators >= 0 and denominator > 0")
+        whole, rest = np.divmod(values, denominator)
+        result = np.ones(values.size, dtype=bool)
+        for j in range(int(whole.max()) if values.size else 0):  # exp(-1) per whole unit
+            alive = np.flatnonzero(result & (whole > j))
+            result[alive] = self._exp_minus_at_most_one_array(np.ones(alive.size, np.int64), 1)
+        alive = np.flatnonzero(result)
+        result[alive] = self._exp_minus_at_most_one_array(rest[alive], denominator)
+        return result
+
+    def _exp_minus_at_most_one_array(self, numerators: np.ndarray, denominator: int
+                                     ) -> np.ndarray:
+        """CKS Algorithm 1 for each gamma_i = numerators[i] / denominator in [0, 1]: K is the
+        first k with Bernoulli(gamma_i / k) = 0; the result is "K odd". All elements still
+        running in round k share that k."""
+        k_final = np.zeros(numerators.size, dtype=np.int64)
+        running = np.arange(numerators.size)
+        k = 1
+        while running.size:
+            success = self.integers_array(denominator * k, running.size) < numerators[running]
+            k_final[running[~success]] = k
+            running = running[success]
+            k += 1
+        odd: np.ndarray = k_final % 2 == 1
+        return odd
+
+    def bernoulli_exp_minus_repeated(self, size: int, numerator: int, denominator: int
+                                     ) -> np.ndarray:
+        """``size`` independent exact Bernoulli(exp(-numerator / denominator)) draws for one
+        rational of any size (Python integers: the discrete Gaussian's acceptance test).
+
+        Each Bernoulli(r / m) of CKS Algorithm 1 compares a uniform 64-bit word U with
+        q = floor(r 2^64 / m): U < q is 1, U > q is 0, and U = q (probability 2^-64) is
+        settled exactly by :meth:`bernoulli_fraction` on the remainder, so the probability is
+        q / 2^64 + (r 2^64 - q m) / (m 2^64) = r / m exactly."""
+        if denominator <= 0 or numerator < 0:
+            raise ValueError("need numerator >= 0 and denominator > 0")
+        whole, rest = divmod(numerator, denominator)
+        result = np.ones(size, dtype=bool)
+        for _ in range(whole):  # exp(-1) per whole unit; stop once every draw has failed
+            alive = np.flatnonzero(result)
+            if not alive.size:
+                return result
+            result[alive] = self._exp_minus_at_most_one_array(np.ones(alive.size, np.int64), 1)
+        alive = np.flatnonzero(result)
+        k_final = np.zeros(alive.size, dtype=np.int64)
+        running = np.arange(alive.size)
+        k = 1
+        while running.size:
+            success = self._bernoulli_fraction_words(rest, denominator * k, running.size)
+            k_final[running[~success]] = k
+            running = running[success]
+            k += 1
+        result[alive] = k_final % 2 == 1
+        return result
+
+    def _bernoulli_fraction_words(self, numerator: int, denominator: int, size: int
+                                  ) -> np.ndarray:
+        """``size`` exact Bernoulli(numerator / denominator) draws, 0 <= numerator <= denominator
+        of any size, by one 64-bit word each (ties settled exactly: see above)."""
+        if numerator >= denominator:
+            return np.ones(size, dtype=bool)
+        scaled = numerator << 64
+        q = scaled // denominator  # < 2**64
+        drawn = self.words(size)
+        out = drawn < np.uint64(q)
+        for tie in np.flatnonzero(drawn == np.uint64(q)):
+            out[tie] = self.bernoulli_fraction(scaled - q * denominator, denominator)
+        return out
 
     # ------------------------------------------------------------------ floats
     def random(self, size: int | tuple[int, ...] | None = None) -> float | np.ndarray:
