@@ -78,6 +78,33 @@ def test_ordered_mode_answers_the_workers_in_turn() -> None:
     assert order == [0, 1, 2, 0, 2, 0, 2]
 
 
+def test_balanced_shards_give_every_worker_contiguous_groups_of_about_equal_rows() -> None:
+    """Shards cover the groups in order, none is empty while there are enough groups, and
+    the row counts come out as even as contiguous cuts allow."""
+    shards = runners._balanced_shards
+
+    def rows(sizes: list[int]) -> list[list[str]]:
+        return [["row"] * size for size in sizes]
+
+    assert shards(rows([2, 2, 2, 2]), 2) == [[0, 1], [2, 3]]
+    # one large group last (or first) gets a shard of its own; the others share one
+    assert shards(rows([1, 1, 1, 1, 1, 75]), 2) == [[0, 1, 2, 3, 4], [5]]
+    assert shards(rows([75, 1, 1, 1, 1, 1]), 2) == [[0], [1, 2, 3, 4, 5]]
+    assert shards(rows([75, 1, 1]), 3) == [[0], [1], [2]]
+    assert shards(rows([3, 3, 3, 1, 1, 1]), 2) == [[0, 1], [2, 3, 4, 5]]
+    assert shards(rows([5, 5]), 4) == [[0], [1]]  # fewer groups than workers
+    assert shards(rows([0, 4]), 2) == [[0], [1]]  # an empty group still counts one row
+    assert shards(rows([7]), 2) == shards(rows([7]), 1) == [[0]]
+    assert shards([], 2) == [[]]
+    sizes = [int(x) for x in np.random.default_rng(4).integers(0, 40, 37)]
+    for n in (2, 3, 5):
+        result = shards(rows(sizes), n)
+        assert len(result) == n and all(result)
+        assert [g for shard in result for g in shard] == list(range(len(sizes)))
+        loads = [sum(max(1, sizes[g]) for g in shard) for shard in result]
+        assert max(loads) - min(loads) <= 2 * max(max(1, s) for s in sizes)
+
+
 # ---------------------------------------------------------------------- a local Ray cluster
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:

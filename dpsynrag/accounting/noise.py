@@ -92,7 +92,7 @@ def _discrete_laplace(t: int, size: int, rng: RandomSource) -> np.ndarray:
         v = np.zeros(u.size, dtype=np.int64)
         running = np.arange(u.size)
         while running.size:
-            success = rng.bernoulli_exp_minus_array(np.ones(running.size, np.int64), 1)
+            success = rng.bernoulli_exp_minus_one(running.size)
             running = running[success]
             v[running] += 1
         x = u + t * v

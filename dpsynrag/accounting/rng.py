@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,25 +137,6 @@ class RandomSource:
             raise ValueError("need 0 <= numerator <= denominator and denominator > 0")
         return self.integers(denominator) < numerator
 
-    def bernoulli_exp_minus(self, numerator: int, denominator: int) -> bool:
-        """Exact Bernoulli(exp(-numerator/denominator)) for a non-negative rational.
-
-        Canonne, Kamath and Steinke (2020), Algorithm 1: no floating point anywhere.
-        """
-        if denominator <= 0 or numerator < 0:
-            raise ValueError("need numerator >= 0 and denominator > 0")
-        whole, rest = divmod(numerator, denominator)
-        for _ in range(whole):
-            if not self._bernoulli_exp_minus_at_most_one(1, 1):
-                return False
-        return self._bernoulli_exp_minus_at_most_one(rest, denominator)
-
-    def _bernoulli_exp_minus_at_most_one(self, numerator: int, denominator: int) -> bool:
-        k = 1
-        while self.bernoulli_fraction(numerator, denominator * k):
-            k += 1
-        return k % 2 == 1
-
     # ------------------------------------------------------------------ arrays (exact)
     def words(self, size: int) -> np.ndarray:
         """``size`` uniform 64-bit words (uint64), eight fresh bytes each."""
@@ -183,36 +165,27 @@ class RandomSource:
     def bernoulli_exp_minus_array(self, numerators: np.ndarray, denominator: int) -> np.ndarray:
         """Exact Bernoulli(exp(-numerators[i] / denominator)) for each element (bool array).
 
-        ``numerators`` are non-negative int64 and ``denominator * (k + 1)`` must stay below
-        2**63 for the rounds k used (small integers: the discrete Laplace proposals). The same
-        algorithm as :meth:`bernoulli_exp_minus`, one round for all elements at a time."""
+        ``numerators`` are non-negative int64 and ``denominator * k`` must stay at most 2**63
+        for the rounds k used (small integers: the discrete Laplace proposals). Canonne,
+        Kamath and Steinke (2020), Algorithm 1 (and 2 for gamma > 1), one round for all
+        elements at a time: no floating point anywhere."""
         values = np.asarray(numerators, dtype=np.int64)
         if denominator <= 0 or (values.size and values.min() < 0):
             raise ValueError("need numerators >= 0 and denominator > 0")
         whole, rest = np.divmod(values, denominator)
-        result = np.ones(values.size, dtype=bool)
-        for j in range(int(whole.max()) if values.size else 0):  # exp(-1) per whole unit
-            alive = np.flatnonzero(result & (whole > j))
-            result[alive] = self._exp_minus_at_most_one_array(np.ones(alive.size, np.int64), 1)
+        result = self._survive_whole_units(whole)
         alive = np.flatnonzero(result)
-        result[alive] = self._exp_minus_at_most_one_array(rest[alive], denominator)
+        rest_alive = rest[alive]
+        result[alive] = self._odd_first_failure(
+            alive.size,
+            lambda k, running: self.integers_array(denominator * k, running.size)
+            < rest_alive[running])
         return result
 
-    def _exp_minus_at_most_one_array(self, numerators: np.ndarray, denominator: int
-                                     ) -> np.ndarray:
-        """CKS Algorithm 1 for each gamma_i = numerators[i] / denominator in [0, 1]: K is the
-        first k with Bernoulli(gamma_i / k) = 0; the result is "K odd". All elements still
-        running in round k share that k."""
-        k_final = np.zeros(numerators.size, dtype=np.int64)
-        running = np.arange(numerators.size)
-        k = 1
-        while running.size:
-            success = self.integers_array(denominator * k, running.size) < numerators[running]
-            k_final[running[~success]] = k
-            running = running[success]
-            k += 1
-        odd: np.ndarray = k_final % 2 == 1
-        return odd
+    def bernoulli_exp_minus_one(self, size: int) -> np.ndarray:
+        """``size`` exact Bernoulli(exp(-1)) draws (CKS Algorithm 1 with gamma = 1)."""
+        return self._odd_first_failure(
+            size, lambda k, running: self.integers_array(k, running.size) < 1)
 
     def bernoulli_exp_minus_repeated(self, size: int, numerator: int, denominator: int
                                      ) -> np.ndarray:
@@ -226,23 +199,40 @@ class RandomSource:
         if denominator <= 0 or numerator < 0:
             raise ValueError("need numerator >= 0 and denominator > 0")
         whole, rest = divmod(numerator, denominator)
-        result = np.ones(size, dtype=bool)
-        for _ in range(whole):  # exp(-1) per whole unit; stop once every draw has failed
-            alive = np.flatnonzero(result)
-            if not alive.size:
-                return result
-            result[alive] = self._exp_minus_at_most_one_array(np.ones(alive.size, np.int64), 1)
+        result = self._survive_whole_units(np.full(size, whole, dtype=object))
         alive = np.flatnonzero(result)
-        k_final = np.zeros(alive.size, dtype=np.int64)
-        running = np.arange(alive.size)
+        result[alive] = self._odd_first_failure(
+            alive.size,
+            lambda k, running: self._bernoulli_fraction_words(rest, denominator * k,
+                                                              running.size))
+        return result
+
+    def _survive_whole_units(self, whole: np.ndarray) -> np.ndarray:
+        """True where ``whole[i]`` independent Bernoulli(exp(-1)) draws all succeed (CKS
+        Algorithm 2's integer part of gamma); stops once every element has failed."""
+        result = np.ones(whole.size, dtype=bool)
+        for unit in range(int(whole.max()) if whole.size else 0):
+            alive = np.flatnonzero(result & (whole > unit))
+            if not alive.size:
+                break
+            result[alive] = self.bernoulli_exp_minus_one(alive.size)
+        return result
+
+    def _odd_first_failure(self, size: int,
+                           succeeds: Callable[[int, np.ndarray], np.ndarray]) -> np.ndarray:
+        """CKS Algorithm 1 for ``size`` elements at once: K_i is the first round k in which
+        ``succeeds(k, running)`` (Bernoulli(gamma_i / k) for the elements still running, by
+        their positions) fails; the result is "K_i odd", Bernoulli(exp(-gamma_i))."""
+        k_final = np.zeros(size, dtype=np.int64)
+        running = np.arange(size)
         k = 1
         while running.size:
-            success = self._bernoulli_fraction_words(rest, denominator * k, running.size)
+            success = succeeds(k, running)
             k_final[running[~success]] = k
             running = running[success]
             k += 1
-        result[alive] = k_final % 2 == 1
-        return result
+        odd: np.ndarray = k_final % 2 == 1
+        return odd
 
     def _bernoulli_fraction_words(self, numerator: int, denominator: int, size: int
                                   ) -> np.ndarray:

@@ -16,6 +16,7 @@ workers in turn instead, so a seeded build draws the same values whatever the ti
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shutil
@@ -132,18 +133,25 @@ def _next_in_turn(pending: Collection[int], last: int | None) -> int:
 
 
 def _balanced_shards(groups: Sequence[Sequence[str]], n: int) -> list[list[int]]:
-    """Contiguous shards of group indices with about equal row counts (one per worker)."""
-    if n <= 1 or len(groups) <= 1:
+    """Contiguous shards of group indices with about equal row counts, one per worker and
+    none empty (fewer shards only when there are fewer groups than workers).
+
+    Cut ``j`` is the group boundary whose running row count is nearest ``j/n`` of the total,
+    among the boundaries that leave every shard at least one group: one large group at the
+    end gets a shard of its own instead of leaving the other workers idle."""
+    n = min(n, len(groups))
+    if n <= 1:
         return [list(range(len(groups)))]
-    total = sum(max(1, len(g)) for g in groups)
-    shards: list[list[int]] = [[]]
-    acc = 0
-    for index, group in enumerate(groups):
-        if acc >= total * len(shards) / n and len(shards) < n:
-            shards.append([])
-        shards[-1].append(index)
-        acc += max(1, len(group))
-    return [s for s in shards if s]
+    running = [0]
+    for group in groups:
+        running.append(running[-1] + max(1, len(group)))
+    cuts = [0]
+    for j in range(1, n):
+        target = running[-1] * j / n
+        allowed = range(cuts[-1] + 1, len(groups) - (n - j) + 1)
+        cuts.append(min(allowed, key=lambda c: (abs(running[c] - target), c)))
+    cuts.append(len(groups))
+    return [list(range(a, b)) for a, b in itertools.pairwise(cuts)]
 
 
 class LocalRunner:
