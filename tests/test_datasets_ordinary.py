@@ -3,6 +3,7 @@ whose answers are ordinary words."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import Counter
@@ -81,7 +82,9 @@ def _answers(data) -> list:
     return [(f.title, f.rank, f.n_notes, [LAY[p] for p in f.plot]) for f in data.films]
 
 
+@functools.cache
 def _regex(template: str) -> re.Pattern[str]:
+    """A template's pattern, compiled once (re's own cache holds fewer than the variants)."""
     parts = re.split(r"\{\w+\}", template)
     return re.compile("(.+?)".join(re.escape(p) for p in parts) + r"\Z", re.DOTALL)
 

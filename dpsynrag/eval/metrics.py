@@ -54,8 +54,12 @@ def normalise_for_match(text: str) -> str:
     underscores becomes one space (so hyphens separate words: "Ka-Lum" → "ka lum"); no leading
     or trailing space.
     """
-    decomposed = unicodedata.normalize("NFKD", str(text))
-    stripped = "".join(c for c in decomposed if not unicodedata.combining(c))
+    text = str(text)
+    if text.isascii():  # NFKD leaves ASCII as it is and it has no combining marks
+        stripped = text
+    else:
+        decomposed = unicodedata.normalize("NFKD", text)
+        stripped = "".join(c for c in decomposed if not unicodedata.combining(c))
     folded = stripped.casefold()
     folded = _HYPHENS.sub("-", folded)
     folded = _APOSTROPHES.sub("'", folded)
