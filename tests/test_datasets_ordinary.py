@@ -388,3 +388,32 @@ def test_eval_harness_generates_the_kinds(tmp_path: Path) -> None:
         assert data.description["name"] == kind
         assert len(data.attack_questions) == len(set(data.answers))
         assert data.notes_path == tmp_path / kind / "data" / "notes.jsonl"
+
+
+@pytest.mark.parametrize("kind", ["conditions", "films"])
+def test_a_set_reports_the_command_that_makes_it_and_whether_it_still_does(
+        tmp_path: Path, kind: str, capsys) -> None:
+    """An eval report names the ``dpsynrag dataset`` command of a generated set; running that
+    command writes the same files, and a set edited since is reported as not reproduced."""
+    import shlex
+
+    from dpsynrag.cli import main
+    from dpsynrag.eval.datasets_ordinary import generation_recipe
+
+    assert main(["dataset", kind, "-o", str(tmp_path / "set"), "--notes", "120",
+                 "--queries", "44", "--seed", "9", "--templates", "blind9"]) == 0
+    recipe = generation_recipe(tmp_path / "set", kind)
+    assert recipe == {"command": f"dpsynrag dataset {kind} --templates blind9 --notes 120 "
+                                 f"--queries 44 --seed 9", "reproduced": True}
+    assert main([*shlex.split(recipe["command"])[1:], "-o", str(tmp_path / "again")]) == 0
+    for name in ("notes.jsonl", "queries.jsonl", f"{kind}.json"):
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "set" / name).read_bytes()
+    capsys.readouterr()
+    notes = tmp_path / "set" / "notes.jsonl"
+    lines = notes.read_text(encoding="utf-8").splitlines(keepends=True)
+    notes.write_text("".join(lines[:-1]), encoding="utf-8")  # one note removed
+    assert generation_recipe(tmp_path / "set", kind) == {**recipe, "reproduced": False}
+    assert generation_recipe(tmp_path / "set", "films" if kind == "conditions" else
+                             "conditions") is None  # no description of that kind
+    (tmp_path / "set" / f"{kind}.json").write_text('{"generator": "elsewhere/v9"}')
+    assert generation_recipe(tmp_path / "set", kind) is None

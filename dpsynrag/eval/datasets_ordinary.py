@@ -58,6 +58,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -1084,6 +1085,42 @@ def save_dataset(data: ConditionsDataset | FilmsDataset, out_dir: Path | str) ->
     paths[data.kind].write_text(json.dumps(data.describe(), ensure_ascii=False, indent=2)
                                 + "\n", encoding="utf-8")
     return paths
+
+
+def generation_recipe(root: Path | str, kind: str) -> dict[str, Any] | None:
+    """How the set in ``root`` was made, from its public description ``<kind>.json``: the
+    ``dpsynrag dataset`` command, and whether running it again writes exactly the set's
+    ``notes.jsonl`` and ``queries.jsonl`` (False when they were edited after generation).
+    None when ``root`` holds no description of this generator."""
+    root = Path(root)
+    try:
+        header = json.loads((root / f"{kind}.json").read_text(encoding="utf-8"))
+        generator = str(header["generator"])
+        seed, n_notes = int(header["seed"]), int(header["n_notes"])
+        n_queries, templates = int(header["n_queries"]), str(header["templates"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if generator != f"dpsynrag.eval.datasets_ordinary/{kind}-v1":
+        return None
+    command = (f"dpsynrag dataset {kind} --templates {templates} --notes {n_notes} "
+               f"--queries {n_queries} --seed {seed}")
+    try:
+        again = make_ordinary_dataset(kind, n_notes=n_notes, n_queries=n_queries, seed=seed,
+                                      templates=templates)
+    except ValueError:
+        return {"command": command, "reproduced": False}
+    with tempfile.TemporaryDirectory() as scratch:
+        written = save_dataset(again, scratch)
+        same = all(_same_bytes(written[name], root / written[name].name)
+                   for name in ("notes", "queries"))
+    return {"command": command, "reproduced": same}
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
 
 
 def write_conditions_dataset(out_dir: Path | str, *, n_notes: int = 4000,

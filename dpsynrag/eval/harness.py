@@ -46,7 +46,12 @@ import numpy as np
 from dpsynrag.accounting.conversions import MAX_EPSILON, Conversion, rho_for
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.eval.datasets import load_qa_jsonl, make_clinic_dataset, write_clinic_dataset
-from dpsynrag.eval.datasets_ordinary import ORDINARY_KINDS, make_ordinary_dataset, save_dataset
+from dpsynrag.eval.datasets_ordinary import (
+    ORDINARY_KINDS,
+    generation_recipe,
+    make_ordinary_dataset,
+    save_dataset,
+)
 from dpsynrag.eval.eval_data import EvalData
 from dpsynrag.eval.methods import (
     ALL_METHODS,
@@ -207,6 +212,10 @@ def _load_data(settings: EvalSettings, work: Path) -> EvalData:
         description={"name": root.name, "queries": len(items)}, notes_path=notes_path)
     if kind is not None:
         data.instruction = READER_INSTRUCTIONS[kind]
+        recipe = generation_recipe(root, kind)
+        if recipe is not None:
+            data.description.update(generated_by=recipe["command"],
+                                    regenerated_identical=recipe["reproduced"])
     return data
 
 
