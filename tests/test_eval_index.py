@@ -29,7 +29,7 @@ def _report(folder: Path, name: str, methods: list[dict]) -> None:
 
 
 def test_the_committed_index_is_current() -> None:
-    assert _index_module().main(["--check"]) == 0, "run: python examples/eval/index.py"
+    assert _index_module().main(["--check"]) == 0, "run: .venv/bin/python examples/eval/index.py"
 
 
 def test_a_report_row_has_its_means_rules_and_citations(tmp_path: Path) -> None:

@@ -1,23 +1,25 @@
 #!/usr/bin/env python3
 """Write examples/eval/README.md: one line per evaluation report in this folder.
 
-Usage: ``python examples/eval/index.py`` (rewrites the index) or ``--check`` (exit 1 when the
-committed index is not what this script writes; ``tests/test_eval_index.py`` runs it).
+Usage: ``.venv/bin/python examples/eval/index.py`` (rewrites the index) or ``--check``
+(exit 1 when the committed index is not what this script writes; ``tests/test_eval_index.py``
+runs it).
 
 Each ``results-*/results.json`` (written by ``dpsynrag eval``) gives its data set, query
 count, runs, the facts rules its package recorded, and the mean recall@10 and answer accuracy
 of every (method, epsilon); the index also says which reports the README and the pages of
 docs/ cite, so that a reader can tell the current figures from the history.
-Standard library only.
+Run it with the project's Python (``.venv/bin/python``): the means are the reports' own.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
+
+from dpsynrag.eval.report import summarise
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -26,8 +28,8 @@ INDEX = HERE / "README.md"
 HEADER = """# Evaluation reports
 
 Every `results-*` folder is one `dpsynrag eval` report (`results.md`, `results.json`, per-run
-JSON under `runs/`). This index is written by `python examples/eval/index.py` from the
-reports themselves; `make test` checks it is current. Figures are means over the runs,
+JSON under `runs/`). This index is written by `.venv/bin/python examples/eval/index.py`
+from the reports themselves; `make test` checks it is current. Figures are means over the runs,
 recall@10 / answer accuracy in %, per method and ε (`∞`: no privacy; `-`: a baseline
 without ε). "Cited by" names the pages that link the report: the README's tables are the
 current figures, the others are the history that
@@ -38,37 +40,28 @@ current figures, the others are the history that
 """
 
 
-def _mean(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
+def _cell(stats: dict | None) -> str:
+    return "-" if stats is None else f"{100 * stats['mean']:.1f}"
 
 
-def _cell(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}"
-
-
-def _epsilon(value: object) -> str:
+def _epsilon(value: float | None) -> str:
     if value is None:
         return "-"
-    number = float(value)  # type: ignore[arg-type]
-    return "∞" if number == float("inf") else f"{number:g}"
+    return "∞" if value == float("inf") else f"{value:g}"
 
 
-def _figures(methods: list[dict]) -> tuple[str, int, str]:
-    """The report's figures, its largest run count and its facts rules (as recorded)."""
-    parts, most_runs, rules = [], 0, set()
-    for entry in methods:
-        runs = entry.get("runs") or []
-        most_runs = max(most_runs, len(runs))
-        for run in runs:
-            code = run.get("code") or {}
-            if code.get("facts_rules") is not None:
-                rules.add(int(code["facts_rules"]))
-        recall = _mean([r["recall_at_k"] for r in runs if r.get("recall_at_k") is not None])
-        accuracy = _mean([r["accuracy"] for r in runs if r.get("accuracy") is not None])
-        parts.append(f"{entry['method']} ε {_epsilon(entry.get('epsilon'))}: "
-                     f"{_cell(recall)} / {_cell(accuracy)}")
+def _figures(record: dict) -> tuple[str, int, str]:
+    """The report's figures (means per method and epsilon, as its own Table 1 computes them:
+    ``eval.report.summarise``), its largest run count and its facts rules (as recorded)."""
+    rows = summarise(record)
+    parts = [f"{row['method']} ε {_epsilon(row['epsilon'])}: "
+             f"{_cell(row['metrics'].get('recall_at_k'))} / "
+             f"{_cell(row['metrics'].get('accuracy'))}" for row in rows]
+    rules = {int(run["code"]["facts_rules"]) for entry in record.get("methods") or []
+             for run in entry.get("runs") or []
+             if (run.get("code") or {}).get("facts_rules") is not None}
     shown = ", ".join(str(r) for r in sorted(rules)) if rules else "not recorded"
-    return "; ".join(parts), most_runs, shown
+    return "; ".join(parts), max((row["n_runs"] for row in rows), default=0), shown
 
 
 def _citations(name: str, pages: dict[str, str]) -> str:
@@ -87,7 +80,7 @@ def render(folder: Path = HERE, repo: Path = REPO) -> str:
         record = json.loads(report.read_text(encoding="utf-8"))
         name = report.parent.relative_to(folder).as_posix()
         dataset = record.get("dataset") or {}
-        figures, runs, rules = _figures(record.get("methods") or [])
+        figures, runs, rules = _figures(record)
         lines.append(f"| [{name}]({name}/results.md) | {dataset.get('name', '?')} | "
                      f"{dataset.get('queries', '?')} | {runs} | {rules} | {figures} | "
                      f"{_citations(name, pages)} |\n")
@@ -103,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = INDEX.read_text(encoding="utf-8") if INDEX.is_file() else ""
         if current != text:
-            print("examples/eval/README.md is not current: run python examples/eval/index.py",
+            print("examples/eval/README.md is not current: run .venv/bin/python "
+                  "examples/eval/index.py",
                   file=sys.stderr)
             return 1
         return 0
