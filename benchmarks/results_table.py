@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Write the results tables of README.md and docs/evaluation.md from the current reports.
+
+Usage: ``.venv/bin/python benchmarks/results_table.py`` (rewrites both tables) or ``--check``
+(exit 1 when a committed table is not what this script writes; ``make test`` runs it through
+``tests/test_results_table.py``).
+
+``benchmarks/results/current/`` holds the ``dpsynrag eval`` reports of the current code only
+(one folder per report: ``results.md``, ``results.json``, per-run JSON under ``runs/``).
+Each table lies between ``<!-- results-table:start -->`` and ``<!-- results-table:end -->``
+in its page; everything outside the markers is left alone. Every figure is the report's own
+(``dpsynrag.eval.report.summarise``: exact means over the runs, sample standard deviations),
+and a ratio is a mean divided by private RAG's mean on the same data set, as the reports'
+"Against private RAG" table divides. A data set's private RAG may come from another report
+than its DP cells (the same data and reader; RAG does not depend on the facts rules). Two
+reports measuring the same (data set, method, ε) are refused: the folder must say one thing.
+Run it with the project's Python (``.venv/bin/python``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dpsynrag.eval.report import summarise
+
+REPO = Path(__file__).resolve().parent.parent
+CURRENT = REPO / "benchmarks" / "results" / "current"
+START, END = "<!-- results-table:start -->", "<!-- results-table:end -->"
+#: the private method whose cells the tables show, and the baselines beside it
+FACTS, RAG, CEILING = "dp-synrag-facts", "rag", "facts-ceiling"
+COMMAND = ".venv/bin/python benchmarks/results_table.py"
+
+
+class TableError(ValueError):
+    """The current reports cannot make one table (a cell measured twice, no report)."""
+
+
+@dataclass
+class Cell:
+    """One (method, epsilon) of one data set: its summary row and the report it comes from."""
+
+    row: dict[str, Any]
+    report: str
+    rules: set[int] = field(default_factory=set)
+
+
+@dataclass
+class DataSet:
+    name: str
+    queries: Any
+    cells: dict[tuple[str, float | None], Cell] = field(default_factory=dict)
+
+
+def _rules(entry: dict[str, Any]) -> set[int]:
+    return {int(run["code"]["facts_rules"]) for run in entry.get("runs") or []
+            if (run.get("code") or {}).get("facts_rules") is not None}
+
+
+def collect(folder: Path = CURRENT) -> list[DataSet]:
+    """Every (data set, method, epsilon) of the reports under ``folder``, in name order."""
+    sets: dict[str, DataSet] = {}
+    reports = sorted(folder.glob("*/results.json")) if folder.is_dir() else []
+    if not reports:
+        raise TableError(f"no report under {folder}")
+    for path in reports:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        dataset = record.get("dataset") or {}
+        name = str(dataset.get("name", "?"))
+        data = sets.setdefault(name, DataSet(name, dataset.get("queries", "?")))
+        rules = {}
+        for entry in record.get("methods") or []:
+            key = (entry["method"], entry.get("epsilon"))
+            rules[key] = rules.get(key, set()) | _rules(entry)
+        for row in summarise(record):
+            key = (row["method"], row["epsilon"])
+            if key in data.cells:
+                raise TableError(
+                    f"{name}: {key[0]} at epsilon {key[1]} is in two reports "
+                    f"({data.cells[key].report}, {path.parent.name}): keep one")
+            data.cells[key] = Cell(row, path.parent.name, rules.get(key, set()))
+    return [sets[name] for name in sorted(sets)]
+
+
+# ------------------------------------------------------------------------------ formatting
+def _mean(cell: Cell | None, metric: str) -> float | None:
+    stats = None if cell is None else cell.row["metrics"].get(metric)
+    return None if stats is None else float(stats["mean"])
+
+
+def _percent(cell: Cell | None, metric: str) -> str:
+    stats = None if cell is None else cell.row["metrics"].get(metric)
+    if stats is None:
+        return "-"
+    mean = f"{100 * stats['mean']:.1f}"
+    return f"{mean} ± {100 * stats['std']:.1f} %" if stats["n"] > 1 else f"{mean} %"
+
+
+def _ratio(cell: Cell | None, rag: Cell | None, metric: str) -> str:
+    value, base = _mean(cell, metric), _mean(rag, metric)
+    return "-" if value is None or not base else f"{value / base:.2f}"
+
+
+def _epsilon(value: float | None) -> str:
+    return "∞" if value is None or value == float("inf") else f"{value:g}"
+
+
+def _facts_cells(data: DataSet) -> list[tuple[float, Cell]]:
+    return sorted((eps, cell) for (method, eps), cell in data.cells.items()
+                  if method == FACTS and eps is not None)
+
+
+def _caption(sets: list[DataSet]) -> str:
+    cells = [cell for data in sets for _, cell in _facts_cells(data)]
+    rules = sorted({r for cell in cells for r in cell.rules})
+    runs = sorted({cell.row["n_runs"] for cell in cells})
+    queries = sorted({str(data.queries) for data in sets})
+    shown = ", ".join(str(r) for r in rules) if rules else "not recorded"
+    return (f"Facts rules {shown} (as every run recorded); {' or '.join(queries)} queries "
+            f"per set; {' or '.join(str(r) for r in runs)} runs per ε, mean ± sample "
+            "standard deviation; × RAG: the mean divided by private RAG's.")
+
+
+def render_readme(sets: list[DataSet]) -> str:
+    """The README's table: recall@10 and accuracy per set and epsilon, with the ratios."""
+    lines = [_caption(sets), "",
+             "| set | ε | recall@10 | × RAG | accuracy | × RAG |",
+             "|---|---|---|---|---|---|"]
+    for data in sets:
+        rag = data.cells.get((RAG, None))
+        for i, (eps, cell) in enumerate(_facts_cells(data)):
+            lines.append(f"| {data.name if i == 0 else ''} | {_epsilon(eps)} | "
+                         f"{_percent(cell, 'recall_at_k')} | "
+                         f"{_ratio(cell, rag, 'recall_at_k')} | "
+                         f"{_percent(cell, 'accuracy')} | {_ratio(cell, rag, 'accuracy')} |")
+        if rag is not None:
+            lines.append(f"| | private RAG | {_percent(rag, 'recall_at_k')} | | "
+                         f"{_percent(rag, 'accuracy')} | |")
+    return "\n".join(lines)
+
+
+def render_guide(sets: list[DataSet], *, link: str = "../benchmarks/results/current") -> str:
+    """docs/evaluation.md's table: every cell of every method, its leakage and its report."""
+    lines = [_caption(sets), "",
+             "| set | method | ε | runs | recall@10 | × RAG | weighted recall | accuracy "
+             "| × RAG | names, spans of one note | report |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = {RAG: 0, CEILING: 1, FACTS: 2}
+    for data in sets:
+        rag = data.cells.get((RAG, None))
+        keys = sorted(data.cells, key=lambda k: (order.get(k[0], 3), k[0],
+                                                  -1.0 if k[1] is None else k[1]))
+        for i, key in enumerate(keys):
+            cell = data.cells[key]
+            leaks = "-"
+            if key[0] != RAG:
+                names = _mean(cell, "names_in_corpus")
+                spans = _mean(cell, "verbatim_spans_one_note")
+                leaks = ("-" if names is None or spans is None
+                         else f"{names:g}, {spans:g}")
+            ratio = key[0] != RAG
+            lines.append(
+                f"| {data.name if i == 0 else ''} | {key[0]} | {_epsilon(key[1])} | "
+                f"{cell.row['n_runs']} | {_percent(cell, 'recall_at_k')} | "
+                f"{_ratio(cell, rag, 'recall_at_k') if ratio else ''} | "
+                f"{_percent(cell, 'recall_at_k_weighted')} | {_percent(cell, 'accuracy')} | "
+                f"{_ratio(cell, rag, 'accuracy') if ratio else ''} | {leaks} | "
+                f"[{cell.report}]({link}/{cell.report}/results.md) |")
+    return "\n".join(lines)
+
+
+#: each page with its table
+TARGETS = {REPO / "README.md": render_readme, REPO / "docs" / "evaluation.md": render_guide}
+
+
+def replace_block(text: str, table: str, page: str = "the page") -> str:
+    """``text`` with the block between the markers replaced by ``table``."""
+    start, end = text.find(START), text.find(END)
+    if start < 0 or end < start:
+        raise TableError(f"{page} has no {START} ... {END} block")
+    return f"{text[:start + len(START)]}\n{table}\n{text[end:]}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when a table is not what the current reports give")
+    args = parser.parse_args(argv)
+    try:
+        sets = collect(CURRENT)
+        changed = {}  # every page is rendered before any is written
+        for page, render in TARGETS.items():
+            text = page.read_text(encoding="utf-8") if page.is_file() else ""
+            new = replace_block(text, render(sets), page.name)
+            if new != text:
+                changed[page] = new
+    except TableError as error:
+        print(f"results_table: {error}", file=sys.stderr)
+        return 1
+    stale = [page.name for page in changed]
+    if not args.check:
+        for page, new in changed.items():
+            page.write_text(new, encoding="utf-8")
+            print(f"wrote the results table of {page.name}")
+        return 0
+    if stale:
+        print(f"the results table of {', '.join(stale)} is not current: run {COMMAND}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
