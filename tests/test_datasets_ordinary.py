@@ -4,8 +4,10 @@ whose answers are ordinary words."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
+import tomllib
 from collections import Counter
 from pathlib import Path
 
@@ -14,14 +16,9 @@ import pytest
 from dpsynrag.eval.datasets import _english_or_plural, load_qa_jsonl
 from dpsynrag.eval.datasets_ordinary import (
     CONDITION_TEMPLATES,
-    CONDITION_TEMPLATES_FRESH,
-    CONDITION_TEMPLATES_HELDOUT,
     CONDITIONS,
     FILM_TEMPLATES,
-    FILM_TEMPLATES_FRESH,
-    FILM_TEMPLATES_HELDOUT,
     PLOT_ELEMENTS,
-    TEMPLATE_VARIANTS,
     make_conditions_dataset,
     make_films_dataset,
     make_ordinary_dataset,
@@ -32,36 +29,37 @@ from dpsynrag.eval.datasets_ordinary import (
     zipf_counts,
 )
 from dpsynrag.eval.metrics import contains_answer
-from dpsynrag.eval.templates_blind6 import CONDITION_TEMPLATES_BLIND6, FILM_TEMPLATES_BLIND6
-from dpsynrag.eval.templates_blind7 import CONDITION_TEMPLATES_BLIND7, FILM_TEMPLATES_BLIND7
-from dpsynrag.eval.templates_blind8 import CONDITION_TEMPLATES_BLIND8, FILM_TEMPLATES_BLIND8
-from dpsynrag.eval.templates_blind9 import CONDITION_TEMPLATES_BLIND9, FILM_TEMPLATES_BLIND9
-from dpsynrag.eval.templates_blind10 import CONDITION_TEMPLATES_BLIND10, FILM_TEMPLATES_BLIND10
-from dpsynrag.eval.templates_blind11 import CONDITION_TEMPLATES_BLIND11, FILM_TEMPLATES_BLIND11
-from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL, FILM_TEMPLATES_FINAL
-from dpsynrag.eval.templates_unseen import CONDITION_TEMPLATES_UNSEEN, FILM_TEMPLATES_UNSEEN
+from dpsynrag.eval.template_files import PLACEHOLDERS, TemplateFileError, load_template_set
+from dpsynrag.eval.template_set import TemplateSet
 from dpsynrag.io.reader import read_documents
 
+REPO = Path(__file__).resolve().parents[1]
+#: The template sets of past measurements: one folder per variant, one TOML file per kind.
+SETS = REPO / "benchmarks" / "sets"
+#: Every variant but the built-in dev set, as the folder lists them.
+FILE_VARIANTS = tuple(sorted(d.name for d in SETS.iterdir() if d.is_dir()))
+VARIANTS = ("dev", *FILE_VARIANTS)
 WRITERS = {"conditions": write_conditions_dataset, "films": write_films_dataset}
-TEMPLATES = {"conditions": {"dev": CONDITION_TEMPLATES, "heldout": CONDITION_TEMPLATES_HELDOUT,
-                            "fresh": CONDITION_TEMPLATES_FRESH,
-                            "final": CONDITION_TEMPLATES_FINAL,
-                            "unseen": CONDITION_TEMPLATES_UNSEEN,
-                            "blind6": CONDITION_TEMPLATES_BLIND6,
-                            "blind7": CONDITION_TEMPLATES_BLIND7,
-                            "blind8": CONDITION_TEMPLATES_BLIND8,
-                            "blind9": CONDITION_TEMPLATES_BLIND9,
-                            "blind10": CONDITION_TEMPLATES_BLIND10,
-                            "blind11": CONDITION_TEMPLATES_BLIND11},
-             "films": {"dev": FILM_TEMPLATES, "heldout": FILM_TEMPLATES_HELDOUT,
-                       "fresh": FILM_TEMPLATES_FRESH, "final": FILM_TEMPLATES_FINAL,
-                       "unseen": FILM_TEMPLATES_UNSEEN, "blind6": FILM_TEMPLATES_BLIND6,
-                       "blind7": FILM_TEMPLATES_BLIND7, "blind8": FILM_TEMPLATES_BLIND8,
-                       "blind9": FILM_TEMPLATES_BLIND9, "blind10": FILM_TEMPLATES_BLIND10,
-                       "blind11": FILM_TEMPLATES_BLIND11}}
+
+
+def _read_set(kind: str, variant: str) -> TemplateSet:
+    """The test's own reading of a set (tomllib, not the package's loader): an oracle."""
+    if variant == "dev":
+        return CONDITION_TEMPLATES if kind == "conditions" else FILM_TEMPLATES
+    raw = tomllib.loads((SETS / variant / f"{kind}.toml").read_text(encoding="utf-8"))
+    return TemplateSet(notes=tuple(raw["notes"]), queries=tuple(raw["queries"]))
+
+
+def _file(kind: str, variant: str) -> Path:
+    return SETS / variant / f"{kind}.toml"
+
+
+TEMPLATES = {kind: {v: _read_set(kind, v) for v in VARIANTS} for kind in ("conditions", "films")}
 LAY = {phrase: lay for phrase, lay in PLOT_ELEMENTS}
 #: The variants written for one blind measurement each (every variant but dev and heldout).
-BLIND_VARIANTS = tuple(v for v in TEMPLATE_VARIANTS if v not in ("dev", "heldout"))
+BLIND_VARIANTS = tuple(v for v in FILE_VARIANTS if v != "heldout")
+#: The blind variants from ``unseen`` on (all but the first two, ``fresh`` and ``final``).
+LATER_VARIANTS = tuple(v for v in BLIND_VARIANTS if v not in ("fresh", "final"))
 
 
 @pytest.fixture(scope="module")
@@ -148,10 +146,10 @@ def test_zipf_counts_properties(n_notes: int) -> None:
 
 
 @pytest.mark.parametrize("kind", ["conditions", "films"])
-@pytest.mark.parametrize("variant", [{}, {"heldout": True}, {"templates": "heldout"},
-                                     *({"templates": v} for v in BLIND_VARIANTS)])
-def test_queries_never_give_the_answer_away(kind: str, variant: dict) -> None:
-    data = make_ordinary_dataset(kind, n_notes=600, n_queries=200, seed=2, **variant)
+@pytest.mark.parametrize("variant", ["dev", *FILE_VARIANTS])
+def test_queries_never_give_the_answer_away(kind: str, variant: str) -> None:
+    templates = None if variant == "dev" else _file(kind, variant)
+    data = make_ordinary_dataset(kind, n_notes=600, n_queries=200, seed=2, templates=templates)
     answers = [a for a, _, _, _ in _answers(data)]
     for q in data.queries:
         assert q.answer.lower() not in q.question.lower()
@@ -234,24 +232,25 @@ def test_template_variants_are_separate(kind: str) -> None:
     assert len(sets["heldout"].notes) >= 4 and len(sets["heldout"].queries) >= 4
     assert len(sets["fresh"].notes) >= 6 and len(sets["fresh"].queries) >= 5
     assert len(sets["final"].notes) >= 8 and len(sets["final"].queries) >= 6
-    for variant in BLIND_VARIANTS[2:]:  # unseen and after
+    for variant in LATER_VARIANTS:  # unseen and after
         assert len(sets[variant].notes) >= 10 and len(sets[variant].queries) >= 8, variant
-    for a in TEMPLATE_VARIANTS:
-        for b in TEMPLATE_VARIANTS:
+    for a in VARIANTS:
+        for b in VARIANTS:
             if a < b:
                 assert not set(sets[a].notes) & set(sets[b].notes), (a, b)
                 assert not set(sets[a].queries) & set(sets[b].queries), (a, b)
     made = {"dev": make_ordinary_dataset(kind, n_notes=300, seed=4),
-            "heldout": make_ordinary_dataset(kind, n_notes=300, seed=4, heldout=True),
+            "heldout": make_ordinary_dataset(kind, n_notes=300, seed=4,
+                                             templates=SETS / "heldout"),
             **{variant: make_ordinary_dataset(kind, n_notes=300, n_queries=60, seed=4,
-                                              templates=variant)
+                                              templates=_file(kind, variant))
                for variant in BLIND_VARIANTS}}
     for variant, data in made.items():
         own = sets[variant]
-        others = [sets[v] for v in TEMPLATE_VARIANTS if v != variant]
-        assert data.templates == variant and data.heldout == (variant == "heldout")
-        assert data.describe()["templates"] == variant
-        assert data.describe()["heldout"] is (variant == "heldout")
+        others = [sets[v] for v in VARIANTS if v != variant]
+        recorded = "dev" if variant == "dev" else _file(kind, variant).as_posix()
+        assert data.templates == recorded  # a folder given: its <kind>.toml recorded
+        assert data.describe()["templates"] == recorded and "heldout" not in data.describe()
         answers = [a for a, _, _, _ in _answers(data)]
         for n in data.notes:
             assert _matches(n.text, own.notes), n.text
@@ -270,20 +269,66 @@ def test_template_variants_are_separate(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["conditions", "films"])
-def test_heldout_flag_is_the_heldout_variant(tmp_path: Path, kind: str) -> None:
+def test_a_folder_names_its_kinds_file_and_dev_is_the_built_in_set(tmp_path: Path,
+                                                                    kind: str) -> None:
     write = WRITERS[kind]
-    a = write(tmp_path / "a", n_notes=120, seed=3, heldout=True)
-    b = write(tmp_path / "b", n_notes=120, seed=3, templates="heldout")
-    c = write(tmp_path / "c", n_notes=120, seed=3, heldout=True, templates="heldout")
+    a = write(tmp_path / "a", n_notes=120, seed=3, templates=SETS / "heldout")
+    b = write(tmp_path / "b", n_notes=120, seed=3, templates=_file(kind, "heldout"))
+    c = write(tmp_path / "c", n_notes=120, seed=3, templates=str(_file(kind, "heldout")))
     for key in a:
         assert a[key].read_bytes() == b[key].read_bytes() == c[key].read_bytes()
     dev = make_ordinary_dataset(kind, n_notes=120, seed=3)
     assert dev == make_ordinary_dataset(kind, n_notes=120, seed=3, templates="dev")
-    assert dev.templates == "dev" and not dev.heldout
-    with pytest.raises(ValueError, match="contradicts"):
-        make_ordinary_dataset(kind, n_notes=120, heldout=True, templates="fresh")
-    with pytest.raises(ValueError, match="templates must be one of"):
-        make_ordinary_dataset(kind, n_notes=120, templates="new")
+    assert dev.templates == "dev"
+    with pytest.raises(TemplateFileError, match="no such file"):
+        make_ordinary_dataset(kind, n_notes=120, templates=tmp_path / "new.toml")
+    with pytest.raises(TemplateFileError, match="no such file"):
+        make_ordinary_dataset(kind, n_notes=120, templates=tmp_path)  # no <kind>.toml in it
+
+
+#: sha256 of notes.jsonl + queries.jsonl of two sets at --notes 300, seed 0, written while the
+#: templates lived in Python modules of the package: the TOML files make the same bytes.
+BEFORE_THE_FILES = {
+    ("films", "blind11"): "87dc2b86831e141813bf02d14f0e615a782f676d4a14ad740e900c97f1a06057",
+    ("conditions", "heldout"):
+        "3cf0c6a5f60b61d43e8e62888850e850e1729132fd6e99a0d3cd45fee254ba77",
+}
+
+
+@pytest.mark.parametrize(("kind", "variant"), sorted(BEFORE_THE_FILES))
+def test_a_template_file_makes_the_set_it_made_before_it_was_a_file(
+        tmp_path: Path, kind: str, variant: str) -> None:
+    paths = WRITERS[kind](tmp_path, n_notes=300, seed=0, templates=SETS / variant)
+    digest = hashlib.sha256(paths["notes"].read_bytes() + paths["queries"].read_bytes())
+    assert digest.hexdigest() == BEFORE_THE_FILES[kind, variant]
+
+
+@pytest.mark.parametrize("kind", ["conditions", "films"])
+def test_every_set_loads_and_its_placeholders_are_those_the_generator_fills(
+        tmp_path: Path, kind: str) -> None:
+    """Each file passes the loader's checks and holds exactly what tomllib reads; a file with
+    every placeholder the loader allows generates notes and queries with all of them filled
+    (the loader's table is the generator's)."""
+    for variant in FILE_VARIANTS:
+        loaded = load_template_set(SETS / variant, kind)
+        assert (loaded.notes, loaded.queries) == (TEMPLATES[kind][variant].notes,
+                                                  TEMPLATES[kind][variant].queries)
+        assert loaded.description and "\n" not in loaded.description
+    for template_set in TEMPLATES[kind].values():  # the built-in set too
+        for part in ("notes", "queries"):
+            required, allowed = PLACEHOLDERS[kind][part]
+            for template in getattr(template_set, part):
+                names = set(re.findall(r"\{(\w+)\}", template))
+                assert set(required) <= names <= set(allowed), template
+    every = {part: " ".join(f"<{n}={{{n}}}>" for n in allowed) + " {{literal}}"
+             for part, (_, allowed) in PLACEHOLDERS[kind].items()}
+    (tmp_path / f"{kind}.toml").write_text(
+        f"description = \"every placeholder\"\nnotes = [{json.dumps(every['notes'])}]\n"
+        f"queries = [{json.dumps(every['queries'])}]\n", encoding="utf-8")
+    data = make_ordinary_dataset(kind, n_notes=50, n_queries=10, seed=1, templates=tmp_path)
+    for text in [n.text for n in data.notes] + [q.question for q in data.queries]:
+        assert "{literal}" in text and not re.search(r"\{(?!literal\})", text), text
+        assert "=>" not in text  # every placeholder got a value
 
 
 @pytest.mark.parametrize("kind", ["conditions", "films"])
@@ -322,56 +367,126 @@ def test_dataset_command(tmp_path: Path, capsys) -> None:
         assert (tmp_path / "c" / path.name).read_bytes() == path.read_bytes(), key
     assert "conditions.json" in capsys.readouterr().out
     assert main(["dataset", "films", "-o", str(tmp_path / "f"), "--notes", "60", "--seed",
-                 "2", "--heldout", "--queries", "5"]) == 0
-    ref = write_films_dataset(tmp_path / "fref", n_notes=60, seed=2, heldout=True, n_queries=5)
+                 "2", "--templates", str(SETS / "heldout"), "--queries", "5"]) == 0
+    ref = write_films_dataset(tmp_path / "fref", n_notes=60, seed=2, templates=SETS / "heldout",
+                              n_queries=5)
     for path in ref.values():
         assert (tmp_path / "f" / path.name).read_bytes() == path.read_bytes()
-    assert main(["dataset", "clinic", "-o", str(tmp_path / "x"), "--heldout"]) != 0
-    assert not (tmp_path / "x").exists()
+    capsys.readouterr()
+    for kind, named in (("films", "films.toml"), ("clinic", "<kind>.toml")):
+        # --heldout is gone: one line that says what to write instead
+        assert main(["dataset", kind, "-o", str(tmp_path / "x"), "--heldout"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == ["dpsynrag: error: --heldout is gone: use --templates "
+                       f"benchmarks/sets/heldout/{named}"]
+        assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("kind", ["conditions", "films"])
-def test_dataset_command_fresh_templates(tmp_path: Path, kind: str, capsys) -> None:
+def test_dataset_command_reads_a_template_file_or_folder(tmp_path: Path, kind: str,
+                                                         capsys) -> None:
     from dpsynrag.cli import main
 
     for variant in BLIND_VARIANTS:
         out = tmp_path / variant
         assert main(["dataset", kind, "-o", str(out / "f"), "--notes", "80", "--seed", "11",
-                     "--templates", variant]) == 0
-        ref = WRITERS[kind](out / "ref", n_notes=80, seed=11, templates=variant)
+                     "--templates", str(_file(kind, variant))]) == 0
+        ref = WRITERS[kind](out / "ref", n_notes=80, seed=11, templates=SETS / variant)
         for path in ref.values():
             assert (out / "f" / path.name).read_bytes() == path.read_bytes()
         described = json.loads((out / "f" / f"{kind}.json").read_text())
-        assert described["templates"] == variant and described["heldout"] is False
-    assert main(["dataset", kind, "-o", str(tmp_path / "h"), "--notes", "80",
-                 "--templates", "heldout", "--heldout"]) == 0
-    assert json.loads((tmp_path / "h" / f"{kind}.json").read_text())["templates"] == "heldout"
+        assert described["templates"] == _file(kind, variant).as_posix()
     capsys.readouterr()
-    assert main(["dataset", kind, "-o", str(tmp_path / "x"), "--templates", "fresh",
-                 "--heldout"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "error: --heldout contradicts --templates fresh" in err[0]
-    assert main(["dataset", "clinic", "-o", str(tmp_path / "x"), "--templates", "fresh"]) == 2
+    assert main(["dataset", "clinic", "-o", str(tmp_path / "x"), "--templates",
+                 str(SETS / "fresh")]) == 2
+    assert capsys.readouterr().err.strip() == ("dpsynrag: error: --templates applies to "
+                                               "conditions and films only")
     assert not (tmp_path / "x").exists()
 
 
-def test_dataset_help_says_fresh_is_for_a_final_measurement(capsys) -> None:
+def _bad_files(kind: str) -> list[tuple[str, str]]:
+    """(file content, the problem the one-line error names) for a ``kind`` template file."""
+    answer, slot = ("condition", "symptoms") if kind == "conditions" else ("title", "plot")
+    note, query = f'"{{name}} has {{{answer}}}"', f'"What is {{{slot}}}?"'
+    return [
+        ("description = 'x'\nnotes = [", "not TOML (Invalid value (at end of document))"),
+        (f"description = 'x'\nnotes = [{note}]\n", "missing key 'queries'"),
+        (f"notes = [{note}]\nqueries = [{query}]\n", "missing key 'description'"),
+        (f"description = 'x'\nnotes = []\nqueries = [{query}]\n", "notes is empty"),
+        (f"description = 'x'\nnotes = {note}\nqueries = [{query}]\n",
+         "notes must be a list of strings"),
+        (f"description = 'x'\nnotes = [{note}, '{{name}} was seen']\nqueries = [{query}]\n",
+         f"notes, template 2: no {{{answer}}} (every {kind} note template needs {{name}}, "
+         f"{{{answer}}})"),
+        (f"description = 'x'\nnotes = [{note}]\nqueries = ['What is it?']\n",
+         f"queries, template 1: no {{{slot}}}"),
+        (f"description = 'x'\nnotes = ['{{name}} {{{answer}}} {{patient}}']\n"
+         f"queries = [{query}]\n", "notes, template 1: unknown placeholder {patient}"),
+        (f"description = 'x'\nnotes = ['{{name}} {{{answer}}} {{']\nqueries = [{query}]\n",
+         "notes, template 1: not a template"),
+        (f"description = 'x'\nnote = [{note}]\nnotes = [{note}]\nqueries = [{query}]\n",
+         "unknown key 'note'"),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["conditions", "films"])
+def test_a_bad_template_file_is_one_line_naming_the_file_and_the_problem(
+        tmp_path: Path, kind: str, capsys) -> None:
+    from dpsynrag.cli import main
+
+    bad = tmp_path / "bad.toml"
+    for content, problem in _bad_files(kind):
+        bad.write_text(content, encoding="utf-8")
+        assert main(["dataset", kind, "-o", str(tmp_path / "x"), "--templates", str(bad)]) == 2
+        captured = capsys.readouterr()
+        err = captured.err.strip().splitlines()
+        assert len(err) == 1 and "Traceback" not in captured.err, captured.err
+        assert err[0].startswith(f"dpsynrag: error: --templates {bad}: "), err[0]
+        assert problem in err[0], (problem, err[0])
+        assert not (tmp_path / "x").exists()
+        with pytest.raises(TemplateFileError):
+            load_template_set(bad, kind)
+    # a folder without the kind's file: the file it looked for
+    assert main(["dataset", kind, "-o", str(tmp_path / "x"), "--templates",
+                 str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"dpsynrag: error: --templates {tmp_path / f'{kind}.toml'}: no such file")
+
+
+def test_an_old_variant_name_points_to_its_file(tmp_path: Path, monkeypatch, capsys) -> None:
+    from dpsynrag.cli import main
+
+    monkeypatch.chdir(REPO)
+    assert main(["dataset", "films", "-o", str(tmp_path / "x"), "--templates", "blind11"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "dpsynrag: error: --templates blind11: no such file (the template sets are files "
+        "now: --templates benchmarks/sets/blind11/films.toml)")
+
+
+def test_a_template_set_whose_queries_give_the_answer_away_is_refused(tmp_path: Path,
+                                                                      capsys) -> None:
+    from dpsynrag.cli import main
+
+    (tmp_path / "conditions.toml").write_text(
+        "description = 'x'\nnotes = ['{name}: {condition}']\n"
+        "queries = ['Is {symptoms} influenza?']\n", encoding="utf-8")
+    assert main(["dataset", "conditions", "-o", str(tmp_path / "x"), "--notes", "60",
+                 "--templates", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"dpsynrag: error: --templates {tmp_path / 'conditions.toml'}: query for "), err
+
+
+def test_dataset_help_names_the_template_files(capsys) -> None:
     from dpsynrag.cli import main
 
     with pytest.raises(SystemExit):
         main(["dataset", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert ("--templates {dev,heldout,fresh,final,unseen,blind6,blind7,blind8,blind9,"
-            "blind10,blind11}") in text
-    assert "fresh: templates kept unread for a final measurement only" in text
-    assert "final: another such unread set" in text
-    assert "unseen: a fifth set, measured blind once and read since" in text
-    assert "blind6: a sixth set, measured blind once and read since" in text
-    assert "blind7: a seventh set, measured blind once and read since" in text
-    assert "blind8: an eighth set, measured blind once and read since" in text
-    assert "blind9: a ninth set, measured blind once (its conditions read since)" in text
-    assert "blind10: a tenth set, measured blind once and read since" in text
-    assert "blind11: an eleventh set, measured blind and not read" in text
+    assert "--templates PATH" in text and "--heldout" not in text
+    assert "a TOML file (description, notes, queries) or a folder holding <kind>.toml" in text
+    assert "default dev, the built-in set to tune on" in text
+    assert "benchmarks/sets/" in text
 
 
 def test_eval_harness_generates_the_kinds(tmp_path: Path) -> None:
@@ -392,7 +507,7 @@ def test_eval_harness_generates_the_kinds(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["conditions", "films"])
 def test_a_set_reports_the_command_that_makes_it_and_whether_it_still_does(
-        tmp_path: Path, kind: str, capsys) -> None:
+        tmp_path: Path, kind: str, monkeypatch, capsys) -> None:
     """An eval report names the ``dpsynrag dataset`` command of a generated set; running that
     command writes the same files, and a set edited since is reported as not reproduced."""
     import shlex
@@ -400,15 +515,29 @@ def test_a_set_reports_the_command_that_makes_it_and_whether_it_still_does(
     from dpsynrag.cli import main
     from dpsynrag.eval.datasets_ordinary import generation_recipe
 
+    monkeypatch.chdir(REPO)  # the template file's path is recorded as given, here relative
     assert main(["dataset", kind, "-o", str(tmp_path / "set"), "--notes", "120",
-                 "--queries", "44", "--seed", "9", "--templates", "blind9"]) == 0
+                 "--queries", "44", "--seed", "9", "--templates", "benchmarks/sets/blind9"]) == 0
     recipe = generation_recipe(tmp_path / "set", kind)
-    assert recipe == {"command": f"dpsynrag dataset {kind} --templates blind9 --notes 120 "
+    assert recipe == {"command": f"dpsynrag dataset {kind} --templates "
+                                 f"benchmarks/sets/blind9/{kind}.toml --notes 120 "
                                  f"--queries 44 --seed 9", "reproduced": True}
     assert main([*shlex.split(recipe["command"])[1:], "-o", str(tmp_path / "again")]) == 0
     for name in ("notes.jsonl", "queries.jsonl", f"{kind}.json"):
         assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "set" / name).read_bytes()
     capsys.readouterr()
+    # a set written while the sets were modules names its variant: the command names its file
+    described = tmp_path / "set" / f"{kind}.json"
+    header = json.loads(described.read_text(encoding="utf-8"))
+    described.write_text(json.dumps({**header, "templates": "blind9", "heldout": False}),
+                         encoding="utf-8")
+    assert generation_recipe(tmp_path / "set", kind) == recipe
+    monkeypatch.chdir(tmp_path)  # where no benchmarks/sets lies: the old command, not made
+    assert generation_recipe(tmp_path / "set", kind) == {
+        "command": recipe["command"].replace(f"benchmarks/sets/blind9/{kind}.toml", "blind9"),
+        "reproduced": False}
+    monkeypatch.chdir(REPO)
+    described.write_text(json.dumps(header), encoding="utf-8")
     notes = tmp_path / "set" / "notes.jsonl"
     lines = notes.read_text(encoding="utf-8").splitlines(keepends=True)
     notes.write_text("".join(lines[:-1]), encoding="utf-8")  # one note removed
@@ -417,3 +546,18 @@ def test_a_set_reports_the_command_that_makes_it_and_whether_it_still_does(
                              "conditions") is None  # no description of that kind
     (tmp_path / "set" / f"{kind}.json").write_text('{"generator": "elsewhere/v9"}')
     assert generation_recipe(tmp_path / "set", kind) is None
+
+
+def test_a_set_made_from_a_template_file_edited_since_is_not_reproduced(tmp_path: Path) -> None:
+    from dpsynrag.eval.datasets_ordinary import generation_recipe
+
+    mine = tmp_path / "films.toml"
+    mine.write_bytes(_file("films", "blind10").read_bytes())
+    write_films_dataset(tmp_path / "set", n_notes=90, n_queries=20, seed=1, templates=mine)
+    assert generation_recipe(tmp_path / "set", "films") == {
+        "command": f"dpsynrag dataset films --templates {mine.as_posix()} --notes 90 "
+                   "--queries 20 --seed 1", "reproduced": True}
+    raw = tomllib.loads(mine.read_text(encoding="utf-8"))
+    mine.write_text(f"description = 'x'\nnotes = {json.dumps(raw['notes'][1:])}\n"
+                    f"queries = {json.dumps(raw['queries'])}\n", encoding="utf-8")
+    assert generation_recipe(tmp_path / "set", "films")["reproduced"] is False

@@ -194,16 +194,18 @@ def test_bad_build_options_are_refused_before_anything_runs(tmp_path: Path) -> N
 
 
 def test_a_generated_set_read_from_its_folder_is_described_by_its_command(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The report's dataset block names the ``dpsynrag dataset`` command of a set read from a
     folder (not only the folder's path), and says whether that command still writes it."""
     from dpsynrag.eval.datasets_ordinary import write_films_dataset
     from dpsynrag.eval.harness import _load_data
 
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the template file's path is relative
     write_films_dataset(tmp_path / "films-set", n_notes=120, n_queries=40, seed=3,
-                        templates="blind8")
+                        templates="benchmarks/sets/blind8/films.toml")
     data = _load_data(EvalSettings(dataset=str(tmp_path / "films-set")), tmp_path / "work")
     assert data.description == {
         "name": "films-set", "queries": 40, "regenerated_identical": True,
-        "generated_by": "dpsynrag dataset films --templates blind8 --notes 120 --queries 40 "
+        "generated_by": "dpsynrag dataset films --templates benchmarks/sets/blind8/films.toml "
+                        "--notes 120 --queries 40 "
                         "--seed 3"}

@@ -38,41 +38,54 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--queries", type=positive_int, default=None,
                         help="queries (default one per disease, issue, condition or film)")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
-    parser.add_argument("--templates", choices=["dev", "heldout", "fresh", "final", "unseen",
-                                                "blind6", "blind7", "blind8", "blind9",
-                                                "blind10", "blind11"],
-                        default=None,
-                        help="'conditions' and 'films' only: the note and query templates "
-                             "(default dev, the set to tune on); heldout: the older held-out "
-                             "set; fresh: templates kept unread for a final measurement only, "
-                             "never for tuning; final: another such unread set; unseen: a "
-                             "fifth set, measured blind once and read since; blind6: a sixth "
-                             "set, measured blind once and read since; blind7: a seventh "
-                             "set, measured blind once and read since; blind8: an eighth "
-                             "set, measured blind once and read since; blind9: a ninth set, "
-                             "measured blind once (its conditions read since); blind10: a "
-                             "tenth set, measured blind once and read since; blind11: an "
-                             "eleventh set, measured blind and not read")
-    parser.add_argument("--heldout", action="store_true",
-                        help="'conditions' and 'films' only: the same as --templates heldout")
+    parser.add_argument("--templates", metavar="PATH", default=None,
+                        help="'conditions' and 'films' only: the note and query templates, a "
+                             "TOML file (description, notes, queries) or a folder holding "
+                             "<kind>.toml; default dev, the built-in set to tune on. The sets "
+                             "of past measurements lie in the repository's benchmarks/sets/ "
+                             "(e.g. --templates benchmarks/sets/heldout/films.toml)")
+    # gone: a one-line error that names the file to use instead
+    parser.add_argument("--heldout", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(handler=run_dataset)
+
+
+def _kind_file(kind: str) -> str:
+    return f"{kind}.toml" if kind in ("conditions", "films") else "<kind>.toml"
 
 
 def run_dataset(args: argparse.Namespace) -> int:
     """Write the dataset and print the paths of its files."""
     # the generators import the evaluation package (numpy, scipy): only when generating
     from dpsynrag.eval.datasets import write_clinic_dataset, write_support_dataset
-    from dpsynrag.eval.datasets_ordinary import ORDINARY_KINDS, make_ordinary_dataset, save_dataset
+    from dpsynrag.eval.datasets_ordinary import (
+        DEV_TEMPLATES,
+        ORDINARY_KINDS,
+        make_ordinary_dataset,
+        resolve_templates,
+        save_dataset,
+    )
+    from dpsynrag.eval.template_files import TemplateFileError
 
-    if args.heldout and args.templates not in (None, "heldout"):
-        raise CliError(f"--heldout contradicts --templates {args.templates}: give one of them")
-    for given, option in ((args.heldout, "--heldout"), (args.templates, "--templates")):
-        if given and args.kind not in ORDINARY_KINDS:
-            raise CliError(f"{option} applies to {' and '.join(ORDINARY_KINDS)} only")
+    if args.heldout:
+        raise CliError("--heldout is gone: use --templates "
+                       f"benchmarks/sets/heldout/{_kind_file(args.kind)}")
+    if args.templates is not None and args.kind not in ORDINARY_KINDS:
+        raise CliError(f"--templates applies to {' and '.join(ORDINARY_KINDS)} only")
     if args.kind in ORDINARY_KINDS:
-        data = make_ordinary_dataset(args.kind, n_notes=args.notes or 4000,
-                                     n_queries=args.queries, seed=args.seed,
-                                     heldout=args.heldout, templates=args.templates)
+        try:
+            recorded, _ = resolve_templates(args.kind, args.templates)
+        except TemplateFileError as error:
+            raise CliError(f"--templates {error}{_hint(args.templates, args.kind)}") from None
+        try:
+            data = make_ordinary_dataset(args.kind, n_notes=args.notes or 4000,
+                                         n_queries=args.queries, seed=args.seed,
+                                         templates=args.templates)
+        except RuntimeError as error:
+            # the generator's own checks (no query gives its answer away): a set from a file
+            # can fail them; the built-in one never does (a failure there is a bug)
+            if recorded == DEV_TEMPLATES:
+                raise
+            raise CliError(f"--templates {recorded}: {error}") from None
         paths = save_dataset(data, args.out)
     elif args.kind == "support":
         paths = write_support_dataset(args.out, n_tickets=args.notes or 2000,
@@ -86,3 +99,10 @@ def run_dataset(args: argparse.Namespace) -> int:
         print(f"{name}: {path}")
     return ExitCode.OK
 
+
+def _hint(templates: str | None, kind: str) -> str:
+    """Where a bare variant name of the old ``--templates NAME`` lives now, if it does."""
+    moved = Path("benchmarks", "sets", str(templates), f"{kind}.toml")
+    if templates and "/" not in templates and not Path(templates).exists() and moved.is_file():
+        return f" (the template sets are files now: --templates {moved.as_posix()})"
+    return ""

@@ -29,27 +29,12 @@ Generation rules (deterministic from ``seed`` through ``numpy.random.default_rng
   contains no answer at all: checked in code, generation fails otherwise.
 * Film titles come from word lists; every token is an English word (english-words, plurals
   allowed) or a number, titles are unique and none contains another.
-* ``templates`` picks the note and query templates: ``"dev"`` (the default, for tuning),
-  ``"heldout"`` (separate templates, once kept for a final measurement; they have since been
-  read while tuning) or ``"fresh"`` (separate again, never to be read by whoever tunes the
-  system: for a final measurement only). ``heldout=True`` is the older spelling of
-  ``templates="heldout"``.
-  ``"final"`` is another unread variant, like ``"fresh"``: for a final measurement only.
-  ``"unseen"`` is a fifth variant, written like ``"final"`` and measured blind once; read
-  since.
-  ``"blind6"`` is a sixth variant, written by a helper and measured blind once; read
-  since.
-  ``"blind7"`` is a seventh variant, written by a helper and measured blind once; read
-  since.
-  ``"blind8"`` is an eighth variant, written by a helper and measured blind once; read
-  since.
-  ``"blind9"`` is a ninth variant, written by a helper and measured blind once (facts rules
-  12); its conditions templates read since, its films templates not yet (a scan for
-  misspellings showed four words of one).
-  ``"blind10"`` is a tenth variant, written by a helper and measured blind once (facts
-  rules 13); read since.
-  ``"blind11"`` is an eleventh variant, written by a helper and measured blind (facts rules 15
-  and 16), not read.
+* ``templates`` picks the note and query templates: ``None`` or ``"dev"`` (the default) the
+  built-in development set of the kind (:data:`BUILTIN_TEMPLATES`, the set to tune on), else
+  the path of a TOML file of templates or of a folder holding ``<kind>.toml``
+  (:mod:`dpsynrag.eval.template_files`; the sets of past measurements lie outside the
+  package, in the repository's ``benchmarks/sets/``). A dataset records which in
+  ``templates``: ``"dev"`` or the file's path as given.
 * Person names (patients, viewers, doctors, directors, askers) are unique across a dataset.
 """
 
@@ -58,6 +43,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
+import shlex
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -74,28 +60,17 @@ from dpsynrag.eval.datasets import (
     _Names,
 )
 from dpsynrag.eval.metrics import contains_answer
+from dpsynrag.eval.template_files import load_template_set, template_file
 from dpsynrag.eval.template_set import TemplateSet
-from dpsynrag.eval.templates_blind6 import CONDITION_TEMPLATES_BLIND6, FILM_TEMPLATES_BLIND6
-from dpsynrag.eval.templates_blind7 import CONDITION_TEMPLATES_BLIND7, FILM_TEMPLATES_BLIND7
-from dpsynrag.eval.templates_blind8 import CONDITION_TEMPLATES_BLIND8, FILM_TEMPLATES_BLIND8
-from dpsynrag.eval.templates_blind9 import CONDITION_TEMPLATES_BLIND9, FILM_TEMPLATES_BLIND9
-from dpsynrag.eval.templates_blind10 import CONDITION_TEMPLATES_BLIND10, FILM_TEMPLATES_BLIND10
-from dpsynrag.eval.templates_blind11 import CONDITION_TEMPLATES_BLIND11, FILM_TEMPLATES_BLIND11
-from dpsynrag.eval.templates_final import CONDITION_TEMPLATES_FINAL, FILM_TEMPLATES_FINAL
-from dpsynrag.eval.templates_unseen import CONDITION_TEMPLATES_UNSEEN, FILM_TEMPLATES_UNSEEN
 
 __all__ = [
+    "BUILTIN_TEMPLATES",
     "CONDITIONS",
     "CONDITION_TEMPLATES",
-    "CONDITION_TEMPLATES_FRESH",
-    "CONDITION_TEMPLATES_HELDOUT",
+    "DEV_TEMPLATES",
     "FILM_TEMPLATES",
-    "FILM_TEMPLATES_FRESH",
-    "FILM_TEMPLATES_HELDOUT",
     "ORDINARY_KINDS",
     "PLOT_ELEMENTS",
-    "TEMPLATE_SETS",
-    "TEMPLATE_VARIANTS",
     "Condition",
     "ConditionsDataset",
     "Film",
@@ -106,17 +81,17 @@ __all__ = [
     "make_films_dataset",
     "make_ordinary_dataset",
     "min_notes",
+    "resolve_templates",
     "save_dataset",
     "shared_words",
-    "template_variant",
     "write_conditions_dataset",
     "write_films_dataset",
     "zipf_counts",
 ]
 
 ORDINARY_KINDS = ("conditions", "films")
-TEMPLATE_VARIANTS = ("dev", "heldout", "fresh", "final", "unseen", "blind6", "blind7",
-                     "blind8", "blind9", "blind10", "blind11")
+#: The name of the built-in template set (a dataset's ``templates`` when made with it).
+DEV_TEMPLATES = "dev"
 ZIPF_OFFSET = 10.0
 ZIPF_EXPONENT = 2.35
 N_DOCTORS = 8
@@ -431,53 +406,6 @@ CONDITION_TEMPLATES = TemplateSet(notes=(
     "Hi, I'm {asker}. My problems are {symptoms}. Any idea what this is?",
     "What could cause {symptoms} all at once?",
 ))
-CONDITION_TEMPLATES_HELDOUT = TemplateSet(notes=(
-    "Telephone consultation on {date}. {name}, {age}, described {symptoms}. Dr. {doctor} "
-    "suspects {condition} and advised {treatment}.",
-    "Discharge summary for {name} (age {age}), {date}: admitted with {symptoms}; final "
-    "diagnosis {condition}; discharged on {treatment}. Signed, Dr. {doctor}.",
-    "Referral letter, {date}. Dear colleague, I saw {name}, {age}, who has {symptoms}. I "
-    "believe this is {condition} and have begun {treatment}. Dr. {doctor}.",
-    "Triage record {date}: {name} ({age}), presenting complaint {symptoms}. The nurse and "
-    "Dr. {doctor} agree on {condition}; {treatment} given.",
-), queries=(
-    "Doctor, I'm {asker} and I'm worried about {symptoms}. What is going on?",
-    "Is there a name for having {symptoms} together?",
-    "What would a doctor call {symptoms}?",
-    "Lately: {symptoms}. Which diagnosis fits?",
-))
-# Fresh: for a final measurement only; whoever tunes the system must not read these.
-CONDITION_TEMPLATES_FRESH = TemplateSet(notes=(
-    "{date}, surgery list of Dr. {doctor}. S: {name} ({age}y), troubled by {symptoms}. "
-    "O: examined, obs charted. Most likely: {condition}. Rx: {treatment}; review in two "
-    "weeks.",
-    "ED attendance {date} - {condition}. {name}, {age}, arrived by own transport with "
-    "{symptoms}. Reviewed by Dr. {doctor}; {treatment} commenced, home with safety-netting "
-    "advice.",
-    "Pharmacy consultation, {date}. Counselled {name} (age {age}) on {treatment} for "
-    "{condition}, as per Dr. {doctor}. Patient still mentions {symptoms}.",
-    "Handover {date}, bay four: {name}, {age}. Issues: (1) {symptoms}; (2) known "
-    "{condition}, under Dr. {doctor}; (3) on {treatment}, obs due this evening. "
-    "Family aware.",
-    "Portal message from {name} ({age}), {date}: \"I have had {symptoms}, should I "
-    "worry?\" Reply from Dr. {doctor}: going by your message this sounds like {condition}; "
-    "I have sent {treatment} to your pharmacy.",
-    "Re: {condition} - follow-up {date}. {name}, {age}, back with Dr. {doctor} after "
-    "{treatment}. Originally troubled by {symptoms}; much better now.",
-    "Problem list for {name} (age {age}), updated {date} by Dr. {doctor}. Active problem: "
-    "{condition}. Symptoms: {symptoms}. Current medication or measures: {treatment}.",
-    "Home visit {date}. Called out to {name}, {age}, in bed with {symptoms}. Dr. {doctor} put "
-    "it down to {condition} and left {treatment} with the family.",
-), queries=(
-    "Posting here as my GP is booked up for weeks: {symptoms}. What's the likely culprit?",
-    "{asker} here, otherwise healthy. Since last month: {symptoms}. What does this usually "
-    "turn out to be?",
-    "Quick question from {asker}: {symptoms}. What do GPs usually find behind that?",
-    "My partner keeps telling me to get checked. The list so far: {symptoms}. What might be "
-    "behind it?",
-    "Anyone else had {symptoms}? What did it end up being for you?",
-    "Symptom checker entry: {symptoms}. Most probable cause?",
-))
 
 # ------------------------------------------------------------------ films
 _ADJECTIVES = (
@@ -594,64 +522,12 @@ FILM_TEMPLATES = TemplateSet(notes=(
     "Hi, I'm {asker}. Years ago I saw a {genre} with {plot}. Do you know its title?",
     "What movie tells a story of {plot}?",
 ))
-FILM_TEMPLATES_HELDOUT = TemplateSet(notes=(
-    "Watch log by {name}: {title} ({genre}, dir. {director}), seen {date}. Plot: {plot}. "
-    "{stars}/5.",
-    "{name} told friends on {date} that {title} was worth seeing: a {genre} built around "
-    "{plot}.",
-    "Ticket stub note, {date}. {name} saw {title} tonight. {director} made a {genre} out of "
-    "{plot}. {stars} stars.",
-    "Weekend summary from {name} ({date}): finally caught {title}, a {genre} concerning "
-    "{plot}; gave it {stars} stars.",
-), queries=(
-    "Name that film: {plot}.",
-    "Hello, {asker} here. Which {genre} had {plot} in it?",
-    "There was a movie with {plot}; what is it called?",
-    "I can't recall a title: a {genre} with {plot}. Any idea?",
-))
-# Fresh: for a final measurement only; whoever tunes the system must not read these.
-FILM_TEMPLATES_FRESH = TemplateSet(notes=(
-    "{title} ({genre}) - {stars} of 5 from {name}, {date}. {director} juggles {plot} and "
-    "mostly lands it.",
-    "Cinema club newsletter, {date}. Our next screening, put forward by member {name}: "
-    "{title}. Expect {plot} in this {genre} by {director}.",
-    "Text from {name}, {date}: put {title} on ur list!! {genre}, {plot}... {stars} outta 5 "
-    "lol",
-    "Video shop ledger {date} | member: {name} | item: {title} | shelf: {genre} | blurb: "
-    "{plot} | staff score: {stars}",
-    "Festival programme, screening on {date}. {director} returns with a {genre} in which "
-    "{plot} collide. Tickets for {title} sold out first, says volunteer {name}.",
-    "Asked what stuck with them this year, {name} named {title} without hesitating: {plot}, "
-    "all in one {genre}. ({date})",
-    "Forum thread on {genre} recs, reply from {name} ({date}): want {plot}? Then {title} by "
-    "{director} is your film.",
-    "In-flight entertainment, {date}: {name} spent the long haul with {title} ({director}, "
-    "{genre}). On screen: {plot}; {stars} of 5 from seat 32C.",
-), queries=(
-    "Help me out, it's driving me mad: a {genre} with {plot}. Title?",
-    "{asker} asking for my dad, who keeps going on about a film with {plot}. Anyone know what "
-    "it is?",
-    "Cinema quiz tonight: which {genre} combines {plot}?",
-    "Searching for a movie I half remember: {plot}. Any clue what it's titled?",
-    "Film trivia from {asker}: a {genre} packing in {plot}. Which one is it?",
-    "Is there a {genre} out there where {plot} show up?",
-))
 
 
-#: kind -> template variant -> its note and query templates (in TEMPLATE_VARIANTS' order):
-#: the one map both generators read (the tests keep their own, as an independent oracle).
-TEMPLATE_SETS: dict[str, dict[str, TemplateSet]] = {
-    "conditions": dict(zip(TEMPLATE_VARIANTS, (
-        CONDITION_TEMPLATES, CONDITION_TEMPLATES_HELDOUT, CONDITION_TEMPLATES_FRESH,
-        CONDITION_TEMPLATES_FINAL, CONDITION_TEMPLATES_UNSEEN, CONDITION_TEMPLATES_BLIND6,
-        CONDITION_TEMPLATES_BLIND7, CONDITION_TEMPLATES_BLIND8, CONDITION_TEMPLATES_BLIND9,
-        CONDITION_TEMPLATES_BLIND10, CONDITION_TEMPLATES_BLIND11), strict=True)),
-    "films": dict(zip(TEMPLATE_VARIANTS, (
-        FILM_TEMPLATES, FILM_TEMPLATES_HELDOUT, FILM_TEMPLATES_FRESH, FILM_TEMPLATES_FINAL,
-        FILM_TEMPLATES_UNSEEN, FILM_TEMPLATES_BLIND6, FILM_TEMPLATES_BLIND7,
-        FILM_TEMPLATES_BLIND8, FILM_TEMPLATES_BLIND9, FILM_TEMPLATES_BLIND10,
-        FILM_TEMPLATES_BLIND11), strict=True)),
-}
+#: kind -> the built-in note and query templates, the development set ``dev`` (any other set
+#: is a TOML file: :mod:`dpsynrag.eval.template_files`).
+BUILTIN_TEMPLATES: dict[str, TemplateSet] = {"conditions": CONDITION_TEMPLATES,
+                                             "films": FILM_TEMPLATES}
 
 
 # ------------------------------------------------------------------ data classes
@@ -703,11 +579,6 @@ class ConditionsDataset:
     queries: tuple[QAItem, ...]
     kind: str = "conditions"
 
-    @property
-    def heldout(self) -> bool:
-        """Whether the held-out templates were used."""
-        return self.templates == "heldout"
-
     def describe(self) -> dict[str, Any]:
         """The public description written to ``conditions.json``."""
         return {**_header(self), "n_conditions": len(self.conditions),
@@ -728,11 +599,6 @@ class FilmsDataset:
     queries: tuple[QAItem, ...]
     kind: str = "films"
 
-    @property
-    def heldout(self) -> bool:
-        """Whether the held-out templates were used."""
-        return self.templates == "heldout"
-
     def describe(self) -> dict[str, Any]:
         """The public description written to ``films.json``."""
         return {**_header(self), "n_films": len(self.films),
@@ -743,7 +609,7 @@ class FilmsDataset:
 
 def _header(data: ConditionsDataset | FilmsDataset) -> dict[str, Any]:
     return {"generator": f"dpsynrag.eval.datasets_ordinary/{data.kind}-v1", "seed": data.seed,
-            "heldout": data.heldout, "templates": data.templates, "n_notes": len(data.notes),
+            "templates": data.templates, "n_notes": len(data.notes),
             "n_queries": len(data.queries)}
 
 
@@ -878,23 +744,23 @@ def _make_queries(rng: np.random.Generator, people: _Names, *, answers: Sequence
     return queries
 
 
-def template_variant(templates: str | None = None, heldout: bool = False) -> str:
-    """The template variant to use: ``templates`` if given (one of
-    :data:`TEMPLATE_VARIANTS`), else ``"heldout"`` or ``"dev"`` by the older ``heldout``
-    flag. ``heldout=True`` with another variant is an error."""
-    if templates is None:
-        return "heldout" if heldout else "dev"
-    if templates not in TEMPLATE_VARIANTS:
-        raise ValueError(f"templates must be one of {', '.join(TEMPLATE_VARIANTS)}")
-    if heldout and templates != "heldout":
-        raise ValueError(f"heldout=True contradicts templates={templates!r}")
-    return templates
+def resolve_templates(kind: str, templates: str | Path | None = None) -> tuple[str, TemplateSet]:
+    """The ``kind`` generator's templates and the name a dataset records for them: the
+    built-in set and ``"dev"`` for ``None`` or ``"dev"``, else the set in the TOML file
+    ``templates`` (or ``<kind>.toml`` in that folder) and that file's path as given.
+    Raises :class:`~dpsynrag.eval.template_files.TemplateFileError` (a ValueError) for a file
+    that cannot be read or is not a valid set."""
+    if kind not in ORDINARY_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(ORDINARY_KINDS)}")
+    if templates is None or templates == DEV_TEMPLATES:
+        return DEV_TEMPLATES, BUILTIN_TEMPLATES[kind]
+    return template_file(templates, kind).as_posix(), load_template_set(templates, kind)
 
 
 # ------------------------------------------------------------------ conditions generator
 def make_conditions_dataset(*, n_notes: int = 4000, n_queries: int | None = None,
-                            seed: int = 0, heldout: bool = False,
-                            templates: str | None = None) -> ConditionsDataset:
+                            seed: int = 0,
+                            templates: str | Path | None = None) -> ConditionsDataset:
     """Generate ``n_notes`` doctor notes about the 40 :data:`CONDITIONS` and the queries.
 
     One note per patient; see the module docstring for the rules. Deterministic in all
@@ -902,8 +768,7 @@ def make_conditions_dataset(*, n_notes: int = 4000, n_queries: int | None = None
     """
     _validate(n_notes, n_queries)
     _check_conditions()
-    variant = template_variant(templates, heldout)
-    chosen = TEMPLATE_SETS["conditions"][variant]
+    recorded, chosen = resolve_templates("conditions", templates)
     rng = np.random.default_rng(seed)
     ranks, shares, counts = _frequencies(n_notes, len(CONDITIONS), rng)
     people = _Names(rng)
@@ -931,7 +796,7 @@ def make_conditions_dataset(*, n_notes: int = 4000, n_queries: int | None = None
         rng, people, answers=[c[0] for c in CONDITIONS],
         lay=[[lay for _, lay in c[2]] for c in CONDITIONS], fields=[{} for _ in CONDITIONS],
         slot="symptoms", by_answer=by_answer, n_queries=n_queries, templates=chosen.queries)
-    return ConditionsDataset(seed=seed, templates=variant, conditions=conditions,
+    return ConditionsDataset(seed=seed, templates=recorded, conditions=conditions,
                              notes=tuple(notes), queries=tuple(queries))
 
 
@@ -1010,15 +875,14 @@ def _plot_sets(titles: Sequence[str], rng: np.random.Generator) -> list[tuple[in
 
 
 def make_films_dataset(*, n_notes: int = 4000, n_queries: int | None = None, seed: int = 0,
-                       heldout: bool = False, templates: str | None = None) -> FilmsDataset:
+                       templates: str | Path | None = None) -> FilmsDataset:
     """Generate 40 invented films, ``n_notes`` viewer notes and the queries.
 
     One note per viewer; see the module docstring for the rules. Deterministic in all
     arguments (public synthetic data, not DP noise).
     """
     _validate(n_notes, n_queries)
-    variant = template_variant(templates, heldout)
-    chosen = TEMPLATE_SETS["films"][variant]
+    recorded, chosen = resolve_templates("films", templates)
     rng = np.random.default_rng(seed)
     n_films = 40
     titles = _titles(n_films, rng)
@@ -1051,20 +915,19 @@ def make_films_dataset(*, n_notes: int = 4000, n_queries: int | None = None, see
         rng, people, answers=titles, lay=[[PLOT_ELEMENTS[e][1] for e in p] for p in plots],
         fields=[{"genre": g} for g in genres], slot="plot", by_answer=by_answer,
         n_queries=n_queries, templates=chosen.queries)
-    return FilmsDataset(seed=seed, templates=variant, films=films, notes=tuple(notes),
+    return FilmsDataset(seed=seed, templates=recorded, films=films, notes=tuple(notes),
                         queries=tuple(queries))
 
 
 # ------------------------------------------------------------------ files
 def make_ordinary_dataset(kind: str, *, n_notes: int = 4000, n_queries: int | None = None,
-                          seed: int = 0, heldout: bool = False, templates: str | None = None
+                          seed: int = 0, templates: str | Path | None = None
                           ) -> ConditionsDataset | FilmsDataset:
     """:func:`make_conditions_dataset` or :func:`make_films_dataset` by ``kind``."""
     if kind not in ORDINARY_KINDS:
         raise ValueError(f"kind must be one of {', '.join(ORDINARY_KINDS)}")
     make = make_conditions_dataset if kind == "conditions" else make_films_dataset
-    return make(n_notes=n_notes, n_queries=n_queries, seed=seed, heldout=heldout,
-                templates=templates)
+    return make(n_notes=n_notes, n_queries=n_queries, seed=seed, templates=templates)
 
 
 def save_dataset(data: ConditionsDataset | FilmsDataset, out_dir: Path | str) -> dict[str, Path]:
@@ -1087,11 +950,21 @@ def save_dataset(data: ConditionsDataset | FilmsDataset, out_dir: Path | str) ->
     return paths
 
 
+#: Where the repository keeps the template sets of past measurements (from its root).
+_SETS_FOLDER = Path("benchmarks", "sets")
+
+
 def generation_recipe(root: Path | str, kind: str) -> dict[str, Any] | None:
     """How the set in ``root`` was made, from its public description ``<kind>.json``: the
     ``dpsynrag dataset`` command, and whether running it again writes exactly the set's
-    ``notes.jsonl`` and ``queries.jsonl`` (False when they were edited after generation).
-    None when ``root`` holds no description of this generator."""
+    ``notes.jsonl`` and ``queries.jsonl`` (False when they were edited after generation, or
+    the template file it names was edited, or cannot be found: a relative path is read from
+    the working directory, as the command would). None when ``root`` holds no description of
+    this generator.
+
+    A set written while the template sets lived in the package names its set by the
+    variant's name ("blind9"); the command names that variant's file today,
+    ``benchmarks/sets/<name>/<kind>.toml``, where the working directory holds it."""
     root = Path(root)
     try:
         header = json.loads((root / f"{kind}.json").read_text(encoding="utf-8"))
@@ -1102,8 +975,12 @@ def generation_recipe(root: Path | str, kind: str) -> dict[str, Any] | None:
         return None
     if generator != f"dpsynrag.eval.datasets_ordinary/{kind}-v1":
         return None
-    command = (f"dpsynrag dataset {kind} --templates {templates} --notes {n_notes} "
-               f"--queries {n_queries} --seed {seed}")
+    legacy = _SETS_FOLDER / templates / f"{kind}.toml"
+    if (templates != DEV_TEMPLATES and not Path(templates).exists() and "/" not in templates
+            and legacy.is_file()):
+        templates = legacy.as_posix()
+    command = (f"dpsynrag dataset {kind} --templates {shlex.quote(templates)} "
+               f"--notes {n_notes} --queries {n_queries} --seed {seed}")
     try:
         again = make_ordinary_dataset(kind, n_notes=n_notes, n_queries=n_queries, seed=seed,
                                       templates=templates)
@@ -1125,20 +1002,17 @@ def _same_bytes(a: Path, b: Path) -> bool:
 
 def write_conditions_dataset(out_dir: Path | str, *, n_notes: int = 4000,
                              n_queries: int | None = None, seed: int = 0,
-                             heldout: bool = False,
-                             templates: str | None = None) -> dict[str, Path]:
+                             templates: str | Path | None = None) -> dict[str, Path]:
     """Generate a ``conditions`` set and write it (keys ``notes``, ``queries``,
     ``conditions``). Same arguments, same bytes."""
     return save_dataset(make_conditions_dataset(n_notes=n_notes, n_queries=n_queries,
-                                                seed=seed, heldout=heldout,
-                                                templates=templates), out_dir)
+                                                seed=seed, templates=templates), out_dir)
 
 
 def write_films_dataset(out_dir: Path | str, *, n_notes: int = 4000,
                         n_queries: int | None = None, seed: int = 0,
-                        heldout: bool = False,
-                        templates: str | None = None) -> dict[str, Path]:
+                        templates: str | Path | None = None) -> dict[str, Path]:
     """Generate a ``films`` set and write it (keys ``notes``, ``queries``, ``films``). Same
     arguments, same bytes."""
     return save_dataset(make_films_dataset(n_notes=n_notes, n_queries=n_queries, seed=seed,
-                                           heldout=heldout, templates=templates), out_dir)
+                                           templates=templates), out_dir)

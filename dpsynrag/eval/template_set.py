@@ -9,7 +9,9 @@ __all__ = ["TemplateSet"]
 
 @dataclass(frozen=True)
 class TemplateSet:
-    """Note and query templates of one dataset variant."""
+    """Note and query templates of one dataset variant, and what the variant is for (the
+    ``description`` of its file: :mod:`dpsynrag.eval.template_files`)."""
 
     notes: tuple[str, ...]
     queries: tuple[str, ...]
+    description: str = ""
