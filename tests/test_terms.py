@@ -345,7 +345,7 @@ def test_among_anchors_without_a_role_a_document_joins_the_one_it_lists_first() 
     """A released count says how often documents offered a term among their first K_e, not
     how specific it is: a director's name most notes rank late has a smaller count than a
     popular title. With ``OWN_ORDER_PRIORITIES`` a note joins the unannounced anchor it lists
-    first; a naming role and the other roles keep the public order (facts rules 12)."""
+    first; a naming role and the other roles keep the public order."""
     from dpsynrag.facts.fact_clusters import anchor_clusters
     from dpsynrag.facts.roles import OWN_ORDER_PRIORITIES, role_priority
 

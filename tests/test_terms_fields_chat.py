@@ -1,6 +1,6 @@
-"""Facts rules 6: records written as fields (``key=value``, labels before a colon) and chat
-wording (``facts.terms`` rules 2-5): keys and labels are not what a record is about, people
-and names do not take the word after them, shorthand is no term."""
+"""Records written as fields (``key=value``, labels before a colon) and chat wording
+(``facts.terms`` rules 2-5): keys and labels are not what a record is about, people and names
+do not take the word after them, shorthand is no term."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def test_a_rare_short_word_stays_a_term_alone(note: str, subject: str) -> None:
 
 
 def test_history_opening_a_sentence_is_no_diagnosis_cue() -> None:
-    """Facts rules 7: "History of ..." opening a sentence is the history of the presenting
+    """"History of ..." opening a sentence is the history of the presenting
     complaint; "a history of asthma" in a sentence, or after a field's label, names one."""
     note = ("History of fever with headache and persistent cough. The working diagnosis is "
             "COVID-19, to be managed with nirmatrelvir.")
@@ -118,7 +118,7 @@ def test_history_opening_a_sentence_is_no_diagnosis_cue() -> None:
 
 
 def test_a_tab_separates_a_records_fields() -> None:
-    """Facts rules 8: no term runs across a tab ("The Glass Canyon<TAB>Oskar Wagner" was one
+    """No term runs across a tab ("The Glass Canyon<TAB>Oskar Wagner" was one
     term); the same words with a space between them stay one run."""
     note = "The Glass Canyon\tOskar Wagner\tdrama\t4\t2024-05-01\tretired boxer"
     terms = _terms(note)
@@ -135,7 +135,7 @@ def test_a_tab_separates_a_records_fields() -> None:
     "The Endless Highway!!! a family restaurant and a volcanic eruption.",
 ])
 def test_a_the_before_a_name_belongs_to_the_name_wherever_the_name_stands(note: str) -> None:
-    """Facts rules 10: "the" before a name starts the name also right after another run
+    """"The" before a name starts the name also right after another run
     ("return The Endless Highway" gave "endless highway", so one title counted as two terms
     and neither reached its release threshold); every note names the same term."""
     terms = _terms(note)

@@ -1,6 +1,6 @@
-"""Facts rules 5: what a document is about when no cue announces it (``facts.terms`` rules
-2 and 4-6): people's names and headings rank last, drugs are treatments by their shape,
-unannounced lists are descriptions, noun cues reach only what follows them."""
+"""What a document is about when no cue announces it (``facts.terms`` rules 2 and 4-6):
+people's names and headings rank last, drugs are treatments by their shape, unannounced lists
+are descriptions, noun cues reach only what follows them."""
 
 from __future__ import annotations
 

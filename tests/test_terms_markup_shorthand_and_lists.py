@@ -1,6 +1,6 @@
-"""Facts rules 11 (``facts.terms``): markup read as fields, clinical shorthand, words of
-hesitation and elapsed time, what a clinician named did, a list's first item after its
-lead-in, and one capitalised name word alone as a person."""
+"""``facts.terms``: markup read as fields, clinical shorthand, words of hesitation and
+elapsed time, what a clinician named did, a list's first item after its lead-in, and one
+capitalised name word alone as a person."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_a_day_number_before_a_month_is_the_dates_not_the_titles() -> None:
     terms = _terms("wtchd Crimson Roads 5 September 2023; 4/5")
     assert "crimson roads" in terms and "crimson roads 5" not in terms
     assert "blue horizon 2" in _terms("We watched Blue Horizon 2 at home.")
-    # a day has one or two digits: a year before the month stays the title's (rules 12)
+    # a day has one or two digits: a year before the month stays the title's
     assert "hollow forest 1964" in _terms("wtchd Hollow Forest 1964 January 31, 2023; 2/5")
 
 

@@ -1,6 +1,6 @@
-"""Facts rules 13 (``facts.terms`` rule 9): misspelt words read as the word meant, what
-fills a field's value whole comes first among a record's unannounced terms, cues of
-attribution, and what someone told."""
+"""``facts.terms`` rule 9: misspelt words read as the word meant, what fills a field's value
+whole comes first among a record's unannounced terms, cues of attribution, and what someone
+told."""
 
 from __future__ import annotations
 

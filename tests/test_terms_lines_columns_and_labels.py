@@ -1,6 +1,6 @@
-"""Facts rules 14 (``facts.terms`` rule 10): a line that starts with a capital letter starts a
-new term, a column's first word after a tab reads like a sentence's, a field's label gives
-its value the role of its first word, and reports of what someone was told."""
+"""``facts.terms`` rule 10: a line that starts with a capital letter starts a new term, a
+column's first word after a tab reads like a sentence's, a field's label gives its value the
+role of its first word, and reports of what someone was told."""
 
 from __future__ import annotations
 

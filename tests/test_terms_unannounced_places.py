@@ -1,7 +1,6 @@
-"""Facts rules 16 (``facts.terms`` rule 5): in a document where no term has a naming role,
-the two best terms no cue announces take the places after the naming roles, in that order,
-so a template's fixed words that come first do not push what the record is about out of
-its first ``K_e`` terms."""
+"""``facts.terms`` rule 5: in a document where no term has a naming role, the two best terms
+no cue announces take the places after the naming roles, in that order, so a template's fixed
+words that come first do not push what the record is about out of its first ``K_e`` terms."""
 
 from __future__ import annotations
 
