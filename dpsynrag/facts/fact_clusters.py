@@ -22,7 +22,7 @@ document's own order of its items decides, not the rarest first: its items come 
 ``facts.term_choice``, whose order puts first the unannounced term the document itself
 ranks first. (A released count counts the documents that offered a term among their
 first K_e, so a director's name most notes rank late had a smaller count than a popular
-title and took the notes of "Twelve Winters" into its own cluster; facts rules 12.) So:
+title and took the notes of "Twelve Winters" into its own cluster.) So:
 
 * the list of clusters is a function of the released anchors only (an empty cluster exists
   like any other: skipping it would reveal that it is empty);

@@ -10,7 +10,7 @@ Selection rule for cluster r with anchor a (all values noisy, all thresholds pub
 
 * support s_r = noisy h_r[a], the anchor's own count in its cluster (every member holds a, so
   it estimates the cluster's size). The cluster is dropped if s_r < ``min_support``
-  (default: the absolute threshold below), unless (facts rules 17) s_r >= 1 and s_r >=
+  (default: the absolute threshold below), unless s_r >= 1 and s_r >=
   ``held_share`` x the anchor's released count in the phrase release (``anchor_counts``):
   the anchor was released, and most documents that offered it are in its cluster. At small
   epsilon the absolute threshold (about 25 at epsilon 1) lies above the phrase threshold
@@ -24,25 +24,26 @@ Selection rule for cluster r with anchor a (all values noisy, all thresholds pub
   sigma^2) >= c) <= ``false_facts``: an item no member holds passes it with probability <=
   false_facts / |D|, so a cluster gets at most ``false_facts`` invented facts on average
   (computed from the exact discrete Gaussian pmf). c_kw is the same threshold at
-  ``false_keywords`` (facts rules 18: 0.1, before them ``false_facts``): with one invented
+  ``false_keywords`` (0.1; it was ``false_facts``, 1, before): with one invented
   keyword per cluster on average, a build of 30 clusters at epsilon 1 wrote about 30 words
   that no document holds ("Reported: heterodontoid. Likely diagnosis: Asthma."), and a
   sentence embedder matched questions to them;
 * kept items are ordered by noisy count (descending, ties by string) and capped, phrases of A
   (``max_phrases``) and keywords of W (``max_keywords``) separately; a cluster with fewer than
   ``min_facts`` kept items, or (``require_keywords``) without a kept keyword, is dropped.
-  Both are off by default from facts rules 17: a kept cluster with no fact passing the
+  Both are off by default: a kept cluster with no fact passing the
   threshold is written with its names ("Likely diagnosis: Type 2 Diabetes."), which a
   reader can still retrieve and answer from. Before, at epsilon 1 (sigma_C about 8.6) few
   clusters of a few dozen documents had a keyword over the threshold, and those that did
   often had it from noise.
 
-Measured (facts rules 16 -> 17, the same seeded noise, one build per set, recall@10 of the
-evaluation's retriever, the five read conditions sets and five read films sets): at
-epsilon 1 conditions 0.47 -> 0.55 on average and films level (docs/evaluation.md). Rules
-17 -> 18 (``false_keywords`` 1 -> 0.1), the same way: epsilon 1 conditions 0.546 -> 0.568,
-films 0.395 -> 0.403; epsilon 3 conditions 0.693 -> 0.706, films 0.594 -> 0.586; epsilon
-10 level (a stricter threshold for the support as well lost clusters of films at epsilon 3).
+Measured (keeping the held clusters and those without a keyword against dropping them,
+the same seeded noise, one build per set, recall@10 of the evaluation's retriever, the
+five read conditions sets and five read films sets): at epsilon 1 conditions 0.47 -> 0.55
+on average and films level (docs/evaluation.md). ``false_keywords`` 1 -> 0.1, the same
+way: epsilon 1 conditions 0.546 -> 0.568, films 0.395 -> 0.403; epsilon 3 conditions
+0.693 -> 0.706, films 0.594 -> 0.586; epsilon 10 level (a stricter threshold for the support
+as well lost clusters of films at epsilon 3).
 
 The note is a fixed template: ``"{label}: {keyword} {keyword}. {Name} / {Name}."`` with
 phrases in title case (:func:`display_phrase`), names with more words first (:func:`write_note`).
@@ -304,7 +305,7 @@ def note_names(facts: ClusterFacts) -> str:
     ``display_names``' order). Released values only. The numbers keep two released items
     from reading as one run of a private note: with "Name / Name." two symptom items side
     by side ("waking the patient at night / numbness in the thumb") formed an 8-word span
-    that six private notes share (conditions, epsilon 3, facts rules 5)."""
+    that six private notes share (conditions, epsilon 3)."""
     return role_sentences(facts) if facts.roles else listed(display_names(facts)) + "."
 
 
@@ -439,7 +440,7 @@ def note_views(facts: ClusterFacts, n: int = TEXTS_PER_CLUSTER) -> list[str]:
     released facts of one build per set re-written (40 queries each; accuracy / recall@10):
     0.40 / 0.775 (clinic), 0.575 / 0.875 (conditions), 0.55 / 0.85 (films) against 0.275 /
     0.775, 0.35 / 0.875 and 0.425 / 0.825 with views that differ in their keywords. Below
-    epsilon 5 (facts rules 10; before, three views that differ in their keywords), the same
+    epsilon 5 (where there were three views that differ in their keywords), the same
     re-writing of 160-query builds at epsilon 3 gave accuracy +1.9 to +9.4 points and
     recall@10 -4.4 to -6.3 points (docs/evaluation.md)."""
     if n < 1:

@@ -111,7 +111,7 @@ def term_roles(noisy: np.ndarray, released: Sequence[str], sigma: float) -> Mapp
 #: The anchor priorities within which a document joins the anchor it lists first, not the
 #: rarest (``fact_clusters.anchor_clusters``): that of the released terms without a role.
 #: Their released counts say how often documents offered them among their first K_e, not
-#: how specific they are (facts rules 12).
+#: how specific they are.
 OWN_ORDER_PRIORITIES = frozenset({UNANNOUNCED_RANK})
 
 

@@ -24,13 +24,13 @@ candidates (the first ``CANDIDATES`` of the same public order) that are in A:
    after the naming roles (``facts.terms.UNANNOUNCED_RANK``), before a treatment, symptom
    or credit. What a record is about may be written with words no cue announces, and one
    announced as a drug or a symptom is known not to be it; one place keeps the symptoms'
-   places for the symptoms. (Rules 11 and before gave that place to the uncued term of the
-   smallest released count. A released count counts the documents that offered the term
-   among their first ``K_e``, so a term most documents rank late -- a director's name, a
+   places for the symptoms. (Giving that place to the uncued term of the smallest released
+   count failed: a released count counts the documents that offered the term among their
+   first ``K_e``, so a term most documents rank late -- a director's name, a
    genre -- has a small count however often it is written, and a popular title a large
    one: on the blind8 films set, ε = 3, 145 notes of "Twelve Winters" (released count 132)
    gave the place to its director (19), and 1,952 of 4,000 notes joined a cluster anchored
-   on their title; with the document's own order and rule 0, 3,417 did. Facts rules 12.)
+   on their title; with the document's own order and rule 0, 3,417 did.)
 3. terms without a cue by their released count, smallest first: a term written in many
    documents is a template's words ("discharge summary", "referral letter"), not what one
    record is about;
@@ -127,7 +127,7 @@ def released_choices(candidates: Sequence[DocumentTerms], released: Mapping[str,
 
 
 def anchor_terms(choice: DocumentTerms, roles: Mapping[str, str]) -> list[str]:
-    """The document's chosen terms that may anchor its cluster (facts rules 15): all of them
+    """The document's chosen terms that may anchor its cluster: all of them
     but a term whose released naming role (``NAMING_ROLES``) its own cue contradicts (the
     document announces it as another role: a symptom, a treatment) while another of its
     terms has a released naming role that its own cue agrees with.
@@ -135,7 +135,7 @@ def anchor_terms(choice: DocumentTerms, roles: Mapping[str, str]) -> list[str]:
     The role threshold admits about one false role per build by design; a false naming role
     makes a term an anchor, rarest first, and on blind7 conditions (ε = 3) "rapid
     breathing", released with the error role, drew 258 notes whose own cues said "diagnosed
-    with pneumonia" away from pneumonia's cluster; with this rule 137 of them return, and
+    with pneumonia" away from pneumonia's cluster; with this rule, 137 of them return, and
     no other set changes (offline, the same releases).
 
     **Privacy.** Post-processing per document: it reads the document's own chosen terms

@@ -103,7 +103,7 @@ The rule (all constants public, below):
    ``SAYING_VERBS``, "Dr. Doe says sleep apnea", "finally said it's pneumonia") takes
    ``UNANNOUNCED_RANK``: what a record is about
    may be written with no cue ("2023-03-24 / Jane Roe / 47 / strep throat / ..."). So does
-   the next best one, after it (``UNANNOUNCED_PLACES`` = 2, facts rules 16): the best may
+   the next best one, after it (``UNANNOUNCED_PLACES`` = 2): the best may
    be a template's fixed words that come first ("Dear Sir or Madam, ... The Winter Signal
    ..."; "Merchant: STRMFLIX*RENTAL  Description: Broken Ferry"), and with one place the
    answer fell behind the symptoms and out of the first ``K_e``. A term that is a run of
@@ -121,7 +121,7 @@ The rule (all constants public, below):
    A list of three items or more that no cue announces is a description too (``_items``:
    "Honestly, weight loss, chronic diarrhoea and mouth ulcers", "Hard scenes: a message
    from space, a rival chef and a small-town baker").
-7. Records of other shapes (facts rules 11): markup tags read as field labels
+7. Records of other shapes: markup tags read as field labels
    (``_unmarked``: "<imp>gout</imp>" as "imp: gout"); clinical abbreviations are cues (Imp,
    DDx, HPI, Hx, Sx, Rx, Tx) and shorthand for no finding, words of hesitation and a
    lowercase "last" or "ago" are breaks; among the uncued terms, after what a verb of saying
@@ -134,8 +134,8 @@ The rule (all constants public, below):
 8. A name run that a lowercase "the" or "a" starts (rule 2: "after the Autumn Lantern 2
    showing") also offers the name without it, ranked as a name-only prefix: the notes that
    write the name alone release it, and the few that put "the" before it would otherwise
-   hold an unreleased term only (facts rules 12).
-9. Facts rules 13. A lowercase word of at least ``TYPO_MIN_LETTERS`` letters rarer than
+   hold an unreleased term only.
+9. A lowercase word of at least ``TYPO_MIN_LETTERS`` letters rarer than
    ``TYPO_ZIPF`` that is one edit (an inserted, dropped or changed letter, or two
    neighbours swapped) from a word of V at least ``TYPO_NEIGHBOUR_ZIPF`` frequent is read as
    that word (``_misspelt``: "complaning of" is a cue, "docter Ana Lima" a person, "if
@@ -149,7 +149,7 @@ The rule (all constants public, below):
    Roe - fit to dive" says nothing Dr. Roe found). Attribution is a diagnosis cue ("which
    I attribute to tennis elbow"), and telling a verb of saying ("was telling it is
    shingles", "told us it's shingles").
-10. Facts rules 14. A line that starts with a capital letter starts a new clause, so no
+10. A line that starts with a capital letter starts a new clause, so no
    term runs into it ("Line 2: gout\nLine 3: ..."; a wrapped line that goes on in
    lowercase still continues its term). A column's first word after a tab is capitalised
    like a sentence's ("Slide 3<TAB>Obs normal"); the input normalisation turns a run of two
@@ -243,18 +243,18 @@ STATUS_WORDS = frozenset(("active", "current", "known", "possible", "presumed", 
                           "resolving", "resolved", "underlying", "existing", "previous",
                           "pre-existing", "preexisting", "suspected", "confirmed", "probable",
                           "long-standing", "longstanding"))
-#: Words of hesitation in speech ("it's um sinus infection", rule 11): a break in any case.
+#: Words of hesitation in speech ("it's um sinus infection", rule 7): a break in any case.
 FILLER_WORDS = frozenset(("um", "umm", "uh", "uhh", "er", "erm", "hmm", "hm", "ah", "eh"))
 #: Lowercase words of elapsed time that end a term ("diagnosed with pneumonia last week",
-#: "at long last", "two days ago", rule 11; a capitalised "Last" may start a title).
+#: "at long last", "two days ago", rule 7; a capitalised "Last" may start a title).
 TIME_BREAKS = frozenset(("last", "ago"))
-#: Family words that name a person ("Things to tell Mum", rule 11): ranked like a person's
+#: Family words that name a person ("Things to tell Mum", rule 7): ranked like a person's
 #: name (public).
 KIN_WORDS = frozenset(("mum", "mom", "mummy", "mommy", "dad", "daddy", "nan", "nana", "gran",
                        "granny", "grandma", "grandpa", "grandad", "granddad", "auntie",
                        "aunty", "uncle"))
 #: Clinical shorthand for findings that are none ("NKDA", "NAD", "PRN", "PMHx: nil sig",
-#: rule 11; public): a break, never a term.
+#: rule 7; public): a break, never a term.
 CLINICAL_SHORTHAND = frozenset(("nkda", "nad", "prn", "pmhx", "dhx", "shx", "fhx", "pmh",
                                 "nil", "sig", "nfa", "tbc"))
 #: The naming cues that are nouns ("the film X", "error code E-4471", "Product: X"): they
@@ -310,7 +310,7 @@ UNANNOUNCED_RANK = 1
 #: a document where no term has a naming role: the best one may be a record's heading or a
 #: template's fixed words ("Dear Sir or Madam", a merchant's name on a card statement) that
 #: stand before what it is about, and a second place keeps the answer among the document's
-#: first ``K_e`` (facts rules 16).
+#: first ``K_e``.
 UNANNOUNCED_PLACES = 2
 #: The rank of a name-only prefix of a longer run ("lyme" of "Lyme disease"): with the
 #: terms without a role.
@@ -367,7 +367,7 @@ DATE_WORDS = frozenset((
 #: lowercase one the name alone is offered too (rule 8), and ``facts.term_choice`` places
 #: that name where its form with the article stands.
 NAME_ARTICLES = ("the", "a")
-#: Month names: a number right before one is a day ("Crimson Roads 5 September", rule 11);
+#: Month names: a number right before one is a day ("Crimson Roads 5 September", rule 7);
 #: one before "yesterday" or "tonight" stays a title's ("Blue Whistle 1980 yesterday").
 MONTH_WORDS = frozenset(w for w in DATE_WORDS if w not in (
     "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "today",
@@ -781,7 +781,7 @@ _MARKUP_TAG = re.compile(r"<(/?)([A-Za-z][\w.-]*)"
 
 
 def _unmarked(text: str) -> str:
-    """The text with its markup read as fields (rule 11): an opening tag is its name as a
+    """The text with its markup read as fields (rule 7): an opening tag is its name as a
     label ("<imp>sinus infection</imp>" reads "imp: sinus infection."), a closing or empty
     tag ends a sentence, attributes are dropped."""
     def field(match: re.Match[str]) -> str:
@@ -826,7 +826,7 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
                     tokens[piece[0]].field or any(tokens[i].kind == _NAMEK for i in piece))):
                 # a person's name is no title ("picked X, directed by Kofi Uchenna"), nor
                 # are lowercase words outside a field ("picked from the recommendations"; a
-                # field "Film: comedy" may name one in lowercase, rule 11)
+                # field "Film: comedy" may name one in lowercase, rule 7)
                 role = ""
             elif role != "treatment" and not person and _drug_shaped(content):
                 role = "treatment"
@@ -835,7 +835,7 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
         rank = PREFIX_RANK if penalty else ROLE_RANK.get(role, NO_ROLE_RANK)
         demotion = PERSON_DEMOTION if person else (
             HEADING_DEMOTION if _heading(tokens, piece) or tokens[piece[0]].gap == "#"
-            else 0)  # a channel or tag ("has joined #moviechat") heads a record (rule 11)
+            else 0)  # a channel or tag ("has joined #moviechat") heads a record (rule 7)
         named = any(tokens[i].kind == _NAMEK for i in piece)
         kind_class = 0 if opened else 3 if penalty else 1 if named else 2
         key = (rank, demotion, kind_class, score, tokens[piece[0]].start, piece[0])
@@ -855,7 +855,7 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
                 and _person_shaped(tokens, run[:names], known):
             run = run[:names]  # "Pavel Haddad pls", "Oskar Lachance sets up": the person
         if len(run) > 1 and _shorthand(tokens[run[0]], known):
-            run = run[1:]  # "gnr crime drama", "abt rival chef": a shorthand label (rule 11)
+            run = run[1:]  # "gnr crime drama", "abt rival chef": a shorthand label (rule 7)
         for start in range(0, len(run), MAX_WORDS):
             piece = run[start:start + MAX_WORDS]
             while piece and (tokens[piece[0]].kind == _NUMK or (
@@ -878,14 +878,14 @@ def _terms_of(text: str, info: Callable[[str], _Info], verb_form: Callable[[str]
         add(piece, 0, role)
     # in a document that no cue says is about something (no naming role), the best two
     # unannounced terms that are neither headings nor people's names may be what it is
-    # about: they take the places after the naming roles (``UNANNOUNCED_RANK``, rules 16)
+    # about: they take the places after the naming roles (``UNANNOUNCED_RANK``, rule 5)
     unannounced = [t for t, key in best.items()
                    if key[0] == NO_ROLE_RANK and key[1] == 0 and key[2] < 3 and not roles[t]]
     if unannounced and not NAMING_ROLES & set(roles.values()):
         # what someone says or finds it is comes first ("Dr. Doe says sleep apnea", "finally
         # said it's pneumonia", "spotted kidney stones")
         # and then what a clinician named just before it did ("Dr. Doe landed on sinus
-        # infection", "Dr Roe is going with kidney stones", rule 11), and then what fills a
+        # infection", "Dr Roe is going with kidney stones", rule 7), and then what fills a
         # field's value whole ("what the GP thinks: hay fever", "Details: gout; ...", rule 9)
         firsts = sorted(unannounced, key=lambda t: (
             not _said(tokens, best[t][5]), not _after_clinician(tokens, best[t][5]),
@@ -950,7 +950,7 @@ def _shorthand(tok: _Tok, known: Callable[[str], bool]) -> bool:
 
 
 def _lone_name(tok: _Tok, known: Callable[[str], bool]) -> bool:
-    """Whether one capitalised word alone is a person (rule 11): a family word ("Mum") or a
+    """Whether one capitalised word alone is a person (rule 7): a family word ("Mum") or a
     given name or surname of the public lists that is no word of V ("Bruno" and "Quispe" of
     "Bruno A. Quispe", where the initial's full stop parts them)."""
     canon = tok.info.canon
@@ -985,13 +985,13 @@ _MEASURE = re.compile(
 #: Dashes that part a clinician's name from what follows (rule 9: "Examining physician:
 #: Dr. Roe - fit to dive" reports no act of hers).
 CLAUSE_DASHES = frozenset(("-", "\u2013", "\u2014"))
-#: How many tokens a clinician's act may take between the name and the term (rule 11).
+#: How many tokens a clinician's act may take between the name and the term (rule 7).
 CLINICIAN_REACH = 6
 
 
 def _after_clinician(tokens: list[_Tok], first: int) -> bool:
     """Whether the term whose first token is ``first`` is what a clinician named right
-    before it did, in the same sentence (rule 11): walking back at most ``CLINICIAN_REACH``
+    before it did, in the same sentence (rule 7): walking back at most ``CLINICIAN_REACH``
     tokens over verbs, stopwords and common words ("landed on", "pinned the lot on",
     "chalked it up to", "rang back and it's") reaches a titled name ("Dr. Doe", "doctor
     Nadia Eklund"), with no other term between."""
@@ -1238,7 +1238,7 @@ def _items(tokens: list[_Tok]) -> tuple[list[tuple[list[int], str]], set[int]]:
         part = part[cut + 1:]
         if not role and k in listed and k - 1 not in listed:
             # a list's first item starts after the words that lead to it ("going with
-            # kidney stones for all the nausea, ...": rule 11)
+            # kidney stones for all the nausea, ...": rule 7)
             lead = [p for p, i in enumerate(part) if tokens[i].info.stop
                     and tokens[i].info.canon not in ITEM_GLUE and tokens[i].info.canon != "with"
                     and any(not tokens[j].info.stop for j in part[p + 1:])]

@@ -38,64 +38,9 @@ NATURAL_CLIP = 0.5
 FACTS_DEFAULT_L = 1
 # the token mode's rho_hist when --rho-hist is not given (the paper's Table 6)
 TOKENS_RHO_HIST = 0.1
-#: The version of the facts rules that decide which documents a release reads (a document's
-#: terms and its clusters). Raise it with any change to those rules: a facts state directory
-#: made under another version is refused, not resumed (``BuildConfig.fingerprint``).
-#: 2: terms chosen again among the released candidates (``facts.term_choice``).
-#: 3: the default terms per document up to 6 (``planner.AUTO_K_E_MAX``), so that a state
-#: made with the default K_e of version 2 is not resumed under another. Released as the
-#: option ``facts_rules`` (from version 3): ``verify`` plans a build's default K_e by the rule
-#: of its version (``planner.AUTO_K_E_RULES``).
-#: 4: roles from a cue's purpose ("treated for X": a diagnosis), a passive cue ("X was
-#: managed with"), the reason of a visit ("seen for X"); visit words end a term
-#: (``facts.terms`` rule 4). Roles rank a document's terms, so they decide its K_e terms;
-#: after the release one place goes to an uncued term (``facts.terms.UNANNOUNCED_RANK``);
-#: and a term without a role anchors before a treatment, symptom or credit
-#: (``facts.roles.role_priority``), so they decide its cluster.
-#: 5: wording no cue announces (``facts.terms`` rules 2, 4-6): a person's name (public name
-#: lists), a record's heading and a sentence's first word alone rank after a document's
-#: other unannounced terms, and the best remaining one takes the place after the naming
-#: roles where no cue names what the document is about; a drug-shaped word is a treatment;
-#: the items of an unannounced list of three or more are descriptions; noun cues ("film",
-#: "error", "message") reach only what follows them; contractions of stopwords, status
-#: words ("active") and adverbs in -ly end a term; a sentence's first word before a name
-#: is part of the name ("Hollow Forest 1964").
-#: 6: records' fields and chat (``facts.terms`` rules 2-5): a key before "=" is a label and
-#: "=" starts a field; a field's label of ordinary words is a heading; a person's name takes
-#: no lowercase word after it ("Pavel Haddad pls"), a name takes none outside V ("Broken
-#: Ferry rn") nor after its glue;
-#: identifiers of words of V ("rec_type") get no open-vocabulary precedence; a noun cue after
-#: "of" names nothing ("Kind of film: romance"); adverbs in -ily, "straight away" and status
-#: words such as "pre-existing" end a term; a role walk stops at "has"; among uncued terms
-#: what a verb of saying or finding reports comes first ("says sleep apnea"); a short word
-#: outside V is no term alone unless it is rare ("UTI" is one, "pls" is not).
-#: 7: "History of ..." opening a sentence is a note's history section, not a diagnosis cue
-#: ("History of fever with headache ..."; "a history of asthma" still names one).
-#: 8: a tab separates a record's fields: no term runs across it ("The Glass Canyon<TAB>Oskar
-#: Wagner" is a title and a name, not one term).
-#: 9: the default keywords per document K_s follows the plan (``planner.auto_k_s``: fewer
-#: at low epsilon), so a state made with K_s = 14 under version 8 is not resumed under
-#: another; K_s is recorded as None when the plan chooses it.
-#: 10: a "the" or "a" before a name starts the name also right after another run ("return
-#: The Endless Highway" gave "endless highway", a second term beside "the endless highway");
-#: a kept cluster gets five texts at every epsilon (before: three below epsilon 5).
-#: 11: markup tags as field labels, clinical shorthand cues and breaks, words of hesitation,
-#: a clinician's verb before an unannounced diagnosis, a lone public name word as a person
-#: (``facts.terms`` rule 7).
-#: 12: after the release, a document's own first uncued term takes the unannounced place
-#: (not the uncued term of the smallest released count), a released prefix of a longer
-#: released term of the document is not chosen (``facts.term_choice``), and among anchors
-#: without a released role a document joins the first of its own order
-#: (``facts.fact_clusters.anchor_clusters``).
-#: 13-15: misspellings, fields' whole values, tabs and columns kept, line starts, labels'
-#: roles (``facts.terms`` rules 9 and 10), and no anchor from a naming role the document's
-#: own cue contradicts (``facts.term_choice.anchor_terms``).
-#: 16: before the release, two unannounced terms take the places after the naming roles
-#: (``facts.terms.UNANNOUNCED_PLACES``), a part of the first not the second.
-#: 17: a kept cluster needs no keyword, and one below the support threshold stays when it
-#: holds at least half the released count of its anchor (``facts.fact_writer``).
-#: 18: a keyword is kept at the threshold of 0.1 invented keywords per cluster on average, not
-#: 1 (``facts.fact_writer.FactRule.false_keywords``); the support and related phrases keep 1.
+#: The version of the facts rules that decide a document's terms and clusters; raise it with
+#: any change to them. Builds record it (a facts state of another version is not resumed)
+#: and so do eval reports; what each version changed is in CHANGELOG.md.
 FACTS_RULES_VERSION = 18
 
 
@@ -389,7 +334,7 @@ class BuildConfig:
     @property
     def resolved_texts_per_cluster(self) -> int:
         """``--texts-per-cluster``, or without it the default
-        (``facts.fact_writer.TEXTS_PER_CLUSTER``: 5 at every epsilon, from facts rules 10)."""
+        (``facts.fact_writer.TEXTS_PER_CLUSTER``: 5 at every epsilon)."""
         if self.texts_per_cluster is not None:
             return self.texts_per_cluster
         from dpsynrag.facts.fact_writer import TEXTS_PER_CLUSTER
