@@ -633,7 +633,7 @@ def _check_plan(plan: dict[str, Any], rho_total: float, sequential: list[Any],
     if planned is not None and rho_total > planned * (1 + REL_TOL) + 1e-15:
         problems.append(f"plan: the releases cost rho {rho_total!r}, more than the planned "
                         f"{planned!r}")
-    sigma_h = _plan_number(plan, "sigma_h")
+    sigma_h = _plan_number(plan, "sigma_h") or None  # 0: a plan without the histogram
     # the keyword histogram: K words per document (K_s in the facts mode), l2 sqrt(K)
     width = _plan_number(plan, "K_s" if plan.get("generate") == "facts" else "K")
     histograms = [e for e in sequential if isinstance(e, dict) and e.get("key") == "histogram"]
@@ -745,10 +745,16 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
     expected = {"sigma": _plan_number(plan, "sigma_A"), "threshold": _plan_number(plan, "tau_A"),
                 "max_items": _plan_number(plan, "K_e")}
     planned_delta = _plan_number(plan, "delta_phrases")
+    lengths = plan.get("ngram_lengths")
+    # a facts build releases its phrases once, or once per n-gram level
+    levels = len(lengths) if isinstance(lengths, list) and lengths else 1
+    if planned_delta is not None:
+        planned_delta /= levels
     selections = [e for e in sequential
                   if isinstance(e, dict) and e.get("mechanism") == "partition_selection"]
-    if len(selections) != 1:  # a facts build always releases its phrases, once
-        problems.append(f"plan: {len(selections)} phrase releases, the facts plan has one")
+    if len(selections) != levels:
+        problems.append(f"plan: {len(selections)} phrase releases, the facts plan has "
+                        f"{levels}")
     for entry in selections:
         params = _params_of(entry)
         for field, value in expected.items():

@@ -41,6 +41,7 @@ and the cluster facts get 1 - share_phrases - share_tokens of it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, fields, replace
@@ -124,6 +125,8 @@ class PlanRequest:
     share_tokens: float = 0.3  # facts with writer="tokens": share for the token writer
     share_roles: float = 0.1  # facts: share of rho_total - rho_hist for the role histogram
     share_hist: float = 0.04  # facts: rho_hist = share_hist x rho_total when rho_hist is 0
+    # facts with n-grams (``facts.ngrams``): the released lengths; () for terms and phrases
+    ngram_lengths: tuple[int, ...] = ()
     allow_large_epsilon: bool = False  # measurement only: epsilon above MAX_EPSILON
 
     def validate(self) -> None:
@@ -152,6 +155,8 @@ class PlanRequest:
         _finite_positive(self.rho_mean, "--rho-mean")
 
     def _validate_facts(self) -> None:
+        if self.ngram_lengths:
+            self._validate_ngrams()
         for name, value in (("--L", self.L), ("--K-e", self.K_e or 1), ("--K-s", self.K_s or 1),
                             ("--R-f", self.R_f)):
             if isinstance(value, bool) or not (isinstance(value, int) and value >= 1):
@@ -188,6 +193,16 @@ class PlanRequest:
                                 f"--share-tokens below 1, got {tokens!r} and {share!r}")
             if not (isinstance(self.T, int) and not isinstance(self.T, bool) and self.T >= 1):
                 raise PlanError(f"--T must be a positive integer, got {self.T!r}")
+
+    def _validate_ngrams(self) -> None:
+        lengths = self.ngram_lengths
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in lengths) \
+                or any(b <= a or b > 2 * a for a, b in itertools.pairwise(lengths)):
+            raise PlanError(f"--ngram-lengths must be increasing positive integers, each at "
+                            f"most twice the one before, got {list(lengths)!r}")
+        if self.writer != "template":
+            raise PlanError("--facts-items ngrams writes its notes by stitching released spans; "
+                            "--writer tokens does not apply")
 
     def phrase_delta(self) -> float:
         """delta_phrases, defaulting to delta / 10."""
@@ -316,6 +331,9 @@ class FactsBudgetPlan:
     share_roles: float = 0.0  # the role histogram (terms with roles); 0: none
     rho_R: float = 0.0
     sigma_R: float = 0.0
+    # --facts-items ngrams: the lengths released level by level, each level a partition
+    # selection at sigma_A, tau_A, max_items K_e and delta_phrases / levels; () otherwise
+    ngram_lengths: tuple[int, ...] = ()
 
     WRITER_FIELDS = ("writer", "T", "share_tokens", "rho_tokens", "rho_per_token", "c_over_tau")
     ROLE_FIELDS = ("share_roles", "rho_R", "sigma_R")
@@ -330,7 +348,21 @@ class FactsBudgetPlan:
         if not self.share_roles:
             for name in self.ROLE_FIELDS:
                 record.pop(name)
+        if self.ngram_lengths:
+            record["ngram_lengths"] = list(self.ngram_lengths)
+        else:
+            record.pop("ngram_lengths")
         return record
+
+    def __post_init__(self) -> None:
+        # a record read back from JSON holds a list
+        object.__setattr__(self, "ngram_lengths", tuple(self.ngram_lengths))
+
+    @property
+    def level_delta(self) -> float:
+        """The delta asked of each phrase release: delta_phrases over the n-gram levels
+        (one release without n-grams)."""
+        return self.delta_phrases / max(1, len(self.ngram_lengths))
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any]) -> Self | None:
@@ -353,10 +385,16 @@ class FactsBudgetPlan:
         """The whole facts build, once: the keyword histogram, the phrase partition selection,
         then the fact clusters as a parallel group of overlap L holding L copies of one
         cluster (see ``BudgetPlan.events``)."""
+        cluster = self.cluster_events(clip)
+        if self.ngram_lengths:  # no keyword histogram: one partition selection per level
+            level = PartitionSelection(sigma=self.sigma_A, max_items=self.K_e,
+                                       threshold=self.tau_A, delta=self.level_delta)
+            return Sequential((Repeated(level, len(self.ngram_lengths)),
+                               ParallelGroup(self.L, (cluster,) * self.L,
+                                             FACT_CLUSTERS_GROUP)))
         histogram = DiscreteGaussian(sigma=self.sigma_h, l2_sensitivity=math.sqrt(self.K_s))
         phrases = PartitionSelection(sigma=self.sigma_A, max_items=self.K_e,
                                      threshold=self.tau_A, delta=self.delta_phrases)
-        cluster = self.cluster_events(clip)
         roles = (Repeated(DiscreteGaussian(sigma=self.sigma_R,
                                            l2_sensitivity=math.sqrt(self.K_e)), 1),
                  ) if self.share_roles else ()
@@ -370,6 +408,15 @@ class FactsBudgetPlan:
         return [*self._fact_rows(), *writer]
 
     def _fact_rows(self) -> list[tuple[str, str, float, float]]:
+        if self.ngram_lengths:
+            lengths = ",".join(str(n) for n in self.ngram_lengths)
+            return [
+                ("(f) n-grams", f"{len(self.ngram_lengths)} partition sel. (lengths {lengths}) "
+                 f"σ_A={self.sigma_A:.4f}, τ_A={self.tau_A}, K_e={self.K_e}", math.nan,
+                 self.rho_A),
+                ("(f) cluster spans", f"discrete Gauss. σ_C={self.sigma_C:.4f}, "
+                 f"K_e+K_s={self.K_e + self.K_s}", self.rho_C_per_cluster, self.rho_C),
+            ]
         return [
             ("(a) keyword histogram", f"discrete Gauss. σ_h={self.sigma_h:.4f}, K_s={self.K_s}",
              math.nan, self.rho_hist),
@@ -496,6 +543,8 @@ def request_from_options(options: Mapping[str, Any], *, vocab_size: int | None =
             **common, generate="facts", rho_hist=options.get("rho_hist") or 0.0,
             share_hist=options["share_hist"],
             share_roles=options["share_roles"] if options["facts_items"] == "terms" else 0.0,
+            ngram_lengths=tuple(options.get("ngram_lengths") or ())
+            if options["facts_items"] == "ngrams" else (),
             K_e=options.get("K_e") or 0, K_s=options.get("K_s") or 0, R_f=options["R_f"],
             facts_rules=options.get("facts_rules", FACTS_RULES_BEFORE_OPTION),
             delta_phrases=options.get("delta_phrases"),
@@ -512,6 +561,8 @@ def plan_facts(request: PlanRequest) -> FactsBudgetPlan:
     ``K_e = 0`` resolves to the public default of the request's facts rules
     (``auto_k_e_rule``; today ``AUTO_K_E_MAX``, ``AUTO_TAU_A``): a function of the request
     alone."""
+    if request.ngram_lengths:
+        return plan_ngrams(request)
     if request.K_e == 0:
         most, highest_tau = auto_k_e_rule(request.facts_rules)
         for k_e in range(most, 0, -1):
@@ -584,6 +635,53 @@ def plan_facts(request: PlanRequest) -> FactsBudgetPlan:
         rho_R=rho_r,
         sigma_R=math.sqrt(request.K_e / (2.0 * rho_r)) if rho_r else 0.0,
     )
+
+
+#: --facts-items ngrams: n-grams per document and level when --K-e is not given (public)
+NGRAM_DEFAULT_K_E = 8
+#: --facts-items ngrams: spans per document in the cluster histograms beyond K_e (K_e + K_s)
+NGRAM_DEFAULT_K_S = 8
+
+
+def plan_ngrams(request: PlanRequest) -> FactsBudgetPlan:
+    """The facts plan with n-grams (``facts.ngrams``): no keyword histogram; a share
+    ``share_phrases`` of rho for the J = len(ngram_lengths) levels, each a partition
+    selection of K_e n-grams per document at one sigma_A (rho_A / J each) and delta_phrases / J;
+    the rest for the clusters' span histograms, each document adding <= K_e + K_s spans to
+    each of <= L clusters:
+
+        rho = J K_e / (2 sigma_A^2) + L (K_e + K_s) / (2 sigma_C^2)
+    """
+    from dpsynrag.accounting.partition_threshold import (  # mpmath: loaded for facts only
+        partition_selection_delta,
+        selection_threshold,
+    )
+
+    request = replace(request, K_e=request.K_e or NGRAM_DEFAULT_K_E,
+                      K_s=request.K_s or NGRAM_DEFAULT_K_S, rho_hist=0.0)
+    request.validate()
+    levels = len(request.ngram_lengths)
+    conversion = Conversion(request.conversion)
+    delta_phrases = float(request.phrase_delta())
+    delta_conversion = request.delta - delta_phrases
+    rho_total = rho_for(request.epsilon, delta_conversion, conversion)
+    rho_a = request.share_phrases * rho_total
+    rho_c = rho_total - rho_a
+    sigma_a = math.sqrt(levels * request.K_e / (2.0 * rho_a))
+    tau_a = selection_threshold(sigma_a, request.K_e, delta_phrases / levels)
+    return FactsBudgetPlan(
+        generate="facts", epsilon=request.epsilon, delta=request.delta,
+        conversion=conversion.value, conversion_reference=CONVERSION_REFERENCES[conversion],
+        L=request.L, K_e=request.K_e, K_s=request.K_s, R_f=request.R_f,
+        share_phrases=float(request.share_phrases), rho_total=rho_total,
+        delta_phrases=delta_phrases, delta_conversion=delta_conversion,
+        rho_hist=0.0, sigma_h=0.0, rho_A=rho_a, sigma_A=sigma_a, tau_A=tau_a,
+        delta_A=levels * partition_selection_delta(sigma_a, request.K_e, tau_a),
+        docs_to_release=tau_a, rho_C=rho_c, rho_C_per_cluster=rho_c / request.L,
+        sigma_C=math.sqrt(request.L * (request.K_e + request.K_s) / (2.0 * rho_c)),
+        epsilon_bun_steinke=epsilon_for(rho_total, delta_conversion, Conversion.BUN_STEINKE),
+        epsilon_cks=epsilon_for(rho_total, delta_conversion, Conversion.CKS),
+        ngram_lengths=tuple(request.ngram_lengths))
 
 
 def plan_budget(request: PlanRequest) -> BudgetPlan | FactsBudgetPlan:

@@ -140,11 +140,17 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                         "token-only option (--K, --R, --k, --T, --eps-theta, --rho-mean, "
                         "--clip, --keywords, the prompts, --no-filter, --no-retrieval) on the "
                         "command line or in --config means tokens")
-    g.add_argument("--facts-items", choices=["terms", "open"],
+    g.add_argument("--facts-items", choices=["terms", "open", "ngrams"],
                    help="facts: what a document offers for release: 'terms' (default: multi-"
                         "word terms of any vocabulary, capitalised names, terms with digits, "
-                        "each with the role its cue word gives, e.g. diagnosis, treatment) or "
-                        "'open' (only invented or rare names and codes, no roles)")
+                        "each with the role its cue word gives, e.g. diagnosis, treatment), "
+                        "'open' (only invented or rare names and codes, no roles) or "
+                        "'ngrams' (no word list: the collection's own n-grams, released "
+                        "level by level by DP n-gram extraction; each note stitched from its "
+                        "cluster's released spans)")
+    g.add_argument("--ngram-lengths", metavar="N,N,...",
+                   help="facts with ngrams: the n-gram lengths released level by level, "
+                        "each at most twice the one before (default 1,2,4,8)")
     g.add_argument("--K-e", dest="K_e", type=positive_int,
                    help="facts: terms (or open phrases) per document (default: the most, up to "
                         "6, whose phrase release's tau_A stays <= 20 units, else 1; with the "

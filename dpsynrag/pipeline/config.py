@@ -8,6 +8,7 @@ directory refuses a different fingerprint, so a resumed build can never mix two 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -23,6 +24,7 @@ from dpsynrag.pipeline.defaults import DEFAULT_DELTA, DEFAULT_EPSILON
 
 # where each private-prediction token is computed (pipeline/worker.py): --token-sampling
 TOKEN_SAMPLING_MODES = ("auto", "host", "device")
+FACTS_ITEMS = ("terms", "open", "ngrams")
 
 # Grislain's transform with alpha = 1 maps every logit row into [-0.5, 0.5]: exp(l - max) - 1
 # lies in [-1, 0] (-1 where exp underflows in float) and centring halves its range. So
@@ -97,8 +99,9 @@ class BuildConfig:
     # histogram per cluster; the default, by measurement) or "tokens" (the paper: private
     # prediction token by token). make_config infers "tokens" from token-only options.
     generate: str = "facts"
-    # facts: "terms" (terms of any vocabulary with their roles, facts.terms) or "open"
-    # (open-vocabulary phrases only, facts.phrases)
+    # facts: "terms" (terms of any vocabulary with their roles, facts.terms), "open"
+    # (open-vocabulary phrases only, facts.phrases) or "ngrams" (the collection's n-grams,
+    # released level by level with no word list, facts.ngrams; notes stitched from spans)
     facts_items: str = "terms"
     K_e: int | None = None  # facts: terms (or open phrases) per document; None: the plan's
     # public default (planner.AUTO_K_E_MAX terms while tau_A stays <= AUTO_TAU_A units)
@@ -108,6 +111,9 @@ class BuildConfig:
     # facts); None: the plan's public default (planner.auto_k_s: up to 14 while sigma_C <= 5)
     R_f: int = 300  # facts: top noisy keywords added to the cluster histograms' domain
     share_phrases: float = 0.3  # facts: share of the rho after the histogram for phrases
+    # facts with ngrams: the n-gram lengths released level by level (each at most twice the
+    # one before it)
+    ngram_lengths: tuple[int, ...] = (1, 2, 4, 8)
     delta_phrases: float | None = None  # facts: delta of the phrase release (default delta/10)
     facts_label: str = "Reported"  # facts: lead word of each note ("Symptoms" for clinic notes)
     # facts: "template" (the free public template) or "tokens" (issue 15: each kept cluster's
@@ -144,7 +150,7 @@ class BuildConfig:
 
     # options only one generation mode reads
     FACTS_ONLY = ("facts_items", "share_roles", "share_hist", "K_e", "K_s", "R_f",
-                  "share_phrases", "delta_phrases", "facts_label",
+                  "ngram_lengths", "share_phrases", "delta_phrases", "facts_label",
                   "writer", "share_tokens", "writer_keeps_note", "writer_ablate",
                   "texts_per_cluster")
     TOKENS_ONLY = ("K", "R", "k", "T", "eps_theta", "rho_mean", "clip", "keywords",
@@ -172,9 +178,19 @@ class BuildConfig:
                 and self.rho_hist > 0):
             raise ConfigError(f"--rho-hist must be a finite positive number, got "
                               f"{self.rho_hist!r}")
-        if self.facts_items not in ("terms", "open"):
-            raise ConfigError(f"--facts-items must be 'terms' or 'open', got "
+        if self.facts_items not in FACTS_ITEMS:
+            raise ConfigError(f"--facts-items must be one of {', '.join(FACTS_ITEMS)}, got "
                               f"{self.facts_items!r}")
+        lengths = self.ngram_lengths
+        if not (isinstance(lengths, tuple) and lengths
+                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                        for n in lengths)
+                and all(a < b <= 2 * a for a, b in itertools.pairwise(lengths))):
+            raise ConfigError(f"--ngram-lengths must be increasing positive integers, each at "
+                              f"most twice the one before, got {lengths!r}")
+        if self.facts_items == "ngrams" and self.writer != "template":
+            raise ConfigError("--facts-items ngrams stitches its notes from released spans; "
+                              "--writer tokens does not apply")
         for name in ("share_roles", "share_hist"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and 0 <= value < 1):
@@ -297,6 +313,8 @@ class BuildConfig:
             skip.add("writer_keeps_note")
         if not self.writer_ablate.strip():  # as do builds without an ablated lever
             skip.add("writer_ablate")
+        if self.facts_items != "ngrams":  # builds of terms and phrases keep their options
+            skip.add("ngram_lengths")
         options = {k: v for k, v in asdict(self).items() if k not in skip}
         if self.generate == "tokens":  # the resolved value, as token builds recorded it
             options["rho_hist"] = self.tokens_rho_hist
@@ -442,6 +460,18 @@ def parse_text_column(value: Any) -> str | tuple[str, ...]:
     return names[0] if len(names) == 1 else names
 
 
+def parse_int_list(value: Any, flag: str) -> tuple[int, ...]:
+    """A list of integers as TOML (a list) or a flag (``"1,2,4,8"``) gives it."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ConfigError(f"{flag}: expected a comma-separated list of integers, got {value!r}")
+    try:
+        return tuple(int(str(item).strip()) for item in items)
+    except ValueError:
+        raise ConfigError(f"{flag}: expected a comma-separated list of integers, got "
+                          f"{value!r}") from None
+
+
 def make_config(toml_path: Path | None, overrides: dict[str, Any]) -> BuildConfig:
     """Defaults, then the TOML file, then flags (``None`` in ``overrides`` means not given)."""
     values: dict[str, Any] = {}
@@ -456,6 +486,8 @@ def make_config(toml_path: Path | None, overrides: dict[str, Any]) -> BuildConfi
               "share_roles", "share_hist")
     if "text_column" in values:
         values["text_column"] = parse_text_column(values["text_column"])
+    if "ngram_lengths" in values:
+        values["ngram_lengths"] = parse_int_list(values["ngram_lengths"], "--ngram-lengths")
     for name in floats:
         if name in values and isinstance(values[name], int) and not isinstance(values[name], bool):
             values[name] = float(values[name])

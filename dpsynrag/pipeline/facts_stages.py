@@ -68,6 +68,7 @@ from dpsynrag.facts.term_choice import (
 from dpsynrag.facts.terms import DocumentTerms, document_terms
 from dpsynrag.pipeline.config import ablated_levers
 from dpsynrag.pipeline.context import BuildContext, StageResult
+from dpsynrag.pipeline.ngram_stages import ngram_stages
 from dpsynrag.pipeline.token_stages import ledger_token_texts
 from dpsynrag.transforms.histogram import released_top_keywords
 from dpsynrag.transforms.keywords import statistical_keywords
@@ -123,7 +124,10 @@ class FactClusters(NamedTuple):
 
 def facts_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
     """Run stages (a), (f1)-(f3) (and (f4) with ``--writer tokens``, which needs the
-    context's runner); return the build's result (notes, kept, anchors, ...)."""
+    context's runner); return the build's result (notes, kept, anchors, ...). With
+    ``--facts-items ngrams``: the n-gram stages (``pipeline.ngram_stages``) instead."""
+    if ctx.config.facts_items == "ngrams":
+        return ngram_stages(ctx, texts)
     vocab = public_vocabulary()
     keywords = keyword_histogram(ctx, texts, vocab)  # (a)
     phrases = released_phrases(ctx, texts, vocab)  # (f1)

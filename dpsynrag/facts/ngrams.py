@@ -1,0 +1,221 @@
+"""DP n-gram extraction: the collection's phrases, released level by level, no lexicon.
+
+After Kim, Gopi, Kulkarni & Yekhanin, "Differentially Private n-gram Extraction" (NeurIPS
+2021), on the DP set union / partition selection of Gopi et al. (2020). Each document
+(one privacy unit after ingest) is a token sequence (``facts.tokens``: punctuation and digits
+are tokens, case is kept). For the public lengths n_1 < n_2 < ... < n_J (``lengths``):
+
+* tokens of a public list (punctuation and the public stopwords) need no release: an
+  n-gram of such tokens only is public, never a candidate, and a released window wherever
+  a longer n-gram holds it;
+* level 1: the candidates of a document are its distinct n_1-grams (not all public);
+* level j > 1: an n_j-gram of the document is a candidate only where every window of length
+  n_{j-1} inside it was released at level j - 1 (with consecutive lengths: its two
+  (n-1)-grams), a rule of the document and released values;
+* each document contributes at most ``max_items`` = K distinct candidates per level, chosen
+  by a public rule of the document and released values (``unit_choice``): at level 1 its
+  most frequent tokens first, at later levels the candidates whose least released window is
+  rarest first (a phrase that barely passed needs all its holders; a common one has
+  slack), ties in a pseudo-random order keyed by the document itself;
+* level j is one DP partition selection (``accounting.partition_selection``): exact discrete
+  Gaussian N_Z(0, sigma^2) on the count of every candidate present, released where the noisy
+  count reaches tau (the smallest threshold whose delta_A <= the level's delta).
+
+Privacy (add/remove one unit u). Fix the releases of levels < j. The candidates and choices of
+every other unit are functions of that unit and those released values, so they are the same
+in both neighbours; the counts of level j differ by u's own chosen set: at most K
+coordinates by 1 each (l2 sensitivity sqrt(K); ``phrase_counts`` refuses more). Level j is
+therefore delta_j-approximately rho_j-zCDP, rho_j = K / (2 sigma^2), delta_j = K P(Z >= tau
+- 1) for the n-grams only u holds (``partition_selection``'s argument), and the levels
+compose adaptively: the whole release is (sum_j delta_j)-approximately (sum_j rho_j)-zCDP,
+J K / (2 sigma^2) with one sigma for every level. Every level is one ledger release under
+``ngrams/NN`` (charged before drawing, stored, never redrawn on resume); nothing here logs a
+count or an n-gram.
+
+``exact_release`` is the same stage without noise (every candidate held by at least
+``min_count`` units): the eval's epsilon = inf ceiling runs this very code with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dpsynrag.accounting.ledger import Ledger
+from dpsynrag.accounting.partition_selection import phrase_counts, release_partitions
+from dpsynrag.facts.tokens import ngram_key
+
+__all__ = [
+    "DEFAULT_LENGTHS",
+    "STAGE",
+    "CountRelease",
+    "NgramLevels",
+    "exact_release",
+    "ledger_release",
+    "level_candidates",
+    "level_key",
+    "release_ngrams",
+    "unit_choice",
+]
+
+STAGE = "f-ngrams"
+DEFAULT_LENGTHS = (1, 2, 3, 4, 6, 8)
+
+# (key, {n-gram: exact count}, max_items) -> {released n-gram: released count}
+CountRelease = Callable[[str, Mapping[str, int], int], dict[str, int]]
+
+
+def level_key(length: int) -> str:
+    """The ledger key of the release of the n-grams of ``length`` tokens."""
+    return f"ngrams/{int(length):02d}"
+
+
+def ledger_release(ledger: Ledger, *, sigma: float, delta: float) -> CountRelease:
+    """Each level through the ledger: DP partition selection at ``sigma`` and ``delta``."""
+    def release(key: str, counts: Mapping[str, int], max_items: int) -> dict[str, int]:
+        return release_partitions(ledger, key, counts, max_items=max_items, sigma=sigma,
+                                  delta=delta, stage=STAGE)
+    return release
+
+
+def exact_release(min_count: int = 2) -> CountRelease:
+    """No noise (the epsilon = inf ceiling of the eval only): every candidate that at least
+    ``min_count`` units chose, with its exact count. Never used by a build."""
+    def release(key: str, counts: Mapping[str, int], max_items: int) -> dict[str, int]:
+        return {g: int(c) for g, c in counts.items() if c >= min_count}
+    return release
+
+
+@dataclass(frozen=True)
+class NgramLevels:
+    """The released n-grams of each length: {length: {n-gram key: released count}}."""
+
+    lengths: tuple[int, ...]
+    released: dict[int, dict[str, int]]
+
+    def all_released(self) -> dict[str, int]:
+        """Every released n-gram of every length with its released count."""
+        merged: dict[str, int] = {}
+        for length in self.lengths:
+            merged.update(self.released.get(length, {}))
+        return merged
+
+
+def _check_lengths(lengths: Sequence[int]) -> tuple[int, ...]:
+    values = tuple(int(n) for n in lengths)
+    if not values or values[0] < 1 or any(b <= a for a, b in itertools.pairwise(values)):
+        raise ValueError("n-gram lengths must be increasing positive integers")
+    if any(b > 2 * a for a, b in itertools.pairwise(values)):
+        raise ValueError("each n-gram length must be at most twice the one before it (its "
+                         "windows of the previous length must cover it)")
+    return values
+
+
+def _no_public_token(_token: str) -> bool:
+    return False
+
+
+def level_candidates(tokens: Sequence[str], length: int, previous: Mapping[str, int] | None,
+                     previous_length: int | None,
+                     public: Callable[[str], bool] = _no_public_token) -> dict[str, int]:
+    """The distinct ``length``-grams of one document that are candidates, each with its
+    support: at the first level (``previous`` None) all of them with their count in the
+    document; later, those whose every window of ``previous_length`` tokens was released,
+    with the smallest released count among those windows. A function of the document and
+    released values only.
+
+    ``public(token)`` marks the tokens of a public list (punctuation, stopwords): an n-gram
+    of public tokens only is public, never a candidate, and counts as released (support
+    unbounded) where it is a window of a longer one."""
+    found: dict[str, int] = {}
+    if len(tokens) < length:
+        return found
+    is_public = [public(t) for t in tokens]
+
+    def all_public(start: int, size: int) -> bool:
+        return all(is_public[start:start + size])
+
+    if previous is None:
+        counts = Counter(ngram_key(tokens[i:i + length])
+                         for i in range(len(tokens) - length + 1)
+                         if not all_public(i, length))
+        return dict(counts)
+    assert previous_length is not None
+    unbounded = len(tokens) + 2**62
+    window_count = [unbounded if all_public(i, previous_length)
+                    else previous.get(ngram_key(tokens[i:i + previous_length]))
+                    for i in range(len(tokens) - previous_length + 1)]
+    span = length - previous_length + 1  # windows inside one candidate
+    for i in range(len(tokens) - length + 1):
+        windows = window_count[i:i + span]
+        if all(c is not None for c in windows) and not all_public(i, length):
+            key = ngram_key(tokens[i:i + length])
+            support = min(c for c in windows if c is not None)
+            found[key] = min(found.get(key, support), support)
+    return found
+
+
+def _keyed_order(document_key: bytes, item: str) -> bytes:
+    return hashlib.blake2b(item.encode("utf-8"), digest_size=8, key=document_key).digest()
+
+
+def unit_choice(candidates: Mapping[str, int], max_items: int, document_key: bytes, *,
+                first_level: bool) -> list[str]:
+    """At most ``max_items`` of one document's candidates (a public rule of the document and
+    released values): at the first level the most frequent in the document first, later the
+    rarest released support first; ties in a pseudo-random order keyed by the document."""
+    if len(candidates) <= max_items:
+        return sorted(candidates)
+    sign = -1 if first_level else 1
+    ranked = sorted(candidates, key=lambda g: (sign * candidates[g],
+                                               _keyed_order(document_key, g)))
+    return sorted(ranked[:max_items])
+
+
+def document_key(tokens: Sequence[str]) -> bytes:
+    """The key of a document's tie order: a hash of its own tokens (16 bytes)."""
+    return hashlib.blake2b("\x1f".join(tokens).encode("utf-8"), digest_size=16).digest()
+
+
+def level_choices(docs_tokens: Sequence[Sequence[str]], length: int,
+                  previous: Mapping[str, int] | None, previous_length: int | None,
+                  max_items: int, keys: Sequence[bytes],
+                  public: Callable[[str], bool] = _no_public_token) -> list[list[str]]:
+    """Every document's chosen candidates of one level (private)."""
+    return [unit_choice(level_candidates(tokens, length, previous, previous_length, public),
+                        max_items, key, first_level=previous is None)
+            for tokens, key in zip(docs_tokens, keys, strict=True)]
+
+
+def release_ngrams(docs_tokens: Sequence[Sequence[str]], lengths: Sequence[int], *,
+                   max_items: int, release: CountRelease,
+                   public: Callable[[str], bool] = _no_public_token,
+                   progress: Callable[[int], None] | None = None) -> NgramLevels:
+    """Release the n-grams of every length, level by level (module docstring).
+
+    ``release`` is ``ledger_release`` in a build (one charge per level) or ``exact_release``
+    for the ceiling. Each level's counts are checked to hold at most ``max_items`` distinct
+    n-grams per document before they are released. ``progress(1)`` after each level.
+    """
+    levels = _check_lengths(lengths)
+    if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
+        raise ValueError(f"max_items must be a positive integer, got {max_items!r}")
+    keys = [document_key(tokens) for tokens in docs_tokens]
+    released: dict[int, dict[str, int]] = {}
+    previous: dict[str, int] | None = None
+    previous_length: int | None = None
+    for length in levels:
+        choices = level_choices(docs_tokens, length, previous, previous_length, max_items,
+                                keys, public)
+        counts = phrase_counts(choices, max_items)  # refuses > max_items per document
+        # every level is released (charged) even when no document has a candidate: the
+        # charges never depend on the data
+        level = release(level_key(length), counts, max_items)
+        released[length] = level
+        previous, previous_length = level, length
+        if progress is not None:
+            progress(1)
+    return NgramLevels(levels, released)

@@ -1,0 +1,63 @@
+"""The n-gram mode's notes: which released spans a cluster keeps, and its note (post-
+processing of released values only: the noisy span histogram of the cluster, the released
+n-grams and public parameters; never a document).
+
+A cluster keeps the spans of its noisy histogram whose noisy count reaches ``z`` sigma_C (a
+span no member holds passes with probability about P(Z >= z sigma_C)), at most
+``max_spans`` of them by noisy count, highest first; the note is those spans stitched by
+their overlaps (``facts.spans.stitch``) in that order. A cluster whose anchor does not pass
+writes no note (its members are too few to say anything above the noise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpsynrag.facts.spans import note_text, stitch
+
+__all__ = ["KEEP_Z", "MAX_SPANS", "SpanNote", "kept_spans", "span_notes"]
+
+KEEP_Z = 3.0  # a span is kept where its noisy count reaches KEEP_Z sigma_C
+MAX_SPANS = 16  # spans stitched into one note at most
+
+
+@dataclass(frozen=True)
+class SpanNote:
+    """One cluster's note: its anchor, the stitched spans (tokens) and the text."""
+
+    cluster: int
+    anchor: str
+    spans: tuple[tuple[str, ...], ...]
+    text: str
+
+
+def kept_spans(noisy: np.ndarray, domain: Sequence[str], sigma: float, *,
+               z: float = KEEP_Z, max_spans: int = MAX_SPANS) -> list[str]:
+    """The spans of one noisy histogram at or above ``z sigma``, highest first (ties by the
+    span's text), at most ``max_spans``."""
+    floor = z * sigma
+    order = sorted((j for j in range(len(domain)) if noisy[j] >= floor),
+                   key=lambda j: (-int(noisy[j]), domain[j]))
+    return [domain[j] for j in order[:max_spans]]
+
+
+def span_notes(noisy: np.ndarray, domain: Sequence[str], anchors: Sequence[str],
+               sigma: float, *, stopwords: Collection[str], z: float = KEEP_Z,
+               max_spans: int = MAX_SPANS) -> list[SpanNote]:
+    """A note per cluster whose anchor passes (clusters x |domain| noisy counts)."""
+    index = {span: j for j, span in enumerate(domain)}
+    notes: list[SpanNote] = []
+    for r, anchor in enumerate(anchors):
+        row = noisy[r]
+        j = index.get(anchor)
+        if j is None or row[j] < z * sigma:
+            continue
+        spans = kept_spans(row, domain, sigma, z=z, max_spans=max_spans)
+        if anchor not in spans:  # the anchor leads: it is what the cluster is about
+            spans = [anchor, *spans[:max_spans - 1]]
+        stitched = stitch(spans, stopwords=stopwords)
+        notes.append(SpanNote(r, anchor, tuple(stitched), note_text(stitched)))
+    return notes

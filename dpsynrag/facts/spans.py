@@ -1,0 +1,104 @@
+"""Released spans: what each document holds of the released n-grams, and notes stitched
+from a cluster's released spans (the n-gram mode of the facts stages).
+
+``document_spans`` (a rule of one document and released values): the released n-grams of a
+document's token sequence that no longer released n-gram containing them covers at the same
+place (its *maximal* released spans), longest first. A span is a candidate item of the
+cluster histograms; its text is the document's own words only where at least tau units
+wrote the very same n-gram.
+
+``stitch`` (post-processing of released values, free): a cluster's kept spans in a public
+order (released count, highest first), each merged with another where one's last tokens are
+the other's first ones (the longest overlap first; at least ``min_overlap`` tokens, or one
+token that is not a stopword or punctuation), spans inside a longer kept one dropped. "In
+particular , she likes" and "she likes Toy Story ( 1995 )" become one span. No vocabulary is
+needed: where a span holds its role ("diagnosed with acid reflux"), the reader sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from dpsynrag.facts.tokens import detokenize, ngram_key, ngram_tokens
+
+__all__ = ["SPAN_SEPARATOR", "document_spans", "is_content", "note_text", "stitch"]
+
+SPAN_SEPARATOR = " … "
+
+
+def is_content(token: str, stopwords: Collection[str]) -> bool:
+    """A token that is neither punctuation nor a public stopword."""
+    return any(ch.isalnum() for ch in token) and token.lower() not in stopwords
+
+
+def document_spans(tokens: Sequence[str], released: Mapping[int, Mapping[str, int]]
+                   ) -> list[str]:
+    """The maximal released spans of one document (distinct), longest first, then in the
+    order they occur. ``released``: {length: {n-gram key: released count}}."""
+    lengths = sorted(released, reverse=True)
+    covered: list[tuple[int, int]] = []  # (start, stop) of the spans kept so far
+    found: dict[str, None] = {}
+    for length in lengths:
+        level = released[length]
+        if not level:
+            continue
+        for start in range(len(tokens) - length + 1):
+            stop = start + length
+            if any(a <= start and stop <= b for a, b in covered):
+                continue
+            key = ngram_key(tokens[start:stop])
+            if key in level:
+                covered.append((start, stop))
+                found.setdefault(key, None)
+    return list(found)
+
+
+def _overlap(left: tuple[str, ...], right: tuple[str, ...], min_overlap: int,
+             stopwords: Collection[str]) -> int:
+    """The longest k such that left's last k tokens are right's first k (0 if too weak)."""
+    for k in range(min(len(left), len(right)) - 1, 0, -1):
+        if left[-k:] == right[:k]:
+            if k >= min_overlap or (k == 1 and is_content(left[-1], stopwords)):
+                return k
+            return 0
+    return 0
+
+
+def _contains(outer: tuple[str, ...], inner: tuple[str, ...]) -> bool:
+    n = len(inner)
+    return any(outer[i:i + n] == inner for i in range(len(outer) - n + 1))
+
+
+def stitch(spans: Sequence[str], *, min_overlap: int = 2,
+           stopwords: Collection[str] = ()) -> list[tuple[str, ...]]:
+    """Merge spans (given in their public order) by their overlaps into maximal spans.
+
+    Greedy and deterministic: repeatedly the pair with the longest overlap (ties: the
+    earlier left span, then the earlier right span) is joined into the left one's place,
+    until no pair overlaps; a span contained in another is dropped first. Returns the
+    stitched spans as token tuples, in the order of their first span.
+    """
+    items = [ngram_tokens(s) for s in spans]
+    items = [t for i, t in enumerate(items) if t not in items[:i]]
+    kept = [t for t in items if not any(o != t and len(o) > len(t) and _contains(o, t)
+                                        for o in items)]
+    while True:
+        best: tuple[int, int, int] | None = None  # (-overlap, left, right)
+        for i, left in enumerate(kept):
+            for j, right in enumerate(kept):
+                if i == j:
+                    continue
+                k = _overlap(left, right, min_overlap, stopwords)
+                if k and (best is None or (-k, i, j) < best):
+                    best = (-k, i, j)
+        if best is None:
+            return kept
+        k, i, j = -best[0], best[1], best[2]
+        merged = kept[i] + kept[j][k:]
+        kept = [merged if m == i else t for m, t in enumerate(kept) if m != j]
+        kept = [t for t in kept if t == merged or not _contains(merged, t)]
+
+
+def note_text(stitched: Sequence[Sequence[str]]) -> str:
+    """One note: the stitched spans written as text, joined by an ellipsis."""
+    return SPAN_SEPARATOR.join(detokenize(span) for span in stitched if span)
