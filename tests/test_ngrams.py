@@ -168,18 +168,25 @@ def test_every_level_is_one_ledger_release_charged_once_even_when_empty() -> Non
 
 def test_the_plan_splits_rho_and_delta_over_the_levels() -> None:
     plan = plan_facts(PlanRequest(epsilon=10, delta=1e-3, generate="facts", L=2, K_e=8,
-                                  K_s=4, share_phrases=0.4, ngram_lengths=(1, 2, 4, 8)))
-    levels = 4
-    rho_levels = levels * plan.K_e / (2 * plan.sigma_A**2)
+                                  K_s=4, share_phrases=0.4, ngram_lengths=(1, 2, 4, 8),
+                                  ngram_items=(32, 16, 8, 8)))
+    rho_levels = sum(plan.ngram_items) / (2 * plan.sigma_A**2)
     rho_clusters = plan.L * (plan.K_e + plan.K_s) / (2 * plan.sigma_C**2)
     assert rho_levels + rho_clusters == pytest.approx(plan.rho_total)
     assert rho_levels == pytest.approx(0.4 * plan.rho_total)
-    assert plan.level_delta * levels == pytest.approx(plan.delta_phrases)
-    assert plan.tau_A == selection_threshold(plan.sigma_A, plan.K_e, plan.level_delta)
+    assert plan.level_delta * 4 == pytest.approx(plan.delta_phrases)
+    assert plan.ngram_thresholds == tuple(
+        selection_threshold(plan.sigma_A, k, plan.level_delta) for k in plan.ngram_items)
+    assert plan.tau_A == max(plan.ngram_thresholds)
     assert plan.delta_A <= plan.delta_phrases
-    events = plan.events()
-    assert events.children[0].count == levels
+    selections = plan.events().children[:-1]
+    assert [leaf.mechanism.max_items for leaf in selections] == [32, 16, 8, 8]
     assert plan.rho_hist == 0 and plan.sigma_h == 0
+    uniform = plan_facts(PlanRequest(epsilon=10, delta=1e-3, generate="facts", L=2, K_e=8,
+                                     ngram_lengths=(1, 2, 4, 8)))
+    assert uniform.ngram_items == (8, 8, 8, 8)
+    again = type(plan).from_dict(plan.as_dict())
+    assert again == plan
 
 
 def test_a_lone_ngram_passes_the_threshold_no_more_often_than_delta() -> None:

@@ -755,6 +755,16 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
     if len(selections) != levels:
         problems.append(f"plan: {len(selections)} phrase releases, the facts plan has "
                         f"{levels}")
+    if levels > 1:  # n-gram levels: one sigma, each level its own cap and threshold
+        expected.pop("threshold")
+        expected.pop("max_items")
+        planned = sorted(zip(plan.get("ngram_items") or [], plan.get("ngram_thresholds") or [],
+                             strict=False))
+        found = sorted((_params_of(e).get("max_items"), _params_of(e).get("threshold"))
+                       for e in selections)
+        if found != planned:
+            problems.append("plan: the n-gram levels' caps and thresholds are not the "
+                            "planned ones")
     for entry in selections:
         params = _params_of(entry)
         for field, value in expected.items():

@@ -127,6 +127,8 @@ class PlanRequest:
     share_hist: float = 0.04  # facts: rho_hist = share_hist x rho_total when rho_hist is 0
     # facts with n-grams (``facts.ngrams``): the released lengths; () for terms and phrases
     ngram_lengths: tuple[int, ...] = ()
+    # facts with n-grams: each level's cap of n-grams per document; () for K_e at every level
+    ngram_items: tuple[int, ...] = ()
     allow_large_epsilon: bool = False  # measurement only: epsilon above MAX_EPSILON
 
     def validate(self) -> None:
@@ -200,6 +202,11 @@ class PlanRequest:
                 or any(b <= a or b > 2 * a for a, b in itertools.pairwise(lengths)):
             raise PlanError(f"--ngram-lengths must be increasing positive integers, each at "
                             f"most twice the one before, got {list(lengths)!r}")
+        items = self.ngram_items
+        if items and (len(items) != len(lengths) or not all(
+                isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in items)):
+            raise PlanError(f"--ngram-items must give one positive integer per n-gram length "
+                            f"({len(lengths)}), got {list(items)!r}")
         if self.writer != "template":
             raise PlanError("--facts-items ngrams writes its notes by stitching released spans; "
                             "--writer tokens does not apply")
@@ -331,9 +338,12 @@ class FactsBudgetPlan:
     share_roles: float = 0.0  # the role histogram (terms with roles); 0: none
     rho_R: float = 0.0
     sigma_R: float = 0.0
-    # --facts-items ngrams: the lengths released level by level, each level a partition
-    # selection at sigma_A, tau_A, max_items K_e and delta_phrases / levels; () otherwise
+    # --facts-items ngrams: the lengths released level by level, level j a partition
+    # selection at sigma_A, max_items ngram_items[j], threshold ngram_thresholds[j] and
+    # delta_phrases / levels; () otherwise (tau_A is then the largest threshold)
     ngram_lengths: tuple[int, ...] = ()
+    ngram_items: tuple[int, ...] = ()
+    ngram_thresholds: tuple[int, ...] = ()
 
     WRITER_FIELDS = ("writer", "T", "share_tokens", "rho_tokens", "rho_per_token", "c_over_tau")
     ROLE_FIELDS = ("share_roles", "rho_R", "sigma_R")
@@ -348,15 +358,18 @@ class FactsBudgetPlan:
         if not self.share_roles:
             for name in self.ROLE_FIELDS:
                 record.pop(name)
-        if self.ngram_lengths:
-            record["ngram_lengths"] = list(self.ngram_lengths)
-        else:
-            record.pop("ngram_lengths")
+        for name in self.NGRAM_FIELDS:
+            if self.ngram_lengths:
+                record[name] = list(getattr(self, name))
+            else:
+                record.pop(name)
         return record
 
+    NGRAM_FIELDS = ("ngram_lengths", "ngram_items", "ngram_thresholds")
+
     def __post_init__(self) -> None:
-        # a record read back from JSON holds a list
-        object.__setattr__(self, "ngram_lengths", tuple(self.ngram_lengths))
+        for name in self.NGRAM_FIELDS:  # a record read back from JSON holds lists
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
     def level_delta(self) -> float:
@@ -387,11 +400,12 @@ class FactsBudgetPlan:
         cluster (see ``BudgetPlan.events``)."""
         cluster = self.cluster_events(clip)
         if self.ngram_lengths:  # no keyword histogram: one partition selection per level
-            level = PartitionSelection(sigma=self.sigma_A, max_items=self.K_e,
-                                       threshold=self.tau_A, delta=self.level_delta)
-            return Sequential((Repeated(level, len(self.ngram_lengths)),
-                               ParallelGroup(self.L, (cluster,) * self.L,
-                                             FACT_CLUSTERS_GROUP)))
+            levels = tuple(Repeated(PartitionSelection(sigma=self.sigma_A, max_items=k,
+                                                       threshold=t, delta=self.level_delta), 1)
+                           for k, t in zip(self.ngram_items, self.ngram_thresholds,
+                                           strict=True))
+            return Sequential((*levels, ParallelGroup(self.L, (cluster,) * self.L,
+                                                      FACT_CLUSTERS_GROUP)))
         histogram = DiscreteGaussian(sigma=self.sigma_h, l2_sensitivity=math.sqrt(self.K_s))
         phrases = PartitionSelection(sigma=self.sigma_A, max_items=self.K_e,
                                      threshold=self.tau_A, delta=self.delta_phrases)
@@ -412,8 +426,8 @@ class FactsBudgetPlan:
             lengths = ",".join(str(n) for n in self.ngram_lengths)
             return [
                 ("(f) n-grams", f"{len(self.ngram_lengths)} partition sel. (lengths {lengths}) "
-                 f"σ_A={self.sigma_A:.4f}, τ_A={self.tau_A}, K_e={self.K_e}", math.nan,
-                 self.rho_A),
+                 f"σ_A={self.sigma_A:.4f}, τ={','.join(map(str, self.ngram_thresholds))}, "
+                 f"K={','.join(map(str, self.ngram_items))}", math.nan, self.rho_A),
                 ("(f) cluster spans", f"discrete Gauss. σ_C={self.sigma_C:.4f}, "
                  f"K_e+K_s={self.K_e + self.K_s}", self.rho_C_per_cluster, self.rho_C),
             ]
@@ -545,6 +559,8 @@ def request_from_options(options: Mapping[str, Any], *, vocab_size: int | None =
             share_roles=options["share_roles"] if options["facts_items"] == "terms" else 0.0,
             ngram_lengths=tuple(options.get("ngram_lengths") or ())
             if options["facts_items"] == "ngrams" else (),
+            ngram_items=tuple(options.get("ngram_items") or ())
+            if options["facts_items"] == "ngrams" else (),
             K_e=options.get("K_e") or 0, K_s=options.get("K_s") or 0, R_f=options["R_f"],
             facts_rules=options.get("facts_rules", FACTS_RULES_BEFORE_OPTION),
             delta_phrases=options.get("delta_phrases"),
@@ -638,19 +654,20 @@ def plan_facts(request: PlanRequest) -> FactsBudgetPlan:
 
 
 #: --facts-items ngrams: n-grams per document and level when --K-e is not given (public)
-NGRAM_DEFAULT_K_E = 8
+NGRAM_DEFAULT_K_E = 16
 #: --facts-items ngrams: spans per document in the cluster histograms beyond K_e (K_e + K_s)
-NGRAM_DEFAULT_K_S = 8
+NGRAM_DEFAULT_K_S = 16
 
 
 def plan_ngrams(request: PlanRequest) -> FactsBudgetPlan:
     """The facts plan with n-grams (``facts.ngrams``): no keyword histogram; a share
     ``share_phrases`` of rho for the J = len(ngram_lengths) levels, each a partition
     selection of K_e n-grams per document at one sigma_A (rho_A / J each) and delta_phrases / J;
-    the rest for the clusters' span histograms, each document adding <= K_e + K_s spans to
-    each of <= L clusters:
+    level j's cap K_j is ``ngram_items[j]`` (default K_e); the rest of rho goes to the
+    clusters' span histograms, each document adding <= K_e + K_s spans to each of <= L
+    clusters:
 
-        rho = J K_e / (2 sigma_A^2) + L (K_e + K_s) / (2 sigma_C^2)
+        rho = sum_j K_j / (2 sigma_A^2) + L (K_e + K_s) / (2 sigma_C^2)
     """
     from dpsynrag.accounting.partition_threshold import (  # mpmath: loaded for facts only
         partition_selection_delta,
@@ -661,27 +678,30 @@ def plan_ngrams(request: PlanRequest) -> FactsBudgetPlan:
                       K_s=request.K_s or NGRAM_DEFAULT_K_S, rho_hist=0.0)
     request.validate()
     levels = len(request.ngram_lengths)
+    items = tuple(request.ngram_items) or (request.K_e,) * levels
     conversion = Conversion(request.conversion)
     delta_phrases = float(request.phrase_delta())
     delta_conversion = request.delta - delta_phrases
     rho_total = rho_for(request.epsilon, delta_conversion, conversion)
     rho_a = request.share_phrases * rho_total
     rho_c = rho_total - rho_a
-    sigma_a = math.sqrt(levels * request.K_e / (2.0 * rho_a))
-    tau_a = selection_threshold(sigma_a, request.K_e, delta_phrases / levels)
+    sigma_a = math.sqrt(sum(items) / (2.0 * rho_a))
+    thresholds = tuple(selection_threshold(sigma_a, k, delta_phrases / levels) for k in items)
     return FactsBudgetPlan(
         generate="facts", epsilon=request.epsilon, delta=request.delta,
         conversion=conversion.value, conversion_reference=CONVERSION_REFERENCES[conversion],
         L=request.L, K_e=request.K_e, K_s=request.K_s, R_f=request.R_f,
         share_phrases=float(request.share_phrases), rho_total=rho_total,
         delta_phrases=delta_phrases, delta_conversion=delta_conversion,
-        rho_hist=0.0, sigma_h=0.0, rho_A=rho_a, sigma_A=sigma_a, tau_A=tau_a,
-        delta_A=levels * partition_selection_delta(sigma_a, request.K_e, tau_a),
-        docs_to_release=tau_a, rho_C=rho_c, rho_C_per_cluster=rho_c / request.L,
+        rho_hist=0.0, sigma_h=0.0, rho_A=rho_a, sigma_A=sigma_a, tau_A=max(thresholds),
+        delta_A=sum(partition_selection_delta(sigma_a, k, t)
+                    for k, t in zip(items, thresholds, strict=True)),
+        docs_to_release=max(thresholds), rho_C=rho_c, rho_C_per_cluster=rho_c / request.L,
         sigma_C=math.sqrt(request.L * (request.K_e + request.K_s) / (2.0 * rho_c)),
         epsilon_bun_steinke=epsilon_for(rho_total, delta_conversion, Conversion.BUN_STEINKE),
         epsilon_cks=epsilon_for(rho_total, delta_conversion, Conversion.CKS),
-        ngram_lengths=tuple(request.ngram_lengths))
+        ngram_lengths=tuple(request.ngram_lengths), ngram_items=items,
+        ngram_thresholds=thresholds)
 
 
 def plan_budget(request: PlanRequest) -> BudgetPlan | FactsBudgetPlan:

@@ -151,6 +151,10 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ngram-lengths", metavar="N,N,...",
                    help="facts with ngrams: the n-gram lengths released level by level, "
                         "each at most twice the one before (default 1,2,4,8)")
+    g.add_argument("--ngram-items", metavar="K,K,...",
+                   help="facts with ngrams: n-grams each document offers at each level, one "
+                        "per length (default: --K-e at every level); the levels share one "
+                        "noise scale, so the cost is their sum")
     g.add_argument("--K-e", dest="K_e", type=positive_int,
                    help="facts: terms (or open phrases) per document (default: the most, up to "
                         "6, whose phrase release's tau_A stays <= 20 units, else 1; with the "

@@ -12,7 +12,8 @@ are tokens, case is kept). For the public lengths n_1 < n_2 < ... < n_J (``lengt
 * level j > 1: an n_j-gram of the document is a candidate only where every window of length
   n_{j-1} inside it was released at level j - 1 (with consecutive lengths: its two
   (n-1)-grams), a rule of the document and released values;
-* each document contributes at most ``max_items`` = K distinct candidates per level, chosen
+* each document contributes at most K_j distinct candidates at level j (``max_items``: one
+  public cap, or one per level), chosen
   by a public rule of the document and released values (``unit_choice``): at level 1 its
   most frequent tokens first, at later levels the candidates whose least released window is
   rarest first (a phrase that barely passed needs all its holders; a common one has
@@ -23,12 +24,12 @@ are tokens, case is kept). For the public lengths n_1 < n_2 < ... < n_J (``lengt
 
 Privacy (add/remove one unit u). Fix the releases of levels < j. The candidates and choices of
 every other unit are functions of that unit and those released values, so they are the same
-in both neighbours; the counts of level j differ by u's own chosen set: at most K
-coordinates by 1 each (l2 sensitivity sqrt(K); ``phrase_counts`` refuses more). Level j is
-therefore delta_j-approximately rho_j-zCDP, rho_j = K / (2 sigma^2), delta_j = K P(Z >= tau
-- 1) for the n-grams only u holds (``partition_selection``'s argument), and the levels
+in both neighbours; the counts of level j differ by u's own chosen set: at most K_j
+coordinates by 1 each (l2 sensitivity sqrt(K_j); ``phrase_counts`` refuses more). Level j is
+therefore delta_j-approximately rho_j-zCDP, rho_j = K_j / (2 sigma^2), delta_j = K_j P(Z >=
+tau_j - 1) for the n-grams only u holds (``partition_selection``'s argument), and the levels
 compose adaptively: the whole release is (sum_j delta_j)-approximately (sum_j rho_j)-zCDP,
-J K / (2 sigma^2) with one sigma for every level. Every level is one ledger release under
+sum_j K_j / (2 sigma^2) with one sigma for every level. Every level is one ledger release under
 ``ngrams/NN`` (charged before drawing, stored, never redrawn on resume); nothing here logs a
 count or an n-gram.
 
@@ -56,6 +57,7 @@ __all__ = [
     "exact_release",
     "ledger_release",
     "level_candidates",
+    "level_caps",
     "level_key",
     "release_ngrams",
     "unit_choice",
@@ -102,6 +104,16 @@ class NgramLevels:
         for length in self.lengths:
             merged.update(self.released.get(length, {}))
         return merged
+
+
+def level_caps(max_items: int | Sequence[int], levels: int) -> tuple[int, ...]:
+    """The cap of each level: one integer for all, or one per level."""
+    caps = (max_items,) * levels if isinstance(max_items, int) else tuple(max_items)
+    if len(caps) != levels or any(isinstance(k, bool) or not isinstance(k, int) or k < 1
+                                  for k in caps):
+        raise ValueError(f"max_items must be a positive integer or one per level, got "
+                         f"{max_items!r}")
+    return caps
 
 
 def _check_lengths(lengths: Sequence[int]) -> tuple[int, ...]:
@@ -191,29 +203,29 @@ def level_choices(docs_tokens: Sequence[Sequence[str]], length: int,
 
 
 def release_ngrams(docs_tokens: Sequence[Sequence[str]], lengths: Sequence[int], *,
-                   max_items: int, release: CountRelease,
+                   max_items: int | Sequence[int], release: CountRelease,
                    public: Callable[[str], bool] = _no_public_token,
                    progress: Callable[[int], None] | None = None) -> NgramLevels:
     """Release the n-grams of every length, level by level (module docstring).
 
     ``release`` is ``ledger_release`` in a build (one charge per level) or ``exact_release``
-    for the ceiling. Each level's counts are checked to hold at most ``max_items`` distinct
-    n-grams per document before they are released. ``progress(1)`` after each level.
+    for the ceiling. ``max_items`` is one cap for every level or one per level; each level's
+    counts are checked to hold at most its cap of distinct n-grams per document before they
+    are released. ``progress(1)`` after each level.
     """
     levels = _check_lengths(lengths)
-    if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
-        raise ValueError(f"max_items must be a positive integer, got {max_items!r}")
+    caps = level_caps(max_items, len(levels))
     keys = [document_key(tokens) for tokens in docs_tokens]
     released: dict[int, dict[str, int]] = {}
     previous: dict[str, int] | None = None
     previous_length: int | None = None
-    for length in levels:
-        choices = level_choices(docs_tokens, length, previous, previous_length, max_items,
-                                keys, public)
-        counts = phrase_counts(choices, max_items)  # refuses > max_items per document
+    for length, cap in zip(levels, caps, strict=True):
+        choices = level_choices(docs_tokens, length, previous, previous_length, cap, keys,
+                                public)
+        counts = phrase_counts(choices, cap)  # refuses > cap per document
         # every level is released (charged) even when no document has a candidate: the
         # charges never depend on the data
-        level = release(level_key(length), counts, max_items)
+        level = release(level_key(length), counts, cap)
         released[length] = level
         previous, previous_length = level, length
         if progress is not None:

@@ -11,12 +11,12 @@ writes no note (its members are too few to say anything above the noise).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from dpsynrag.facts.spans import note_text, stitch
+from dpsynrag.facts.spans import note_text, stitch, windows_released
 
 __all__ = ["KEEP_Z", "MAX_SPANS", "SpanNote", "kept_spans", "span_notes"]
 
@@ -45,9 +45,11 @@ def kept_spans(noisy: np.ndarray, domain: Sequence[str], sigma: float, *,
 
 
 def span_notes(noisy: np.ndarray, domain: Sequence[str], anchors: Sequence[str],
-               sigma: float, *, stopwords: Collection[str], z: float = KEEP_Z,
+               sigma: float, *, stopwords: Collection[str],
+               released: Mapping[int, Collection[str]], z: float = KEEP_Z,
                max_spans: int = MAX_SPANS) -> list[SpanNote]:
-    """A note per cluster whose anchor passes (clusters x |domain| noisy counts)."""
+    """A note per cluster whose anchor passes (clusters x |domain| noisy counts). Spans are
+    joined only where every window of the longest released length stays a released one."""
     index = {span: j for j, span in enumerate(domain)}
     notes: list[SpanNote] = []
     for r, anchor in enumerate(anchors):
@@ -58,6 +60,7 @@ def span_notes(noisy: np.ndarray, domain: Sequence[str], anchors: Sequence[str],
         spans = kept_spans(row, domain, sigma, z=z, max_spans=max_spans)
         if anchor not in spans:  # the anchor leads: it is what the cluster is about
             spans = [anchor, *spans[:max_spans - 1]]
-        stitched = stitch(spans, stopwords=stopwords)
+        stitched = stitch(spans, stopwords=stopwords,
+                          allowed=lambda tokens: windows_released(tokens, released))
         notes.append(SpanNote(r, anchor, tuple(stitched), note_text(stitched)))
     return notes

@@ -17,11 +17,12 @@ needed: where a span holds its role ("diagnosed with acid reflux"), the reader s
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from dpsynrag.facts.tokens import detokenize, ngram_key, ngram_tokens
 
-__all__ = ["SPAN_SEPARATOR", "document_spans", "is_content", "note_text", "stitch"]
+__all__ = ["SPAN_SEPARATOR", "document_spans", "is_content", "note_text", "stitch",
+           "windows_released"]
 
 SPAN_SEPARATOR = " … "
 
@@ -69,14 +70,21 @@ def _contains(outer: tuple[str, ...], inner: tuple[str, ...]) -> bool:
     return any(outer[i:i + n] == inner for i in range(len(outer) - n + 1))
 
 
+def _always(_tokens: tuple[str, ...]) -> bool:
+    return True
+
+
 def stitch(spans: Sequence[str], *, min_overlap: int = 2,
-           stopwords: Collection[str] = ()) -> list[tuple[str, ...]]:
+           stopwords: Collection[str] = (),
+           allowed: Callable[[tuple[str, ...]], bool] = _always) -> list[tuple[str, ...]]:
     """Merge spans (given in their public order) by their overlaps into maximal spans.
 
     Greedy and deterministic: repeatedly the pair with the longest overlap (ties: the
-    earlier left span, then the earlier right span) is joined into the left one's place,
-    until no pair overlaps; a span contained in another is dropped first. Returns the
-    stitched spans as token tuples, in the order of their first span.
+    earlier left span, then the earlier right span) whose join ``allowed`` accepts is joined
+    into the left one's place, until no pair overlaps; a span contained in another is
+    dropped first. Returns the stitched spans as token tuples, in the order of their first
+    span. (``allowed``: e.g. every window of the longest released length is released, so a
+    join never writes a long n-gram that was not released.)
     """
     items = [ngram_tokens(s) for s in spans]
     items = [t for i, t in enumerate(items) if t not in items[:i]]
@@ -89,7 +97,7 @@ def stitch(spans: Sequence[str], *, min_overlap: int = 2,
                 if i == j:
                     continue
                 k = _overlap(left, right, min_overlap, stopwords)
-                if k and (best is None or (-k, i, j) < best):
+                if k and (best is None or (-k, i, j) < best) and allowed(left + right[k:]):
                     best = (-k, i, j)
         if best is None:
             return kept
@@ -102,3 +110,15 @@ def stitch(spans: Sequence[str], *, min_overlap: int = 2,
 def note_text(stitched: Sequence[Sequence[str]]) -> str:
     """One note: the stitched spans written as text, joined by an ellipsis."""
     return SPAN_SEPARATOR.join(detokenize(span) for span in stitched if span)
+
+
+def windows_released(tokens: Sequence[str], released: Mapping[int, Collection[str]]) -> bool:
+    """Whether every window of the longest released length inside ``tokens`` was released
+    at that length (True for a span shorter than it): a stitched span then holds no long
+    n-gram that fewer than tau units wrote."""
+    if not released:
+        return True
+    longest = max(released)
+    level = released[longest]
+    return all(ngram_key(tokens[i:i + longest]) in level
+               for i in range(len(tokens) - longest + 1))

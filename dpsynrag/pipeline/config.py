@@ -114,6 +114,8 @@ class BuildConfig:
     # facts with ngrams: the n-gram lengths released level by level (each at most twice the
     # one before it)
     ngram_lengths: tuple[int, ...] = (1, 2, 4, 8)
+    # facts with ngrams: n-grams per document at each level (one per length); () for K_e
+    ngram_items: tuple[int, ...] = ()
     delta_phrases: float | None = None  # facts: delta of the phrase release (default delta/10)
     facts_label: str = "Reported"  # facts: lead word of each note ("Symptoms" for clinic notes)
     # facts: "template" (the free public template) or "tokens" (issue 15: each kept cluster's
@@ -150,7 +152,7 @@ class BuildConfig:
 
     # options only one generation mode reads
     FACTS_ONLY = ("facts_items", "share_roles", "share_hist", "K_e", "K_s", "R_f",
-                  "ngram_lengths", "share_phrases", "delta_phrases", "facts_label",
+                  "ngram_lengths", "ngram_items", "share_phrases", "delta_phrases", "facts_label",
                   "writer", "share_tokens", "writer_keeps_note", "writer_ablate",
                   "texts_per_cluster")
     TOKENS_ONLY = ("K", "R", "k", "T", "eps_theta", "rho_mean", "clip", "keywords",
@@ -188,6 +190,12 @@ class BuildConfig:
                 and all(a < b <= 2 * a for a, b in itertools.pairwise(lengths))):
             raise ConfigError(f"--ngram-lengths must be increasing positive integers, each at "
                               f"most twice the one before, got {lengths!r}")
+        items = self.ngram_items
+        if not (isinstance(items, tuple) and all(
+                isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in items)
+                and len(items) in (0, len(lengths))):
+            raise ConfigError(f"--ngram-items must give one positive integer per n-gram "
+                              f"length, got {items!r}")
         if self.facts_items == "ngrams" and self.writer != "template":
             raise ConfigError("--facts-items ngrams stitches its notes from released spans; "
                               "--writer tokens does not apply")
@@ -314,7 +322,7 @@ class BuildConfig:
         if not self.writer_ablate.strip():  # as do builds without an ablated lever
             skip.add("writer_ablate")
         if self.facts_items != "ngrams":  # builds of terms and phrases keep their options
-            skip.add("ngram_lengths")
+            skip |= {"ngram_lengths", "ngram_items"}
         options = {k: v for k, v in asdict(self).items() if k not in skip}
         if self.generate == "tokens":  # the resolved value, as token builds recorded it
             options["rho_hist"] = self.tokens_rho_hist
@@ -486,8 +494,9 @@ def make_config(toml_path: Path | None, overrides: dict[str, Any]) -> BuildConfi
               "share_roles", "share_hist")
     if "text_column" in values:
         values["text_column"] = parse_text_column(values["text_column"])
-    if "ngram_lengths" in values:
-        values["ngram_lengths"] = parse_int_list(values["ngram_lengths"], "--ngram-lengths")
+    for name in ("ngram_lengths", "ngram_items"):
+        if name in values:
+            values[name] = parse_int_list(values[name], _flag(name))
     for name in floats:
         if name in values and isinstance(values[name], int) and not isinstance(values[name], bool):
             values[name] = float(values[name])

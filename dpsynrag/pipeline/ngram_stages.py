@@ -72,11 +72,19 @@ def anchor_priority(anchors: Mapping[str, int], stop: Collection[str]) -> dict[s
 def document_items(tokens: Sequence[str], levels: Mapping[int, Mapping[str, int]],
                    domain: Collection[str], released: Mapping[str, int], cap: int
                    ) -> list[str]:
-    """A document's spans for the clusters: its maximal released spans in D, rarest released
-    count first (ties: the order they occur), at most ``cap``."""
+    """A document's spans for the clusters: its maximal released spans in D, those with
+    the most content tokens first, then the longest, then the rarest released count (ties:
+    the order they occur), at most ``cap``."""
     spans = [s for s in document_spans(tokens, levels) if s in domain]
     order = {s: i for i, s in enumerate(spans)}
-    return sorted(spans, key=lambda s: (released[s], order[s]))[:cap]
+    stop = stopwords()
+
+    def rank(span: str) -> tuple[int, int, int, int]:
+        words = ngram_tokens(span)
+        return (-sum(is_content(t, stop) for t in words), -len(words), released[span],
+                order[span])
+
+    return sorted(spans, key=rank)[:cap]
 
 
 def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
@@ -89,7 +97,7 @@ def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
         advance(len(texts))
     with ctx.state.timed("n1_ngrams"), \
             ctx.progress("(n1) n-gram levels", len(plan.ngram_lengths)) as advance:
-        levels = release_ngrams(tokens, plan.ngram_lengths, max_items=plan.K_e,
+        levels = release_ngrams(tokens, plan.ngram_lengths, max_items=plan.ngram_items,
                                 release=ledger_release(ctx.ledger, sigma=plan.sigma_A,
                                                        delta=plan.level_delta),
                                 public=lambda token: not is_content(token, stop),
@@ -112,7 +120,8 @@ def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
                                             sigma=plan.sigma_C, max_items=cap, L=config.L,
                                             progress=advance)
         with ctx.state.timed("n4_write"):
-            notes = span_notes(noisy, domain, anchors, plan.sigma_C, stopwords=stop)
+            notes = span_notes(noisy, domain, anchors, plan.sigma_C, stopwords=stop,
+                               released=levels.released)
     texts_out = [note.text for note in notes]
     return StageResult(texts=texts_out, tokens=[sum(len(s) for s in note.spans)
                                                 for note in notes],
