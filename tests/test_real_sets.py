@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
 import importlib.util
+import io
 import json
 import subprocess
 import sys
@@ -312,3 +314,99 @@ def test_searchqa_render_keeps_questions_their_snippets_answer() -> None:
     assert [q.answers for q in real.queries] == [["Nevada"]]
     assert len(real.notes) == 16 and real.notes[0].text.startswith("Title 0\nsnippet 0")
     ms.check_set(real)
+
+
+# ---------------------------------------------------------------------------------------------
+# news (AG News layout): generated rows, no real news
+
+
+def test_clean_news_decodes_the_corpus_escapes() -> None:
+    raw = ('Acme #39;s  quot;plan quot; costs  #36;5\\billion &lt;b&gt;bold&lt;/b&gt; '
+           '&lt;ACME.O&gt; now  #151; then \\$7 and Foo  amp; Bar &lt;/B')
+    assert ms.clean_news(raw) == ('Acme\'s "plan" costs $5 billion bold <ACME.O> now — then $7 '
+                                  'and Foo & Bar')
+    assert ms.clean_news("ranked #1; ok") == "ranked #1; ok"  # no control characters
+
+
+def test_capitalised_runs_skip_sentence_starts_and_designators() -> None:
+    text = ("Shares of Quorvex Corp. rose after Blentaro Vale said so. Then Zint fell, and "
+            "\"Big Title\" ran; Quorvex's unit - Zint too: Molvane Deep Sea Blue Ocean Group.")
+    assert ms.capitalised_runs(text) == ["Quorvex", "Blentaro Vale", "Quorvex"]
+
+
+ENTITIES = ("Quorvex", "Blentaro Vale", "Zintara")
+
+
+def _news_rows() -> list[tuple[str, str, str]]:
+    rows = []
+    for k, name in enumerate(ENTITIES):
+        for i in range(24):
+            title = f"{name} update {i} (Wirefeed)" if i % 3 == 0 else f"Market note {k}-{i}"
+            desc = (f"Analysts said {name} #39;s figure {i} for group {k} grew on Monday, "
+                    f"according to Wirefeed.")
+            if i == 5:
+                desc += f" A {name.split()[0]}ian unit also reported."  # inside a longer word
+            if name == "Blentaro Vale" and i == 7:
+                desc += " Vale itself declined to comment."  # a word of the answer stays
+            rows.append((str(k + 1), title, desc))
+    rows.append(("1", "Quiet day", "Nothing said about anyone on Monday, according to Wirefeed."))
+    return rows
+
+
+@pytest.fixture()
+def news_source(tmp_path: Path) -> tuple[Path, str]:
+    buffer = io.StringIO()
+    csv.writer(buffer, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(_news_rows())
+    root = tmp_path / "agnews"
+    commit = _git_repo(root, {"ag_news_csv/test.csv": buffer.getvalue().encode()})
+    return root, commit
+
+
+def test_news_render_masks_answers_and_holds_queries_out(news_source: tuple[Path, str],
+                                                         tmp_path: Path) -> None:
+    root, commit = news_source
+    items = ms.read_agnews(ms.GitSource(root, commit))
+    assert len(items) == 73 and items[0].row == 1
+    assert items[0].text.startswith("Quorvex update 0 (Wirefeed). Analysts said Quorvex's")
+    real = ms.render_news(items, n_queries=9, min_support=8, max_support=200, min_proposals=2)
+    answers = {q.answers[0] for q in real.queries}
+    assert answers == set(ENTITIES)
+    dropped = real.source["candidates_dropped"]
+    assert dropped["Monday"] == "a weekday or month" and dropped["Wirefeed"] == "a byline source"
+    assert len(real.queries) == 9
+    note_ids = {n.id for n in real.notes}
+    assert len(note_ids) == len(real.notes) and all(n.unit == n.id for n in real.notes)
+    by_row = {it.row: it for it in items}
+    for q in real.queries:
+        row = int(q.id.rsplit("-", 1)[1])
+        assert by_row[row].id not in note_ids  # a held-out note is never a note
+        assert q.question.endswith(" Who or what is meant by 'this name'?")
+        assert "this name" in q.question
+        answer = q.answers[0]
+        assert answer.casefold() not in q.question.casefold()
+        assert q.question.removesuffix(ms.NEWS_QUESTION).replace("this name", answer) \
+            == by_row[row].text  # masking replaced exactly the answer
+        assert "ian unit" not in q.question and "Vale itself" not in q.question
+    assert len(real.notes) + len(real.queries) == len(items)
+    for answer, n in ms.holders(real.notes, answers).items():
+        assert n >= 8 and real.source["answers"][answer]["notes_holding"] == n
+    ms.check_set(real)
+    ms.write_set(real, tmp_path / "news")
+    parts = {part: [json.loads(x) for x in
+                    (tmp_path / "news" / part / "queries.jsonl").read_text().splitlines()]
+             for part in ("tune", "report")}
+    tune_ids, report_ids = ({q["id"] for q in parts[p]} for p in ("tune", "report"))
+    assert tune_ids.isdisjoint(report_ids) and len(tune_ids | report_ids) == 9
+    written = [json.loads(x)["id"]
+               for x in (tmp_path / "news/report/notes.jsonl").read_text().splitlines()]
+    assert set(written) == note_ids
+
+
+def test_news_answer_that_notes_would_hold_too_rarely_gives_queries_back(
+        news_source: tuple[Path, str]) -> None:
+    root, commit = news_source
+    items = ms.read_agnews(ms.GitSource(root, commit))
+    real = ms.render_news(items, n_queries=60, min_support=20, max_support=200, min_proposals=2)
+    for answer, n in ms.holders(real.notes, {q.answers[0] for q in real.queries}).items():
+        assert n >= 20, answer
+    assert 0 < len(real.queries) < 60

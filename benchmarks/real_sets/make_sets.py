@@ -17,6 +17,7 @@ The raw data is never committed; only this script is. Sets:
 - ``movielens``  MovieLens ratings rendered as user profiles (DP-SynRAG, Mori et al., App. C.2)
 - ``mtsamples``  human-written medical transcriptions (mtsamples.com pages) with their specialty
 - ``cfpb``       consumer complaints to the CFPB (narratives) with the issue they concern
+- ``news``       AG News snippets (title, description) with the named entities they hold
 - ``searchqa``   web-search snippets per question in the SearchQA crawler's json layout
 
 Run ``python benchmarks/real_sets/make_sets.py SET --help``.
@@ -31,6 +32,7 @@ import gzip
 import hashlib
 import html
 import io
+import itertools
 import json
 import random
 import re
@@ -800,6 +802,356 @@ def render_searchqa(items: Sequence[dict[str, Any]], seed: int = SPLIT_SEED,
 
 
 # ---------------------------------------------------------------------------------------------
+# AG News: real news snippets, named entities as answers (a stand-in for SearchQA's shape)
+
+
+AGNEWS = Pinned("little-aztl/NLP-LogLinear", "3e85ebdaf3517971c200b9090148cece77e2683c")
+AGNEWS_PATH = "ag_news_csv/test.csv"  # AG's News Topic Classification Dataset, test split
+AGNEWS_README = "ag_news_csv/readme.txt"
+AGNEWS_CLASSES = "ag_news_csv/classes.txt"
+NEWS_QUERIES = 300
+NEWS_MAX_ANSWERS = 150
+NEWS_MIN_SUPPORT = HELD_BY  # an answer at least 40 notes hold ...
+NEWS_MAX_SUPPORT = 400  # ... and at most 400, so that it is not trivial
+NEWS_BIN_EDGES = (1.0, 1.5, 2.5, 5.0, 10.0)  # x min support: 40-60, 60-100, 100-200, 200-400
+NEWS_MIN_PROPOSALS = 5  # the rule must propose a candidate in at least 5 descriptions
+NEWS_MAX_PER_ANSWER = 6  # held-out notes (queries) per answer at most
+NEWS_MASK = "this name"
+NEWS_QUESTION = " Who or what is meant by 'this name'?"
+
+# The corpus writes HTML entities with the '&' turned into a space (' #39;', ' quot;'), some
+# with it kept ('&lt;'); a backslash stands for a line break, or escapes '$' and '"'.
+NEWS_ENTITY_RE = re.compile(r"(?:&|\s)?(?<![A-Za-z0-9])(?:#(\d{2,5})|(quot|amp|lt|gt|hellip|"
+                            r"nbsp|apos|mdash|ndash));")
+NEWS_TAG_RE = re.compile(r"</?(?:a|b|i|p|br|em|strong|font|nobr|img|span|div|u)\b[^<>]*(?:>|$)",
+                         re.IGNORECASE)
+WEEKDAYS_MONTHS = frozenset({
+    "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday", "January",
+    "February", "March", "April", "May", "June", "July", "August", "September", "October",
+    "November", "December", "Jan", "Feb", "Mar", "Apr", "Jun", "Jul", "Aug", "Sep", "Sept",
+    "Oct", "Nov", "Dec"})
+# abbreviations of common nouns, never a name
+COMMON_ABBREVIATIONS = frozenset({"CEO", "CFO", "COO", "CTO", "GDP", "IPO", "DVD", "CD", "PC",
+                                  "TV", "DNA", "MP3", "ERP", "RBI", "ERA"})
+COMPANY_DESIGNATORS = frozenset({"Inc", "Corp", "Co", "Ltd", "Plc", "PLC", "LLC"})
+CAP_WORD = r"[A-Z][a-z]+(?:[A-Z][a-z]+)*(?:-[A-Z][a-z]+)*|[A-Z]{2,}"
+CAP_TOKEN_RE = re.compile(rf"([\"“‘'(\[]*)({CAP_WORD})((?:'s|’s)?)([^\w\s]*)")
+
+
+def clean_news(text: str) -> str:
+    """AG News text with its HTML entities decoded (' #39;s' -> "'s", ' quot;' -> '"',
+    ' #36;' -> '$', '&lt;' -> '<'), HTML tags dropped (ticker symbols like '<MSFT.O>' kept),
+    backslash line breaks as spaces and whitespace runs as one space; verbatim otherwise."""
+
+    def entity(m: re.Match[str]) -> str:
+        if m[1] is not None:
+            code = int(m[1])
+            return html.unescape(f"&#{code};") if code >= 32 else m[0]
+        return html.unescape(f"&{m[2]};")
+
+    text = NEWS_ENTITY_RE.sub(entity, text)
+    text = NEWS_TAG_RE.sub(" ", text)
+    text = re.sub(r"\\+(?=[$\"'])", "", text)
+    text = re.sub(r"\\+", " ", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+@dataclass(frozen=True)
+class NewsItem:
+    row: int  # 1-based line of the csv
+    label: str  # class index 1-4
+    title: str
+    description: str
+
+    @property
+    def id(self) -> str:
+        return f"agnews-test-{self.row:04d}"
+
+    @property
+    def text(self) -> str:
+        return f"{full_stop(self.title)} {self.description}" if self.description \
+            else full_stop(self.title)
+
+
+def read_agnews(src: GitSource, path: str = AGNEWS_PATH) -> list[NewsItem]:
+    text = src.read(path).decode("utf-8", errors="replace")
+    items = []
+    for k, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+        if len(row) != 3:
+            raise SetError(f"{path}: line {k} has {len(row)} fields, not 3")
+        if k == 1 and not row[0].strip().isdigit():
+            continue  # a header some copies add
+        items.append(NewsItem(k, row[0].strip(), clean_news(row[1]), clean_news(row[2])))
+    return items
+
+
+def capitalised_runs(description: str) -> list[str]:
+    """Maximal runs of 1-4 capitalised words (``Microsoft``, ``Yasser Arafat``, ``NASA``) that
+    do not start a sentence or clause (the text's start, after '.', '!', '?', ':', a dash, or an
+    opening quote or bracket), with a trailing company designator (Inc, Corp, Co, ...) cut."""
+    out: list[str] = []
+    run: list[str] = []
+    skip = True  # the next capitalised word starts a sentence or clause
+    run_initial = False
+
+    def close() -> None:
+        nonlocal run
+        words = list(run)
+        while words and words[-1] in COMPANY_DESIGNATORS:
+            words.pop()
+        if words and not run_initial and len(run) <= 4:
+            out.append(" ".join(words))
+        run = []
+
+    for token in description.split():
+        m = CAP_TOKEN_RE.fullmatch(token)
+        if m is None:
+            if run:
+                close()
+            skip = token in {"-", "--", "—", "–"} or bool(re.search(r"[.!?:][\"”')\]]*$",
+                                                                     token))
+            continue
+        opening, word, possessive, closing = m.groups()
+        if opening and run:
+            close()
+        if not run:
+            run_initial = skip or bool(opening)
+        run.append(word)
+        skip = False
+        if possessive or closing:
+            close()
+            skip = bool(re.search(r"[.!?:]", closing)) or closing in {"-", "--"}
+    if run:
+        close()
+    return out
+
+
+@dataclass
+class NewsAnswer:
+    name: str
+    proposals: int  # descriptions in which the rule proposes it
+    support: int  # notes (all rows) that hold it: case-insensitive substring
+    word_support: int  # ... as a whole word
+    lowercase_share: float  # of its whole-word occurrences in descriptions, all lowercase
+
+
+def news_candidates(items: Sequence[NewsItem], min_support: int = NEWS_MIN_SUPPORT,
+                    max_support: int = NEWS_MAX_SUPPORT,
+                    min_proposals: int = NEWS_MIN_PROPOSALS) -> tuple[list[NewsAnswer],
+                                                                      dict[str, str]]:
+    """The named-entity answers the rule proposes, and why each other candidate was dropped.
+
+    Kept: proposed in >= ``min_proposals`` descriptions; at least 3 characters; no weekday or
+    month; not a byline source (a title's trailing '(AP)', '(Reuters)', ... seen twice); not a
+    common-noun abbreviation ('CEO'); a single word that is not a common given name (the SSA
+    lists above) nor followed ('United') or preceded ('Arafat') by another capitalised word in
+    >= 75% of its occurrences; all lowercase in <= 10% of its whole-word occurrences ('Web');
+    held by between ``min_support`` and ``max_support`` notes, no more than twice as many as
+    hold it as a whole word ('Cisco' in 'San Francisco'); where one kept name is a whole-word
+    part of another ('Bush', 'President Bush'), the more often proposed one."""
+    proposals: Counter[str] = Counter()
+    for item in items:
+        proposals.update(set(capitalised_runs(item.description)))
+    bylines = Counter(m[1] for item in items
+                      if (m := re.search(r"\(([^()]+)\)$", item.title)) is not None)
+    byline_names = {b for b, n in bylines.items() if n >= 2}
+    given = {n.casefold() for n in (*FIRST_NAMES_M, *FIRST_NAMES_F)}
+    descriptions = "\n".join(item.description for item in items)
+    designators = "|".join(sorted(COMPANY_DESIGNATORS))
+    folded = [item.text.casefold() for item in items]
+    dropped: dict[str, str] = {}
+    kept: list[NewsAnswer] = []
+    for name, proposed in sorted(proposals.items(), key=lambda kv: (-kv[1], kv[0])):
+        if proposed < min_proposals:
+            continue
+        words = name.split()
+        reason = None
+        if len(name) < 3:
+            reason = "shorter than 3 characters"
+        elif any(w in WEEKDAYS_MONTHS for w in words):
+            reason = "a weekday or month"
+        elif name in COMMON_ABBREVIATIONS:
+            reason = "a common-noun abbreviation"
+        elif name in byline_names:
+            reason = "a byline source"
+        elif len(words) == 1 and name.casefold() in given:
+            reason = "a given name alone"
+        if reason:
+            dropped[name] = reason
+            continue
+        folded_name = name.casefold()
+        support = sum(folded_name in t for t in folded)
+        if not min_support <= support <= max_support:
+            continue
+        whole = re.compile(rf"(?<!\w){re.escape(folded_name)}(?!\w)")
+        word_support = sum(bool(whole.search(t)) for t in folded)
+        found = re.findall(rf"(?<!\w){re.escape(name)}(?!\w)", descriptions, re.IGNORECASE)
+        lower = sum(f == name.lower() for f in found) / max(1, len(found))
+        if support > 2 * word_support:
+            reason = "mostly inside longer words"
+        elif lower > 0.10:
+            reason = "mostly written in lowercase (a common word)"
+        elif len(words) == 1:
+            exact = list(re.finditer(rf"(?<!\w){re.escape(name)}(?!\w)", descriptions))
+            followed = sum(bool(re.match(rf" (?!(?:{designators})\b)(?:{CAP_WORD})\b",
+                                         descriptions[m.end():m.end() + 40])) for m in exact)
+            preceded = sum(bool(re.search(rf"(?<![.!?:-] )(?<!^)\b(?:{CAP_WORD}) $",
+                                          descriptions[max(0, m.start() - 40):m.start()]))
+                           for m in exact)
+            if exact and followed >= 0.75 * len(exact):
+                reason = "mostly the first word of a longer name"
+            elif exact and preceded >= 0.75 * len(exact):
+                reason = "mostly the last word of a longer name"
+        if reason:
+            dropped[name] = reason
+            continue
+        kept.append(NewsAnswer(name, proposed, support, word_support, round(lower, 3)))
+    final: list[NewsAnswer] = []
+    for a in kept:  # most proposed first
+        clash = next((b for b in final if re.search(rf"(?<!\w){re.escape(a.name)}(?!\w)", b.name)
+                      or re.search(rf"(?<!\w){re.escape(b.name)}(?!\w)", a.name)), None)
+        if clash is not None:
+            dropped[a.name] = f"a whole-word part of, or holding, {clash.name!r}"
+            continue
+        final.append(a)
+    return final, dropped
+
+
+def mask_answer(text: str, answer: str) -> str | None:
+    """``text`` with every occurrence of ``answer`` (any case) as ``this name``, or None where
+    an occurrence is part of a longer word or a word of the answer stays in the text."""
+    occurrences = len(re.findall(re.escape(answer), text, re.IGNORECASE))
+    whole = re.compile(rf"(?<!\w){re.escape(answer)}(?!\w)", re.IGNORECASE)
+    if occurrences == 0 or len(whole.findall(text)) != occurrences:
+        return None
+    masked = whole.sub(NEWS_MASK, text)
+    words = answer.split()
+    if len(words) > 1 and any(re.search(rf"(?<!\w){re.escape(w)}(?!\w)", masked)
+                              for w in words if len(w) >= 3):
+        return None
+    return None if contains(masked, answer) else masked
+
+
+def support_bin(support: int, min_support: int) -> str:
+    edges = [round(min_support * e) for e in NEWS_BIN_EDGES]
+    for lo, hi in itertools.pairwise(edges):
+        if lo <= support < hi or (hi == edges[-1] and support == hi):
+            return f"{lo}-{hi}"
+    return "outside"
+
+
+def render_news(items: Sequence[NewsItem], n_queries: int = NEWS_QUERIES,
+                seed: int = SPLIT_SEED, max_notes: int | None = None,
+                min_support: int = NEWS_MIN_SUPPORT, max_support: int = NEWS_MAX_SUPPORT,
+                max_answers: int = NEWS_MAX_ANSWERS, min_proposals: int = NEWS_MIN_PROPOSALS,
+                max_per_answer: int = NEWS_MAX_PER_ANSWER) -> RealSet:
+    """One note per news item ('<title>. <description>', unit = its csv line); the rule's
+    named entities as answers; a query per held-out item that holds its answer, the answer
+    masked as 'this name' (held-out items are never notes)."""
+    answers, dropped = news_candidates(items, min_support, max_support, min_proposals)
+    bins: dict[str, list[NewsAnswer]] = defaultdict(list)
+    for a in answers:
+        bins[support_bin(a.support, min_support)].append(a)
+    if len(answers) > max_answers:  # the same number from every bin, where it has them
+        quota = -(-max_answers // len(bins))
+        answers = [a for b in sorted(bins) for a in sample(bins[b], quota, seed)][:max_answers]
+    texts = [item.text for item in items]
+    duplicated = {t for t, n in Counter(it.description for it in items).items() if n > 1}
+    pools: dict[str, list[tuple[int, str]]] = {}
+    for a in answers:
+        pool = [(i, q) for i, item in enumerate(items) if item.description not in duplicated
+                and (q := mask_answer(texts[i], a.name)) is not None]
+        random.Random(f"{seed}:{a.name}").shuffle(pool)
+        pools[a.name] = pool
+    order = [a.name for a in answers]
+    random.Random(seed).shuffle(order)
+    chosen: dict[str, list[tuple[int, str]]] = {name: [] for name in order}
+    full: set[str] = set()  # answers that can give no more held-out notes
+    while True:
+        # deal round robin, one more query per answer a round, up to n_queries in all
+        used = {i for qs in chosen.values() for i, _ in qs}
+        for rnd in range(max_per_answer):
+            for name in order:
+                if len(used) >= n_queries or name in full or len(chosen[name]) > rnd:
+                    continue
+                nxt = next(((i, q) for i, q in pools[name] if i not in used), None)
+                if nxt is not None:
+                    chosen[name].append(nxt)
+                    used.add(nxt[0])
+        # notes: the rest (sampled where max_notes says); an answer the notes hold fewer
+        # than min_support times gives its queries back one by one (and takes no more), one
+        # held more than max_support times all of them.
+        gave_back = False
+        while True:
+            used = {i for qs in chosen.values() for i, _ in qs}
+            rest = [i for i in range(len(items)) if i not in used]
+            note_idx = sample(rest, max_notes, seed + 1) if max_notes else rest
+            held = holders([Note("", texts[i], "") for i in note_idx], order)
+            changed = False
+            for name in order:
+                if chosen[name] and held[name] < min_support:
+                    chosen[name].pop()
+                    full.add(name)
+                    changed = True
+                elif chosen[name] and held[name] > max_support:
+                    chosen[name] = []
+                    full.add(name)
+                    changed = True
+            if not changed:
+                break
+            gave_back = True
+        if not gave_back:
+            break
+    notes = [Note(items[i].id, texts[i], items[i].id) for i in note_idx]
+    queries = [Query(f"agnews-q-{items[i].row:04d}", q + NEWS_QUESTION, [name])
+               for name in order for i, q in chosen[name]]
+    queries.sort(key=lambda q: q.id)
+    final = {name: held[name] for name in order if chosen[name]}
+    per_bin = Counter(support_bin(n, min_support) for n in final.values())
+    info = {a.name: {"notes_holding": final[a.name], "queries": len(chosen[a.name]),
+                     "proposals": a.proposals, "bin": support_bin(final[a.name], min_support)}
+            for a in answers if a.name in final}
+    return RealSet("news", notes, queries, {
+        "rendering": (
+            "One note per AG News item: '<title>. <description>' (HTML entities the corpus "
+            "writes with the '&' as a space, ' #39;' ' quot;' ' #36;' '&lt;', decoded; HTML "
+            "tags dropped, ticker symbols like '<MSFT.O>' kept; a backslash, the corpus's line "
+            "break, as a space, or dropped before '$' and '\"'; whitespace runs as one space; "
+            "otherwise verbatim), unit = id = its line in test.csv. The class label is not "
+            f"written. A query: a held-out item's note text with every occurrence of its answer "
+            f"(any case) replaced by '{NEWS_MASK}', followed by '{NEWS_QUESTION.strip()}'; an "
+            "item is a query only where every occurrence is a whole word and no word of a "
+            "multi-word answer stays; items whose description another item repeats are never "
+            f"queries. Queries are dealt round robin over the answers (at most "
+            f"{max_per_answer} each, {n_queries} in all); held-out items are never notes."),
+        "answer_rule": (
+            "Candidates: maximal runs of 1-4 capitalised words (Xxx, CamelCase, ALLCAPS) in "
+            "the descriptions that do not start a sentence or clause (text start, after . ! ? "
+            ": or a dash, or after an opening quote or bracket), a trailing company designator "
+            "(Inc, Corp, Co, Ltd, Plc, LLC) cut. Kept: proposed in >= "
+            f"{min_proposals} descriptions; >= 3 characters; no weekday or month word; not a "
+            "byline source (a title's trailing '(...)' seen twice: AP, Reuters, AFP, ...); a "
+            "single word neither a common given name (SSA lists in make_sets.py) nor followed "
+            "by another capitalised word in >= 75% of its occurrences; all lowercase in <= 10% "
+            "of its whole-word occurrences; held by "
+            f"{min_support}-{max_support} notes (case-insensitive substring), at most twice "
+            "the notes holding it as a whole word; of two kept names where one is a whole-word "
+            "part of the other, the more often proposed. All that remain are answers (at most "
+            f"{max_answers}, the same number per support bin); an answer that the final notes "
+            f"hold fewer than {min_support} times gives back queries until it is held "
+            f"{min_support} times or has none (then it is not in the set)."),
+        "rows": {"items": len(items), "held_out_queries": len(queries), "notes": len(notes),
+                 "rows_not_used": len(items) - len(queries) - len(notes),
+                 "classes": dict(sorted(Counter(it.label for it in items).items()))},
+        "answers_per_support_bin": dict(sorted(per_bin.items(),
+                                               key=lambda kv: int(kv[0].split("-")[0]))),
+        "answers": info,
+        "candidates_dropped": dict(sorted(dropped.items())),
+        "paths": [AGNEWS_PATH],
+    })
+
+
+# ---------------------------------------------------------------------------------------------
 # command line
 
 
@@ -850,6 +1202,35 @@ def cmd_cfpb(args: argparse.Namespace) -> RealSet:
     return real
 
 
+def cmd_news(args: argparse.Namespace) -> RealSet:
+    src = open_source(AGNEWS, args.source, args.commit)
+    items = read_agnews(src)
+    real = render_news(items, n_queries=args.queries, max_notes=args.max_notes,
+                       max_answers=args.answers)
+    quote = "research purposes"
+    licence = ("as ag_news_csv/readme.txt (AG's News Topic Classification Dataset, version 3, "
+               "Xiang Zhang) states it: AG's corpus 'is provided by the academic community for "
+               "research purposes in data mining (clustering, classification, etc), information "
+               "retrieval (ranking, search, etc), xml, data compression, data streaming, and any "
+               "other non-commercial activity' (http://www.di.unipi.it/~gulli/"
+               "AG_corpus_of_news_articles.html); the topic dataset is from Zhang, Zhao & LeCun, "
+               "NIPS 2015. The repository's LICENSE (MIT, 2024) is for its own code and does "
+               "not relicense the data.")
+    if src.readable(AGNEWS_README):
+        readme = src.read(AGNEWS_README).decode("utf-8", errors="replace")
+        if quote not in readme:
+            licence = "see " + AGNEWS_README
+    classes = (src.read(AGNEWS_CLASSES).decode().split() if src.readable(AGNEWS_CLASSES)
+               else [])
+    real.source = {**_source_record(AGNEWS, src, licence), **real.source,
+                   "class_names": classes,
+                   "corpus": ("AG News (Zhang et al. 2015) test split: 7,600 news items "
+                              "(title, description) from AG's corpus, gathered from more than "
+                              "2,000 news sources by the ComeToMyHead news search engine "
+                              "(2004-2005)")}
+    return real
+
+
 def cmd_searchqa(args: argparse.Namespace) -> RealSet:
     if args.source is None or args.repo is None or args.commit is None:
         raise SetError("searchqa needs --source, --repo and --commit: no public repository "
@@ -865,6 +1246,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], RealSet], Pinned | None
     "movielens": (cmd_movielens, MOVIELENS, "MovieLens ratings rendered as user profiles"),
     "mtsamples": (cmd_mtsamples, MTSAMPLES, "medical transcriptions with their specialty"),
     "cfpb": (cmd_cfpb, CFPB, "consumer complaint narratives with their issue"),
+    "news": (cmd_news, AGNEWS, "AG News snippets with the named entities they hold"),
     "searchqa": (cmd_searchqa, SEARCHQA, "SearchQA crawler json: web snippets per question"),
 }
 
@@ -884,13 +1266,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="held-out queries (default: the set's own)")
         if name == "movielens":
             p.add_argument("--layout", choices=("auto", "ml-1m", "ml-100k"), default="auto")
+        if name == "news":
+            p.add_argument("--max-notes", type=int, default=None,
+                           help="sample the notes down to this many (default: keep all, so "
+                                "that answers keep >= 40 notes)")
+            p.add_argument("--answers", type=int, default=NEWS_MAX_ANSWERS,
+                           help="answers at most (the same number per support bin)")
         if name == "searchqa":
             p.add_argument("--repo", default=None, help="owner/name, for SOURCE.json")
             p.add_argument("--under", default=".", help="folder holding the json files")
             p.add_argument("--licence", default="as the repository states it")
     args = parser.parse_args(argv)
     if args.queries is None:
-        args.queries = {"mtsamples": MT_QUERIES, "cfpb": CFPB_QUERIES}.get(args.set)
+        args.queries = {"mtsamples": MT_QUERIES, "cfpb": CFPB_QUERIES,
+                        "news": NEWS_QUERIES}.get(args.set)
     try:
         real = COMMANDS[args.set][0](args)
         stats = write_set(real, args.out)
