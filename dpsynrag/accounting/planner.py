@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any, Self
@@ -400,10 +401,11 @@ class FactsBudgetPlan:
         cluster (see ``BudgetPlan.events``)."""
         cluster = self.cluster_events(clip)
         if self.ngram_lengths:  # no keyword histogram: one partition selection per level
+            # levels of one cap share their threshold: one entry with their count
+            same = Counter(zip(self.ngram_items, self.ngram_thresholds, strict=True))
             levels = tuple(Repeated(PartitionSelection(sigma=self.sigma_A, max_items=k,
-                                                       threshold=t, delta=self.level_delta), 1)
-                           for k, t in zip(self.ngram_items, self.ngram_thresholds,
-                                           strict=True))
+                                                       threshold=t, delta=self.level_delta),
+                                    count) for (k, t), count in sorted(same.items()))
             return Sequential((*levels, ParallelGroup(self.L, (cluster,) * self.L,
                                                       FACT_CLUSTERS_GROUP)))
         histogram = DiscreteGaussian(sigma=self.sigma_h, l2_sensitivity=math.sqrt(self.K_s))

@@ -1,0 +1,124 @@
+"""The n-gram mode from documents to notes, one function for the build and the ceiling.
+
+(n1) each document's tokens (``facts.tokens``) -> the n-gram release (``facts.ngrams``);
+(n2) the public span domain D: the released n-grams holding a content token (neither
+     punctuation nor a public stopword); the anchors: the spans of D that no longer
+     released n-gram contains (post-processing of released values). Each document's items:
+     its maximal released spans in D, those with the most content tokens first, then the
+     longest, then the rarest (``document_items``), at most ``cluster_cap``: a rule of the
+     document and released values. Its clusters: the first L anchors among its items,
+     anchors of two content tokens or more first, then the rarest released count
+     (``anchor_priority``): a function of the document and released values, so adding or
+     removing one document changes no other document's clusters;
+(n3) one span histogram per cluster over D (``releases.histograms``; in a build each
+     document adds <= cluster_cap spans to each of <= L clusters);
+(n4) each cluster's note (``facts.span_notes``): post-processing.
+
+``releases`` is ``facts.span_releases.LedgerReleases`` in a build and ``ExactReleases`` for
+the eval's ceiling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from dpsynrag.facts.fact_clusters import anchor_clusters
+from dpsynrag.facts.ngrams import release_ngrams
+from dpsynrag.facts.span_notes import SpanNote, span_notes
+from dpsynrag.facts.span_releases import SpanReleases
+from dpsynrag.facts.spans import document_spans, is_content
+from dpsynrag.facts.tokens import ngram_tokens, tokenize
+
+__all__ = ["SpanCorpus", "SpanSettings", "anchor_priority", "anchors_of", "document_items",
+           "span_corpus", "span_domain"]
+
+
+@dataclass(frozen=True)
+class SpanSettings:
+    """Public parameters of the n-gram mode."""
+
+    lengths: tuple[int, ...]
+    level_items: tuple[int, ...]
+    cluster_cap: int
+    L: int
+
+
+@dataclass(frozen=True)
+class SpanCorpus:
+    """The notes, and how many clusters there were (empty ones included)."""
+
+    notes: list[SpanNote]
+    clusters: int
+
+
+def span_domain(released: Mapping[str, int], stop: Collection[str],
+                min_tokens: int = 1) -> list[str]:
+    """D: the released n-grams of at least ``min_tokens`` tokens (default: all) with a
+    content token, sorted. A released word alone ("Linux", "Iraq") is a span too: the
+    rarest of them are what a short text is about."""
+    return sorted(g for g in released
+                  if len(ngram_tokens(g)) >= min_tokens
+                  and any(is_content(t, stop) for t in ngram_tokens(g)))
+
+
+def anchors_of(domain: Sequence[str], released: Mapping[str, int]) -> dict[str, int]:
+    """The spans of D that no longer released n-gram contains, with their released counts."""
+    contained: set[str] = set()
+    for g in released:
+        tokens = ngram_tokens(g)
+        n = len(tokens)
+        for size in range(1, n):
+            for start in range(n - size + 1):
+                contained.add(" ".join(tokens[start:start + size]))
+    return {g: released[g] for g in domain if g not in contained}
+
+
+def anchor_priority(anchors: Mapping[str, int], stop: Collection[str]) -> dict[str, int]:
+    """Anchors with two content tokens or more first, then those with one."""
+    return {a: 0 if sum(is_content(t, stop) for t in ngram_tokens(a)) >= 2 else 1
+            for a in anchors}
+
+
+def document_items(tokens: Sequence[str], levels: Mapping[int, Mapping[str, int]],
+                   domain: Collection[str], released: Mapping[str, int], cap: int,
+                   stop: Collection[str]) -> list[str]:
+    """A document's spans for the clusters: its maximal released spans in D, those with
+    the most content tokens first, then the longest, then the rarest released count (ties:
+    the order they occur), at most ``cap``."""
+    spans = [s for s in document_spans(tokens, levels) if s in domain]
+    order = {s: i for i, s in enumerate(spans)}
+
+    def rank(span: str) -> tuple[int, int, int, int]:
+        words = ngram_tokens(span)
+        return (-sum(is_content(t, stop) for t in words), -len(words), released[span],
+                order[span])
+
+    return sorted(spans, key=rank)[:cap]
+
+
+def span_corpus(texts: Sequence[str], settings: SpanSettings, releases: SpanReleases, *,
+                stop: Collection[str],
+                progress: Callable[[int], None] | None = None) -> SpanCorpus:
+    """(n1)-(n4) (module docstring). ``progress(1)`` after each n-gram level and each
+    batch of span histograms."""
+    tokens = [tokenize(text) for text in texts]
+    levels = release_ngrams(tokens, settings.lengths, max_items=settings.level_items,
+                            release=releases.level,
+                            public=lambda token: not is_content(token, stop),
+                            progress=progress)
+    released = levels.all_released()
+    domain = span_domain(released, stop)
+    in_domain = set(domain)
+    items = [document_items(t, levels.released, in_domain, released, settings.cluster_cap,
+                            stop) for t in tokens]
+    anchor_counts = anchors_of(domain, released)
+    anchors, members = anchor_clusters(items, anchor_counts, settings.L,
+                                       priority=anchor_priority(anchor_counts, stop))
+    if not anchors:
+        return SpanCorpus([], 0)
+    noisy = releases.histograms(members, items, domain, max_items=settings.cluster_cap,
+                                L=settings.L, progress=progress)
+    notes = span_notes(noisy, domain, anchors, releases.sigma_clusters, stopwords=stop,
+                       released=levels.released)
+    return SpanCorpus(notes, len(anchors))

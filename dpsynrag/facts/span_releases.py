@@ -1,0 +1,87 @@
+"""Where the n-gram stages take their releases from: the build's ledger, or exact counts for
+the evaluation's epsilon = inf ceiling, so that the ceiling runs the very stage code.
+
+``LedgerReleases`` is the only source a build uses: every n-gram level is a DP partition
+selection and every cluster's span histogram a discrete Gaussian release, charged before
+drawing and stored (``facts.ngrams``, ``facts.fact_clusters``). ``ExactReleases`` returns
+the exact counts (the n-grams at or above each level's threshold, the histograms without
+noise): NOT private, for measurements only; nothing it returns may be published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from dpsynrag.accounting.ledger import Ledger
+from dpsynrag.accounting.partition_selection import release_partitions
+from dpsynrag.facts.fact_clusters import fact_counts, release_fact_histograms
+from dpsynrag.facts.ngrams import STAGE
+
+__all__ = ["EXACT_SIGMA", "ExactReleases", "LedgerReleases", "SpanReleases"]
+
+EXACT_SIGMA = 1e-3  # the ceiling's stand-in sigma_C: a span kept where one member holds it
+
+
+class SpanReleases(Protocol):
+    """The two kinds of release the n-gram stages make."""
+
+    #: the noise scale of the span histograms (what the notes' keep rule is relative to)
+    sigma_clusters: float
+
+    def level(self, key: str, counts: Mapping[str, int], max_items: int) -> dict[str, int]:
+        """One n-gram level: {n-gram: released count} of the candidates that pass."""
+        ...
+
+    def histograms(self, members: Sequence[Sequence[int]], items: Sequence[Sequence[str]],
+                   domain: Sequence[str], *, max_items: int, L: int,
+                   progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """Every cluster's span histogram over ``domain`` (clusters x |domain|)."""
+        ...
+
+
+@dataclass(frozen=True)
+class LedgerReleases:
+    """The build's releases: partition selection per level at ``sigma_levels`` and
+    ``level_delta``; discrete Gaussian span histograms at ``sigma_clusters``."""
+
+    ledger: Ledger
+    sigma_levels: float
+    level_delta: float
+    sigma_clusters: float
+
+    def level(self, key: str, counts: Mapping[str, int], max_items: int) -> dict[str, int]:
+        return release_partitions(self.ledger, key, counts, max_items=max_items,
+                                  sigma=self.sigma_levels, delta=self.level_delta,
+                                  stage=STAGE)
+
+    def histograms(self, members: Sequence[Sequence[int]], items: Sequence[Sequence[str]],
+                   domain: Sequence[str], *, max_items: int, L: int,
+                   progress: Callable[[int], None] | None = None) -> np.ndarray:
+        return release_fact_histograms(self.ledger, members, items, domain,
+                                       sigma=self.sigma_clusters, max_items=max_items, L=L,
+                                       progress=progress)
+
+
+@dataclass(frozen=True)
+class ExactReleases:
+    """Exact counts (NOT private): each level's n-grams that at least ``thresholds[key]``
+    units chose, and the histograms without noise."""
+
+    thresholds: Mapping[str, int]
+    sigma_clusters: float = EXACT_SIGMA
+
+    def level(self, key: str, counts: Mapping[str, int], max_items: int) -> dict[str, int]:
+        floor = self.thresholds[key]
+        return {g: int(c) for g, c in counts.items() if c >= floor}
+
+    def histograms(self, members: Sequence[Sequence[int]], items: Sequence[Sequence[str]],
+                   domain: Sequence[str], *, max_items: int, L: int,
+                   progress: Callable[[int], None] | None = None) -> np.ndarray:
+        counts = fact_counts(members, items, domain, max_items)
+        if progress is not None:
+            progress(len(members))
+        return counts
