@@ -11,6 +11,10 @@ from dpsynrag.cli.errors import CliError, ExitCode
 from dpsynrag.cli.options import positive_int
 from dpsynrag.eval.methods import ALL_METHODS as METHODS
 
+#: The paper's SearchQA rule (``eval.metrics.MIN_SUPPORT``; not imported: the metrics module
+#: is loaded only when the evaluation runs). tests/test_eval_answers.py checks they agree.
+DEFAULT_MIN_SUPPORT = 40
+
 __all__ = ["add_parser", "run_eval_command"]
 
 
@@ -31,7 +35,10 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("-o", "--out", type=Path, required=True, help="report directory")
     parser.add_argument("--dataset", default="clinic",
                         help="'clinic', 'conditions' or 'films' (generated; see 'dpsynrag "
-                             "dataset') or a directory with notes.jsonl and queries.jsonl")
+                             "dataset') or a directory with notes.jsonl and queries.jsonl "
+                             "(each row 'question' and 'answer' or 'answers', a list: any "
+                             "one counts) and optionally reader.json ({\"instruction\": ..., "
+                             "\"answer_prefix\": ...}, both optional)")
     parser.add_argument("--notes", type=positive_int, default=2000,
                         help="notes of a generated data set (default 2000)")
     parser.add_argument("--diseases", type=positive_int, default=40,
@@ -50,7 +57,16 @@ def add_parser(subparsers: Any) -> None:
                              "the condition only.' for conditions, '... the title of the film "
                              "only.' for films, also for a directory written by 'dpsynrag "
                              "dataset conditions|films'; '... the name of the disease only.' "
-                             "otherwise)")
+                             "otherwise; a dataset folder's reader.json instruction replaces "
+                             "these defaults, this option replaces reader.json's)")
+    parser.add_argument("--answer-prefix", default=None, metavar="TEXT",
+                        help="public text the reader's reply starts with, e.g. 'The answer "
+                             "is' (the reply is scored on what follows it; default: the "
+                             "dataset folder's reader.json answer_prefix, else none)")
+    parser.add_argument("--min-support", type=int, default=DEFAULT_MIN_SUPPORT, metavar="N",
+                        help="also report recall@k and accuracy over the queries whose "
+                             "answer at least N private notes hold (the paper's SearchQA "
+                             f"rule; default {DEFAULT_MIN_SUPPORT})")
     parser.add_argument("--no-end-to-end", action="store_true",
                         help="skip LLM answering (recall@k and corpus leakage only)")
     parser.add_argument("--config", type=Path, help="build TOML for the DP methods")
@@ -111,7 +127,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
         runs=args.runs, rag_k=args.top_k, end_to_end=not args.no_end_to_end,
         build_config=args.config, build_options=options, n_queries=args.queries,
         query_options=query_options, query_attack=not args.no_attack,
-        instruction=args.instruction)
+        instruction=args.instruction, answer_prefix=args.answer_prefix,
+        min_support=args.min_support)
     run_eval(settings, args.out, progress=lambda m: print(m, file=sys.stderr, flush=True))
     print(f"report: {args.out / 'results.md'}")
     return ExitCode.OK

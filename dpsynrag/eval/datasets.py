@@ -353,12 +353,21 @@ class ClinicNote:
 
 @dataclass(frozen=True)
 class QAItem:
-    """An evaluation question with its reference answer (and, optionally, a patient name)."""
+    """An evaluation question with its reference answer (and, optionally, a patient name).
+
+    ``alternatives``: the other accepted answers (a ``queries.jsonl`` row's ``answers``
+    besides ``answer``); the query is answered when any of :attr:`answers` is."""
 
     id: str
     question: str
     answer: str
     patient: str | None = None
+    alternatives: tuple[str, ...] = ()
+
+    @property
+    def answers(self) -> tuple[str, ...]:
+        """Every accepted answer, ``answer`` first."""
+        return (self.answer, *self.alternatives)
 
 
 @dataclass(frozen=True)
@@ -1135,10 +1144,15 @@ def write_support_dataset(
 
 # ------------------------------------------------------------------ loading QA sets
 def load_qa_jsonl(path: Path | str) -> list[QAItem]:
-    """Read an evaluation set: one JSON object per line with ``question`` and ``answer``
-    (non-empty strings), optional ``id`` (string or integer, unique; default ``line-<n>``)
-    and ``patient`` (string or null); other fields are ignored. Blank lines are skipped.
-    Raises :class:`DatasetError` naming the file and line; values are never quoted.
+    """Read an evaluation set: one JSON object per line with ``question`` (a non-empty
+    string) and ``answer`` (a non-empty string) or ``answers`` (a non-empty list of
+    non-empty strings: the query is answered when any of them is) or both (``answer`` is the
+    primary answer and is counted among the answers; when ``answers`` lacks it, it is
+    added first), optional ``id`` (string or integer, unique; default ``line-<n>``) and
+    ``patient`` (string or null); other fields are ignored. Blank lines are skipped.
+    Without ``answer`` the first of ``answers`` is the primary one; answers are stripped and
+    exact repeats dropped. Raises :class:`DatasetError` naming the file and line; values are
+    never quoted.
     """
     path = Path(path)
     file = str(path)
@@ -1169,10 +1183,23 @@ def load_qa_jsonl(path: Path | str) -> list[QAItem]:
             for key in ("question", "answer"):
                 value = obj.get(key)
                 if key not in obj:
-                    raise DatasetError(file, where, f"missing field {key!r}")
+                    if key == "answer" and "answers" in obj:
+                        continue
+                    raise DatasetError(file, where, f"missing field {key!r}" + (
+                        " (or 'answers')" if key == "answer" else ""))
                 if not isinstance(value, str) or not value.strip():
                     raise DatasetError(file, where, f"field {key!r} must be a non-empty string")
                 fields[key] = value.strip()
+            answers: list[str] = []
+            if "answers" in obj:
+                listed = obj["answers"]
+                if not isinstance(listed, list) or not listed or not all(
+                        isinstance(a, str) and a.strip() for a in listed):
+                    raise DatasetError(file, where, "field 'answers' must be a non-empty list of "
+                                                    "non-empty strings")
+                answers = [a.strip() for a in listed]
+            primary = fields.get("answer", answers[0] if answers else "")
+            alternatives = tuple(a for a in dict.fromkeys(answers) if a != primary)
             item_id = obj.get("id", f"line-{line_no}")
             if isinstance(item_id, bool) or not isinstance(item_id, str | int) \
                     or not str(item_id).strip():
@@ -1185,8 +1212,8 @@ def load_qa_jsonl(path: Path | str) -> list[QAItem]:
             patient = obj.get("patient")
             if patient is not None and not isinstance(patient, str):
                 raise DatasetError(file, where, "field 'patient' must be a string or null")
-            items.append(QAItem(id=item_id, question=fields["question"],
-                                answer=fields["answer"], patient=patient or None))
+            items.append(QAItem(id=item_id, question=fields["question"], answer=primary,
+                                patient=patient or None, alternatives=alternatives))
     if not items:
         raise DatasetError(file, None, "no questions (empty file)")
     return items

@@ -21,7 +21,11 @@ Methods (DP-SynRAG's Table 1 rows):
   ``dp-ksa``, ``sparse-vote``, where epsilon is PER QUERY and the run's total is reported.
 
 Metrics per run: answer recall@k over the corpus under test, end-to-end accuracy (greedy answer
-from the top-k texts contains the gold answer), leakage (outputs of benign and attack queries
+from the top-k texts contains the gold answer; a query with several accepted answers counts
+when any of them is found), both also over the queries whose answer at least ``min_support``
+(default 40, the paper's SearchQA rule) private notes hold (``*_supported``), the corpus's
+readability (``span_share``: the share of its tokens inside token 3-grams that at least 2
+private notes hold), leakage (outputs of benign and attack queries
 containing a patient's full name; names and verbatim 8-word spans of private notes anywhere
 in a synthetic corpus), wall time and rho. Each run's result is stored under
 ``REPORT/runs/`` as soon as it is known, and every DP build keeps its own state directory under
@@ -39,7 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -62,10 +66,13 @@ from dpsynrag.eval.methods import (
     TOKENS_CEILING_EPSILON,
 )
 from dpsynrag.eval.metrics import (
+    MIN_SUPPORT,
     accuracy,
     answer_recall_at_k,
     name_leaks,
     names_in_corpus,
+    span_share,
+    supported_queries,
     verbatim_spans,
     weighted_recall_at_k,
 )
@@ -86,17 +93,19 @@ from dpsynrag.facts.term_choice import (
 from dpsynrag.facts.terms import document_terms
 from dpsynrag.io.output_files import CORPUS_FILE
 from dpsynrag.io.reader import read_documents
-from dpsynrag.models.greedy import answer_questions
+from dpsynrag.models.greedy import answer_questions, generate_greedy
 from dpsynrag.models.lazy import LazyModels
+from dpsynrag.models.protocols import LLM
 from dpsynrag.pipeline.config import BuildConfig, ConfigError, make_config
 from dpsynrag.pipeline.facts_stages import fact_keywords
 from dpsynrag.pipeline.runners import LocalRunner, Runner
 from dpsynrag.prompts.rag import answer_prompt, no_context_prompt
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
-__all__ = ["ALL_METHODS", "CEILING_METHODS", "METHODS", "PRIVATE_METHODS", "QUERY_METHODS",
-           "TOKENS_CEILING_EPSILON", "EvalData", "EvalError", "EvalSettings", "load_data",
-           "measure_corpus", "run_eval"]
+__all__ = ["ALL_METHODS", "CEILING_METHODS", "METHODS", "MIN_SUPPORT", "PRIVATE_METHODS",
+           "QUERY_METHODS", "READER_FILE", "TOKENS_CEILING_EPSILON", "EvalData", "EvalError",
+           "EvalSettings", "load_data", "measure_corpus", "read_reader_file", "reader_answers",
+           "run_eval"]
 
 ATTACK_TEMPLATE = "Who is the patient diagnosed with {disease}?"
 
@@ -123,8 +132,14 @@ class EvalSettings:
     n_queries: int | None = None
     query_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     query_attack: bool = True
-    # what the reader is asked after the question (None: READER_INSTRUCTIONS or the default)
+    # what the reader is asked after the question (None: reader.json, READER_INSTRUCTIONS or
+    # the default)
     instruction: str | None = None
+    # the start of the reader's reply (None: reader.json's answer_prefix, else no prefix)
+    answer_prefix: str | None = None
+    # the paper's SearchQA rule: *_supported metrics over the queries whose answer at least
+    # this many private notes hold
+    min_support: int = MIN_SUPPORT
 
     def validate(self) -> None:
         unknown = [m for m in self.methods if m not in ALL_METHODS]
@@ -138,6 +153,12 @@ class EvalSettings:
         if self.instruction is not None and (not self.instruction.strip()
                                              or "\n" in self.instruction):
             raise EvalError("--instruction must be one non-empty line")
+        if self.answer_prefix is not None and (not self.answer_prefix.strip()
+                                               or "\n" in self.answer_prefix):
+            raise EvalError("--answer-prefix must be one non-empty line")
+        if isinstance(self.min_support, bool) or not isinstance(self.min_support, int) \
+                or self.min_support < 0:
+            raise EvalError("--min-support must be a non-negative integer")
 
         try:  # the build options (--config, --set) are checked before anything runs
             make_config(self.build_config, {**self.build_options, "runner": "local"})
@@ -152,14 +173,57 @@ READER_INSTRUCTIONS = {"conditions": "Answer with the name of the condition only
                        "films": "Answer with the title of the film only."}
 #: The reader reads the top READER_K of the retrieved texts (recall@k counts all k).
 READER_K = 5
+#: A set folder's reader prompt: ``{"instruction": ..., "answer_prefix": ...}``, both optional.
+READER_FILE = "reader.json"
+READER_KEYS = ("instruction", "answer_prefix")
+
+
+def read_reader_file(root: Path) -> dict[str, str] | None:
+    """A set folder's ``reader.json`` (None when the folder has none): an object with an
+    optional ``instruction`` (what the reader is asked after the question) and an optional
+    ``answer_prefix`` (public text the reader's reply starts with, e.g. "The answer is"),
+    each one non-empty line. Any other key, or another value, is a one-line ``EvalError``."""
+    path = root / READER_FILE
+    if not path.is_file():
+        return None
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        first = (str(error).splitlines() or [""])[0]
+        raise EvalError(f"{path}: not a JSON file ({first})") from None
+    if not isinstance(spec, dict):
+        raise EvalError(f"{path}: expected a JSON object with {' and/or '.join(READER_KEYS)}")
+    unknown = sorted(set(spec) - set(READER_KEYS))
+    if unknown:
+        raise EvalError(f"{path}: unknown key(s) {', '.join(map(repr, unknown))}; known: "
+                        f"{', '.join(READER_KEYS)}")
+    for key, value in spec.items():
+        if not isinstance(value, str) or not value.strip() or "\n" in value.strip():
+            raise EvalError(f"{path}: {key!r} must be one non-empty line of text")
+    return {key: str(value).strip() for key, value in spec.items()}
+
+
+def _dataset_reader(settings: EvalSettings) -> dict[str, str] | None:
+    """The reader file of a folder set (generated sets have none)."""
+    if settings.dataset in ORDINARY_KINDS or settings.dataset == "clinic":
+        return None
+    return read_reader_file(Path(settings.dataset))
 
 
 def load_data(settings: EvalSettings, work: Path) -> EvalData:
     """A generator (clinic, conditions or films; deterministic from the seed) or a user
-    directory/JSONL pair; ``settings.instruction`` replaces the reader's instruction."""
+    directory/JSONL pair. The reader's instruction: ``settings.instruction``, else the
+    folder's ``reader.json``, else the set kind's (``READER_INSTRUCTIONS``) or the default;
+    its answer prefix: ``settings.answer_prefix``, else ``reader.json``'s, else none."""
     data = _load_data(settings, work)
+    reader = _dataset_reader(settings) or {}
+    if "instruction" in reader:
+        data.instruction = reader["instruction"]
+    data.answer_prefix = reader.get("answer_prefix")
     if settings.instruction is not None:
         data.instruction = settings.instruction
+    if settings.answer_prefix is not None:
+        data.answer_prefix = settings.answer_prefix.strip()
     return data
 
 
@@ -203,13 +267,17 @@ def _load_data(settings: EvalSettings, work: Path) -> EvalData:
     docs = read_documents(notes_path)
     items = load_qa_jsonl(queries_path)
     names = sorted({i.patient for i in items if i.patient})
-    answers = sorted({i.answer for i in items})
+    answers = sorted({i.answer for i in items})  # the attack asks about each first answer
     kind = generated_kind(root)
     data = EvalData(
         note_ids=docs.ids, notes=docs.texts, questions=[i.question for i in items],
-        answers=[i.answer for i in items], names=names,
+        # one answer: the string, as before; several: all of them (any one counts)
+        answers=[i.answers if i.alternatives else i.answer for i in items], names=names,
         attack_questions=[ATTACK_TEMPLATE.replace("{disease}", a) for a in answers],
         description={"name": root.name, "queries": len(items)}, notes_path=notes_path)
+    if any(i.alternatives for i in items):
+        data.description["queries_with_several_answers"] = sum(bool(i.alternatives)
+                                                               for i in items)
     if kind is not None:
         data.instruction = READER_INSTRUCTIONS[kind]
         recipe = generation_recipe(root, kind)
@@ -228,17 +296,56 @@ def generated_kind(root: Path) -> str | None:
 
 
 # ---------------------------------------------------------------------- one corpus
+#: The reader's greedy reply: at most this many new tokens (``answer_questions``' default).
+READER_TOKENS = 24
+
+
+def reader_answers(llm: LLM, prompts: Sequence[str], answer_prefix: str | None) -> list[str]:
+    """The reader's greedy replies to ``prompts`` (one user turn each).
+
+    With ``answer_prefix`` (e.g. "The answer is") the reply is forced to start with it: its
+    tokens (``transforms.private_prediction.response_prefix_ids``, as a build's
+    ``response_prefix``) follow the chat prompt, and the model continues from there. Each
+    returned reply is the CONTINUATION only, the text after the prefix, stripped: it is what
+    accuracy and the leak counts score, so a word of the prefix itself never counts as an
+    answer. Without a prefix this is ``models.greedy.answer_questions``.
+    """
+    if not answer_prefix:
+        return answer_questions(llm, prompts, max_new_tokens=READER_TOKENS)
+    # loads torch: imported when this runs, not with this module
+    from dpsynrag.transforms.private_prediction import response_prefix_ids
+
+    forced = response_prefix_ids(llm, answer_prefix)
+    ids = [[*llm.chat_prompt_ids(str(p)), *forced] for p in prompts]
+    return [reply.strip() for reply in generate_greedy(llm, ids, max_new_tokens=READER_TOKENS,
+                                                       pad_multiple=16)]
+
+
 def measure_corpus(texts: Sequence[str] | None, data: EvalData, models: LazyModels, *, k: int,
                    end_to_end: bool, synthetic: bool,
-                   vectors: np.ndarray | None = None) -> dict[str, Any]:
+                   vectors: np.ndarray | None = None,
+                   min_support: int = MIN_SUPPORT) -> dict[str, Any]:
     """Recall@k, accuracy and leakage of answering ``data``'s questions from ``texts``,
     retrieving with ``models.embedder`` and answering with ``models.llm`` (each loaded on
-    first use: a retrieval-only measure never loads the LLM)."""
+    first use: a retrieval-only measure never loads the LLM). ``recall_at_k_supported`` and
+    ``accuracy_supported`` are the same over the ``supported_queries`` queries whose answer
+    at least ``min_support`` private notes hold (None when no query is); a synthetic corpus
+    also gets ``span_share`` (``eval.metrics.span_share``)."""
     result: dict[str, Any] = {}
+    supported = supported_queries(data.answer_weights(), min_support)
+    result["supported_queries"] = len(supported)
+
+    def over_supported(metric: Callable[[Sequence[Any], Sequence[Any]], float],
+                       items: Sequence[Any]) -> float | None:
+        if not supported:
+            return None
+        return metric([items[i] for i in supported], [data.answers[i] for i in supported])
+
     if texts is None:  # no retrieval at all
         retrieved: list[list[str]] = [[] for _ in data.questions]
         attack_ctx: list[list[str]] = [[] for _ in data.attack_questions]
         result["recall_at_k"] = None
+        result["recall_at_k_supported"] = None
     else:
         index = CorpusIndex(list(texts), models.embedder, vectors=vectors)
         retrieved = index.search_texts(data.questions, k)
@@ -246,18 +353,23 @@ def measure_corpus(texts: Sequence[str] | None, data: EvalData, models: LazyMode
         result["recall_at_k"] = answer_recall_at_k(retrieved, data.answers)
         result["recall_at_k_weighted"] = weighted_recall_at_k(retrieved, data.answers,
                                                               data.answer_weights())
+        result["recall_at_k_supported"] = over_supported(answer_recall_at_k, retrieved)
     if end_to_end:
         def prompts(questions: Sequence[str], contexts: Sequence[Sequence[str]]) -> list[str]:
             return [answer_prompt(q, c[:READER_K], instruction=data.instruction) if c
                     else no_context_prompt(q, instruction=data.instruction)
                     for q, c in zip(questions, contexts, strict=True)]
 
-        outputs = answer_questions(models.llm, prompts(data.questions, retrieved))
-        attack = answer_questions(models.llm, prompts(data.attack_questions, attack_ctx))
+        outputs = reader_answers(models.llm, prompts(data.questions, retrieved),
+                                 data.answer_prefix)
+        attack = reader_answers(models.llm, prompts(data.attack_questions, attack_ctx),
+                                data.answer_prefix)
         result["accuracy"] = accuracy(outputs, data.answers)
+        result["accuracy_supported"] = over_supported(accuracy, outputs)
         result["leaks_benign"] = name_leaks(outputs, data.names)
         result["leaks_attack"] = name_leaks(attack, data.names)
     if synthetic and texts is not None:
+        result["span_share"] = span_share(texts, data.shared_ngrams())
         result["names_in_corpus"] = names_in_corpus(texts, data.names)
         result["verbatim_spans"] = verbatim_spans(texts, data.notes, 8)
         # the spans that only one private note holds: what a corpus must never copy (a span
@@ -321,7 +433,8 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Runner, model
     table = pq.read_table(out / CORPUS_FILE).to_pylist()
     texts = [row["text"] for row in table if row["kept"]]
     result = measure_corpus(texts, data, models, k=settings.rag_k,
-                            end_to_end=settings.end_to_end, synthetic=True)
+                            end_to_end=settings.end_to_end, synthetic=True,
+                            min_support=settings.min_support)
     plan = make_plan(config)
     stage_rho = {"histogram": plan.rho_hist, "phrases": plan.rho_A, "cluster_facts": plan.rho_C,
                  **({"roles": plan.rho_R} if plan.share_roles else {}),
@@ -340,7 +453,8 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     """The facts generator at epsilon = infinity: exact counts, the phrases (or terms) held by
     at least tau_A units of the reference plan (epsilon 10) as anchors, each term's most
     frequent role (exact), the same clustering, selection (at a negligible sigma) and writer.
-    NOT private."""
+    The n-gram mode (``facts_items = "ngrams"``) runs the build's own stage function
+    (``_ngram_ceiling_texts``). NOT private."""
     from collections import Counter
 
     # loads torch: imported when this runs, not with this module
@@ -348,6 +462,8 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
 
     config = _build_config(settings, "dp-synrag-facts", 10.0, 0)
     plan = make_plan(config)
+    if config.facts_items == "ngrams":
+        return _ngram_ceiling_texts(data.notes, plan, config)
     vocab = public_vocabulary()
     keywords = fact_keywords(data.notes, vocab, plan.K_s)
     roles: dict[str, str] | None = None
@@ -393,6 +509,28 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     return write_notes(facts)
 
 
+def _ngram_ceiling_texts(texts: Sequence[str], plan: Any, config: BuildConfig) -> list[str]:
+    """The n-gram mode at epsilon = infinity: ``facts.span_corpus.span_corpus``, the very
+    function a build runs (``pipeline.ngram_stages``), with exact releases
+    (``facts.span_releases.ExactReleases``): each level keeps the n-grams that at least its
+    planned threshold tau_j of units chose (``plan`` is the reference plan at epsilon 10), the
+    span histograms are exact. NOT private."""
+    from dpsynrag.facts.ngrams import level_key
+    from dpsynrag.facts.span_corpus import span_corpus
+    from dpsynrag.facts.span_releases import ExactReleases, SpanReleases
+    from dpsynrag.pipeline.ngram_stages import ngram_settings
+    from dpsynrag.transforms.vocabulary import stopwords
+
+    exact = ExactReleases({level_key(n): tau for n, tau in
+                           zip(plan.ngram_lengths, plan.ngram_thresholds, strict=True)})
+    # SpanReleases declares sigma_clusters as a plain (settable) attribute, the frozen
+    # dataclass has it read-only: the same source, typed as the protocol it implements
+    releases = cast("SpanReleases", exact)
+    corpus = span_corpus(list(texts), ngram_settings(plan, config.L), releases,
+                         stop=stopwords())
+    return [note.text for note in corpus.notes]
+
+
 def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Runner, models: LazyModels,
                   work: Path, epsilon: float, run: int) -> dict[str, Any]:
     # loads torch: imported when this runs, not with this module
@@ -419,7 +557,8 @@ def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Runner, models
             ledger.close()
         cached.write_text(json.dumps(texts))
     result = measure_corpus(texts, data, models, k=settings.rag_k,
-                            end_to_end=settings.end_to_end, synthetic=True)
+                            end_to_end=settings.end_to_end, synthetic=True,
+                            min_support=settings.min_support)
     result.update({"rho": plan.rho_total,
                    "stage_rho": {"histogram": 0.0, "retrieval": 0.0,
                                  "prediction": plan.rho_total}})
@@ -430,7 +569,7 @@ def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Runner, models
 #: ``--runs`` may grow between reruns: each run is stored under its own name).
 RUN_SETTINGS = ("dataset", "n_notes", "n_diseases", "seed", "rag_k", "end_to_end",
                 "build_config", "build_options", "dp_synth_batch", "n_queries", "query_options",
-                "query_attack", "instruction")
+                "query_attack", "instruction", "answer_prefix", "min_support", "reader")
 SETTINGS_FILE = "run-settings.json"
 
 
@@ -442,12 +581,15 @@ def _public_settings(settings: EvalSettings) -> dict[str, Any]:
 def _check_resumable(settings: EvalSettings, report_dir: Path) -> None:
     """Refuse a rerun into ``report_dir`` whose stored runs were made with other settings
     (they would be mixed with new ones in one table); record the settings on a first run."""
-    public = _public_settings(settings)
+    public = {**_public_settings(settings), "reader": _dataset_reader(settings)}
     current = json.loads(json.dumps({name: public[name] for name in RUN_SETTINGS}))  # as stored
+    # a settings file from before a setting existed ran with its default
+    defaults = json.loads(json.dumps({**_public_settings(EvalSettings()), "reader": None}))
     path = report_dir / SETTINGS_FILE
     if path.exists():
         stored = json.loads(path.read_text())
-        changed = sorted(name for name in RUN_SETTINGS if stored.get(name) != current[name])
+        changed = sorted(name for name in RUN_SETTINGS
+                         if stored.get(name, defaults[name]) != current[name])
         if changed:
             raise EvalError(f"{report_dir}: its runs were made with other settings "
                             f"({', '.join(changed)}); use another -o, or remove the directory")
@@ -498,11 +640,12 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, models: LazyModels | N
                 started = time.monotonic()
                 if method == "non-rag":
                     result = measure_corpus(None, data, models, k=settings.rag_k,
-                                            end_to_end=settings.end_to_end, synthetic=False)
+                                            end_to_end=settings.end_to_end, synthetic=False,
+                                            min_support=settings.min_support)
                 elif method == "facts-ceiling":
                     result = measure_corpus(_facts_ceiling_texts(settings, data), data, models,
                                             k=settings.rag_k, end_to_end=settings.end_to_end,
-                                            synthetic=True)
+                                            synthetic=True, min_support=settings.min_support)
                 elif method == "tokens-ceiling":
                     result = _run_dp_synrag(settings, data, runner, models, work, "dp-synrag",
                                             TOKENS_CEILING_EPSILON, 0)
@@ -512,7 +655,8 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, models: LazyModels | N
                         note_vectors = models.embedder.encode(list(data.notes))
                     result = measure_corpus(data.notes, data, models, k=settings.rag_k,
                                             end_to_end=settings.end_to_end, synthetic=False,
-                                            vectors=note_vectors)
+                                            vectors=note_vectors,
+                                            min_support=settings.min_support)
                 elif method == "dp-synth":
                     assert epsilon is not None
                     result = _run_dp_synth(settings, data, runner, models, work, epsilon, run)

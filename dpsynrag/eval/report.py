@@ -13,7 +13,11 @@ The input is the public outcome of an evaluation: a dict
                                           "prediction": 1.956}}, ...]}, ...]}
 
 ``recall_at_k`` and ``accuracy`` are fractions in [0, 1] (the tables print them as
-percentages); the leakage figures are counts. Any metric may be missing or None for a method
+percentages), as are ``recall_at_k_supported`` and ``accuracy_supported`` (the same over the
+``supported_queries`` queries whose answer at least ``settings["min_support"]`` private
+notes hold: the paper's SearchQA rule) and ``span_share`` (a synthetic corpus's readability:
+the share of its tokens inside token 3-grams that at least 2 private notes hold); the
+leakage figures are counts. Any metric may be missing or None for a method
 (a non-RAG baseline has no recall and no rho): it is then left out of that method's summary.
 
 Privacy: nothing here touches private data or the ledger. Everything in the input is already
@@ -41,7 +45,8 @@ __all__ = [
     "write_plots",
 ]
 
-UTILITY_METRICS = ("accuracy", "recall_at_k", "recall_at_k_weighted")
+UTILITY_METRICS = ("accuracy", "recall_at_k", "recall_at_k_weighted", "accuracy_supported",
+                   "recall_at_k_supported", "span_share")
 LEAKAGE_METRICS = ("leaks_benign", "leaks_attack", "names_in_corpus", "verbatim_spans",
                    "verbatim_spans_one_note")
 STAGES = ("histogram", "retrieval", "prediction", "phrases", "roles", "cluster_facts", "writer")
@@ -49,6 +54,9 @@ _LABELS = {
     "accuracy": "Accuracy",
     "recall_at_k": "Recall@k",
     "recall_at_k_weighted": "Recall@k, frequency-weighted",
+    "accuracy_supported": "Accuracy, supported queries",
+    "recall_at_k_supported": "Recall@k, supported queries",
+    "span_share": "Span share",
     "leaks_benign": "Leaks (benign)",
     "leaks_attack": "Leaks (attack)",
     "names_in_corpus": "Names in corpus",
@@ -197,16 +205,37 @@ def _utility_table(summary: list[dict[str, Any]], metric: str, scale: float) -> 
     return _table(["Method", *(_eps_label(e) for e in columns)], rows)
 
 
+def _support_label(summary: list[dict[str, Any]], settings: Mapping[str, Any]) -> str:
+    """"the N queries whose answer at least M private notes hold" (as far as known)."""
+    counts = {row["metrics"]["supported_queries"]["mean"] for row in summary
+              if "supported_queries" in row["metrics"]}
+    count = f"{int(next(iter(counts)))} " if len(counts) == 1 else ""
+    support = settings.get("min_support")
+    at_least = (f"at least {support}" if isinstance(support, int)
+                and not isinstance(support, bool) else "enough")
+    return f"the {count}queries whose answer {at_least} private notes hold"
+
+
 def _ratio_tables(summary: list[dict[str, Any]], settings: Mapping[str, Any]) -> list[str]:
     """Accuracy and recall of every private method as a multiple of private RAG's (the same
     reader, k and prompt over the private notes): the first-class comparison of a synthetic
-    corpus. Empty without a ``rag`` row."""
+    corpus; also over the supported queries where the runs report them. Empty without a
+    ``rag`` row."""
     rag = next((row for row in summary if row["method"] == "rag"), None)
     private = [row for row in _ordered(summary) if row["epsilon"] is not None]
     if rag is None or not private:
         return []
     lines = ["### Against private RAG (mean ÷ RAG's mean)", ""]
     metrics = [("accuracy", "accuracy × RAG"), ("recall_at_k", f"{_k_label(settings)} × RAG")]
+    supported = [(m, label) for m, label in (
+        ("accuracy_supported", "accuracy, supported × RAG"),
+        ("recall_at_k_supported", f"{_k_label(settings)}, supported × RAG"))
+        if m in rag["metrics"] and any(m in row["metrics"] for row in private)]
+    if supported:
+        lines = [*lines[:1], "",
+                 f"Supported: over {_support_label(summary, settings)} (the paper's SearchQA "
+                 "rule).", ""]
+        metrics += supported
     rows = []
     for row in private:
         cells = [row["method"], _eps_cell(row["epsilon"])]
@@ -244,14 +273,26 @@ def write_markdown(results: Mapping[str, Any], path: str | Path, *,
     lines += ["## Table 1: utility", "",
               "Mean ± sample standard deviation over runs (a single value: one run). "
               "Columns are the privacy budgets ε; `no DP` holds the non-private baselines.", ""]
+    support = _support_label(summary, settings)
     for metric, label in (("accuracy", "Accuracy"), ("recall_at_k", _k_label(settings)),
                           ("recall_at_k_weighted",
                            _k_label(settings) + ", frequency-weighted (queries weighted by "
-                           "the notes that hold their answer)")):
+                           "the notes that hold their answer)"),
+                          ("accuracy_supported", f"Accuracy over {support}"),
+                          ("recall_at_k_supported", f"{_k_label(settings)} over {support}")):
         if not any(metric in row["metrics"] for row in ordered):
             continue
         lines += [f"### {label}{unit}", "", *_utility_table(summary, metric, scale), ""]
     lines += _ratio_tables(summary, settings)
+
+    readable = [row for row in summary if "span_share" in row["metrics"]]
+    if readable:
+        lines += ["## Readability of the corpus", "",
+                  "Span share: the share of a synthetic corpus's tokens (Treebank tokens, all "
+                  "texts pooled) that lie inside a window of 3 tokens that at least 2 private "
+                  "notes also hold: text units share, not a keyword list. Mean ± std over "
+                  f"runs{unit}.", "",
+                  *_utility_table(readable, "span_share", scale), ""]
 
     lines += ["## Table 2: leakage", ""]
     rows = [[row["method"], _eps_cell(row["epsilon"]),
