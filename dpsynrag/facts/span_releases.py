@@ -29,8 +29,11 @@ EXACT_SIGMA = 1e-3  # the ceiling's stand-in sigma_C: a span kept where one memb
 class SpanReleases(Protocol):
     """The two kinds of release the n-gram stages make."""
 
-    #: the noise scale of the span histograms (what the notes' keep rule is relative to)
-    sigma_clusters: float
+    @property
+    def sigma_clusters(self) -> float:
+        """The noise scale of the span histograms (what the notes' keep rule is relative
+        to)."""
+        ...
 
     def level(self, key: str, counts: Mapping[str, int], max_items: int) -> dict[str, int]:
         """One n-gram level: {n-gram: released count} of the candidates that pass."""

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from nltk.tokenize import TreebankWordTokenizer
-from nltk.tokenize.treebank import TreebankWordDetokenizer
+if TYPE_CHECKING:
+    from nltk.tokenize import TreebankWordTokenizer
+    from nltk.tokenize.treebank import TreebankWordDetokenizer
 
 __all__ = ["TOKENIZER", "detokenize", "ngram_key", "ngram_tokens", "tokenize"]
 
@@ -25,11 +27,16 @@ TOKENIZER = "nltk.TreebankWordTokenizer+final-period-split"
 
 @functools.lru_cache(maxsize=1)
 def _tokenizer() -> TreebankWordTokenizer:
+    # nltk loads in about a second: only when a build or an eval tokenizes
+    from nltk.tokenize import TreebankWordTokenizer
+
     return TreebankWordTokenizer()
 
 
 @functools.lru_cache(maxsize=1)
 def _detokenizer() -> TreebankWordDetokenizer:
+    from nltk.tokenize.treebank import TreebankWordDetokenizer
+
     return TreebankWordDetokenizer()
 
 
