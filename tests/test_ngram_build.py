@@ -1,0 +1,140 @@
+"""``build-corpus --facts-items ngrams`` end to end, and the stitching of released spans:
+the plan spent and verified, every level one charge, a resume that draws nothing, notes
+made of released spans only, and the options checked."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from test_build import HashEmbedder
+from test_facts_build import NoLLM
+
+from dpsynrag.accounting.certificate import verify_output
+from dpsynrag.accounting.ledger import Ledger
+from dpsynrag.accounting.signing import generate_keypair
+from dpsynrag.facts.ngrams import level_key
+from dpsynrag.facts.spans import document_spans, stitch, windows_released
+from dpsynrag.facts.tokens import ngram_tokens, tokenize
+from dpsynrag.pipeline.build import make_plan, run_build
+from dpsynrag.pipeline.config import ConfigError, make_config
+from dpsynrag.pipeline.runners import LocalRunner
+
+NGRAMS = {"generate": "facts", "facts_items": "ngrams", "runner": "local",
+          "unit_column": "unit", "epsilon": 10.0, "ngram_items": (24, 24, 16, 16)}
+N_PROFILES = 500
+TITLES = ["The Godfather (1972)", "Toy Story (1995)", "Back to the Future (1985)",
+          "Star Wars: Episode IV - A New Hope (1977)", "Fargo (1996)"]
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rng = random.Random(11)
+    rows = []
+    for i in range(N_PROFILES):
+        liked = rng.sample(TITLES, 2)
+        rows.append({"id": f"n{i}", "unit": f"u{i}",
+                     "text": f"Viewer {i:04d} is {rng.randint(18, 70)} years old. She mostly "
+                             f"enjoys drama films. In particular, she likes {liked[0]} and "
+                             f"{liked[1]}."})
+    path = tmp_path_factory.mktemp("profiles") / "notes.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def _build(notes: Path, tmp: Path, name: str = "out", **options):
+    config = make_config(None, {**NGRAMS, **options})
+    key = tmp / "key.pem"
+    if not key.exists():
+        generate_keypair(key, tmp / "key.pem.pub")
+    summary = run_build(notes, tmp / name, config, state_dir=tmp / f"state-{name}",
+                        signing_key=key, runner=LocalRunner(NoLLM(), HashEmbedder()),
+                        corpus_ledger=tmp / "corpus.sqlite", force=True)
+    return config, summary
+
+
+@pytest.fixture(scope="module")
+def built(profiles: Path, tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("ngram-build")
+    config, summary = _build(profiles, tmp)
+    return tmp, config, summary
+
+
+def test_an_ngram_build_spends_its_plan_verifies_and_keeps_titles_whole(built) -> None:
+    tmp_path, config, summary = built
+    plan = make_plan(config)
+    assert plan.ngram_lengths == (1, 2, 4, 8) and plan.ngram_items == (24, 24, 16, 16)
+    out = tmp_path / "out"
+    assert verify_output(out, tmp_path / "key.pem.pub", allow_seeded=True) == []
+    ledger = Ledger(tmp_path / "state-out" / "ledger.sqlite")
+    keys = [r.key for r in ledger.releases()]
+    assert [k for k in keys if k.startswith("ngrams/")] == [level_key(n) for n in (1, 2, 4, 8)]
+    assert "histogram" not in keys  # no keyword histogram in this mode
+    assert summary.rho_spent == pytest.approx(plan.rho_total, rel=1e-9)
+    texts = pq.read_table(out / "corpus.parquet").column("text").to_pylist()
+    assert texts
+    joined = "\n".join(texts)
+    assert any(title in joined for title in TITLES), "a title is written whole, year and all"
+    assert not any(f"Viewer {i:04d}" in joined for i in range(N_PROFILES))
+
+
+def test_a_resumed_ngram_build_draws_and_charges_nothing(built, profiles: Path) -> None:
+    tmp_path, _, _ = built
+    ledger = Ledger(tmp_path / "state-out" / "ledger.sqlite")
+    before = [(r.key, r.rho) for r in ledger.releases()]
+    first = pq.read_table(tmp_path / "out" / "corpus.parquet").column("text").to_pylist()
+    _build(profiles, tmp_path)
+    ledger = Ledger(tmp_path / "state-out" / "ledger.sqlite")
+    assert [(r.key, r.rho) for r in ledger.releases()] == before
+    again = pq.read_table(tmp_path / "out" / "corpus.parquet").column("text").to_pylist()
+    assert again == first
+
+
+def test_ngram_options_are_checked() -> None:
+    with pytest.raises(ConfigError, match="ngram-items"):
+        make_config(None, {**NGRAMS, "ngram_items": "8,8"})
+    with pytest.raises(ConfigError, match="ngram-lengths"):
+        make_config(None, {**NGRAMS, "ngram_lengths": "1,3"})
+    with pytest.raises(ConfigError, match="ngram-lengths"):
+        make_config(None, {**NGRAMS, "ngram_lengths": "one,two"})
+    with pytest.raises(ConfigError, match="writer tokens"):
+        make_config(None, {**NGRAMS, "writer": "tokens"})
+    terms = make_config(None, {**NGRAMS, "facts_items": "terms"})
+    assert "ngram_lengths" not in terms.released_options()  # terms builds keep their options
+
+
+# ---------------------------------------------------------------------- stitching
+def test_stitch_joins_overlaps_drops_contained_spans_and_keeps_order() -> None:
+    spans = ["In particular , she likes", "she likes Toy Story ( 1995",
+             "Toy Story ( 1995 )", "Story (", "drama films"]
+    stitched = stitch(spans, stopwords={"she", "in"})
+    assert stitched[0] == ngram_tokens("In particular , she likes Toy Story ( 1995 )")
+    assert ngram_tokens("drama films") in stitched
+    assert all(ngram_tokens("Story (") != s for s in stitched)
+
+
+def test_a_weak_overlap_does_not_join_and_allowed_can_refuse() -> None:
+    # one shared stopword is no overlap; two tokens are
+    assert len(stitch(["cats and the", "the dogs"], stopwords={"the", "and"})) == 2
+    assert len(stitch(["cats and the", "and the dogs"], stopwords={"the", "and"})) == 1
+    refused = stitch(["a b c d", "c d e f"], allowed=lambda tokens: len(tokens) < 6)
+    assert len(refused) == 2
+
+
+def test_joined_spans_hold_only_released_windows_of_the_longest_length() -> None:
+    released = {2: {"a b", "b c", "c d"}, 3: {"a b c", "b c d"}}
+    assert windows_released(("a", "b", "c", "d"), released)
+    assert not windows_released(("a", "b", "c", "x"), released)
+    assert windows_released(("x", "y"), released)  # shorter than the longest length
+
+
+def test_document_spans_are_the_maximal_released_spans() -> None:
+    tokens = tokenize("She likes Toy Story (1995) a lot")
+    released = {1: {"Toy": 40, "Story": 40}, 2: {"Toy Story": 40, "likes Toy": 30},
+                4: {"Toy Story ( 1995": 35}}
+    spans = document_spans(tokens, released)
+    assert spans[0] == "Toy Story ( 1995"
+    assert "likes Toy" in spans and "Toy Story" not in spans and "Toy" not in spans
