@@ -17,7 +17,7 @@ from dpsynrag.accounting.partition_threshold import (
     partition_selection_delta,
     selection_threshold,
 )
-from dpsynrag.accounting.planner import PlanRequest, plan_facts
+from dpsynrag.accounting.planner import NGRAM_LEVEL_ITEMS, PlanRequest, plan_facts
 from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.facts.ngrams import (
     document_key,
@@ -185,7 +185,7 @@ def test_the_plan_splits_rho_and_delta_over_the_levels() -> None:
     assert plan.rho_hist == 0 and plan.sigma_h == 0
     uniform = plan_facts(PlanRequest(epsilon=10, delta=1e-3, generate="facts", L=2, K_e=8,
                                      ngram_lengths=(1, 2, 4, 8)))
-    assert uniform.ngram_items == (8, 8, 8, 8)
+    assert uniform.ngram_items == (NGRAM_LEVEL_ITEMS,) * 4 and uniform.K_e == 8
     again = type(plan).from_dict(plan.as_dict())
     assert again == plan
 

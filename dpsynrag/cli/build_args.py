@@ -153,7 +153,7 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                         "each at most twice the one before (default 1,2,4,8)")
     g.add_argument("--ngram-items", metavar="K,K,...",
                    help="facts with ngrams: n-grams each document offers at each level, one "
-                        "per length (default: --K-e at every level); the levels share one "
+                        "per length (default 32 at every level); the levels share one "
                         "noise scale, so the cost is their sum")
     g.add_argument("--K-e", dest="K_e", type=positive_int,
                    help="facts: terms (or open phrases) per document (default: the most, up to "

@@ -114,7 +114,8 @@ class BuildConfig:
     # facts with ngrams: the n-gram lengths released level by level (each at most twice the
     # one before it)
     ngram_lengths: tuple[int, ...] = (1, 2, 4, 8)
-    # facts with ngrams: n-grams per document at each level (one per length); () for K_e
+    # facts with ngrams: n-grams per document at each level (one per length); (): the
+    # planner's default (planner.NGRAM_LEVEL_ITEMS at every level)
     ngram_items: tuple[int, ...] = ()
     delta_phrases: float | None = None  # facts: delta of the phrase release (default delta/10)
     facts_label: str = "Reported"  # facts: lead word of each note ("Symptoms" for clinic notes)
