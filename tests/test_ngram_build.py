@@ -10,21 +10,18 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from test_build import HashEmbedder
-from test_facts_build import NoLLM
+from test_facts_build import FACTS
+from test_facts_build import _build as facts_build
 
 from dpsynrag.accounting.certificate import verify_output
 from dpsynrag.accounting.ledger import Ledger
-from dpsynrag.accounting.signing import generate_keypair
 from dpsynrag.facts.ngrams import level_key
 from dpsynrag.facts.spans import document_spans, stitch, windows_released
 from dpsynrag.facts.tokens import ngram_tokens, tokenize
-from dpsynrag.pipeline.build import make_plan, run_build
+from dpsynrag.pipeline.build import make_plan
 from dpsynrag.pipeline.config import ConfigError, make_config
-from dpsynrag.pipeline.runners import LocalRunner
 
-NGRAMS = {"generate": "facts", "facts_items": "ngrams", "runner": "local",
-          "unit_column": "unit", "epsilon": 10.0, "ngram_items": (24, 24, 16, 16)}
+NGRAMS = {"facts_items": "ngrams", "ngram_items": (24, 24, 16, 16)}
 N_PROFILES = 500
 TITLES = ["The Godfather (1972)", "Toy Story (1995)", "Back to the Future (1985)",
           "Star Wars: Episode IV - A New Hope (1977)", "Fargo (1996)"]
@@ -46,14 +43,8 @@ def profiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _build(notes: Path, tmp: Path, name: str = "out", **options):
-    config = make_config(None, {**NGRAMS, **options})
-    key = tmp / "key.pem"
-    if not key.exists():
-        generate_keypair(key, tmp / "key.pem.pub")
-    summary = run_build(notes, tmp / name, config, state_dir=tmp / f"state-{name}",
-                        signing_key=key, runner=LocalRunner(NoLLM(), HashEmbedder()),
-                        corpus_ledger=tmp / "corpus.sqlite", force=True)
-    return config, summary
+    """The facts build of ``test_facts_build`` with the n-gram options."""
+    return facts_build(notes, tmp, name, **{**NGRAMS, **options})
 
 
 @pytest.fixture(scope="module")
@@ -95,14 +86,14 @@ def test_a_resumed_ngram_build_draws_and_charges_nothing(built, profiles: Path) 
 
 def test_ngram_options_are_checked() -> None:
     with pytest.raises(ConfigError, match="ngram-items"):
-        make_config(None, {**NGRAMS, "ngram_items": "8,8"})
+        make_config(None, {**FACTS, **NGRAMS, "ngram_items": "8,8"})
     with pytest.raises(ConfigError, match="ngram-lengths"):
-        make_config(None, {**NGRAMS, "ngram_lengths": "1,3"})
+        make_config(None, {**FACTS, **NGRAMS, "ngram_lengths": "1,3"})
     with pytest.raises(ConfigError, match="ngram-lengths"):
-        make_config(None, {**NGRAMS, "ngram_lengths": "one,two"})
+        make_config(None, {**FACTS, **NGRAMS, "ngram_lengths": "one,two"})
     with pytest.raises(ConfigError, match="writer tokens"):
-        make_config(None, {**NGRAMS, "writer": "tokens"})
-    terms = make_config(None, {**NGRAMS, "facts_items": "terms"})
+        make_config(None, {**FACTS, **NGRAMS, "writer": "tokens"})
+    terms = make_config(None, {**FACTS, **NGRAMS, "facts_items": "terms"})
     assert "ngram_lengths" not in terms.released_options()  # terms builds keep their options
 
 
