@@ -11,6 +11,7 @@ parameters, value), the rho spent and the synthetic texts.
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import time
 from collections.abc import Iterator
@@ -192,6 +193,18 @@ class _SharedRunner:
         self.closed += 1
 
 
+def _same_values(a: Any, b: Any) -> bool:
+    """Equal, floats to a relative 1e-9 (nested lists and dicts alike)."""
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, int | float) and isinstance(b, int | float) \
+            and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_values(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_values(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
 def _ledger(state: Path) -> tuple[dict[str, dict[str, Any]], float]:
     """Every release of a build's ledger by name (its recorded row and its value), and the
     total rho."""
@@ -256,7 +269,13 @@ def test_two_cpu_actors_release_exactly_what_the_local_runner_releases(
     assert any(key.endswith("/token/000") for key in releases_one)
     assert releases_two.keys() == releases_one.keys()
     for key, release in releases_one.items():
-        assert releases_two[key] == release, key
+        # every recorded field and every drawn integer exactly; a released float (a
+        # similarity threshold) to 1e-9: the embedder's float32 results move in their last
+        # bits with the batches a process embeds (seen: 0.99799120589 against 0.99799120588)
+        other = releases_two[key]
+        assert {f: v for f, v in other.items() if f != "value"} == \
+            {f: v for f, v in release.items() if f != "value"}, key
+        assert _same_values(other["value"], release["value"]), key
     assert rho_two == rho_one == two.rho_spent == one.rho_spent > 0
     # the same synthetic texts, cluster by cluster
     table_one = pq.read_table(tmp_path / "out-0" / "corpus.parquet").to_pydict()
