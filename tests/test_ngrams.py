@@ -168,12 +168,12 @@ def test_every_level_is_one_ledger_release_charged_once_even_when_empty() -> Non
 
 def test_the_plan_splits_rho_and_delta_over_the_levels() -> None:
     plan = plan_facts(PlanRequest(epsilon=10, delta=1e-3, generate="facts", L=2, K_e=8,
-                                  K_s=4, share_phrases=0.4, ngram_lengths=(1, 2, 4, 8),
+                                  K_s=4, share_ngrams=0.4, ngram_lengths=(1, 2, 4, 8),
                                   ngram_items=(32, 16, 8, 8)))
     rho_levels = sum(plan.ngram_items) / (2 * plan.sigma_A**2)
     rho_clusters = plan.L * (plan.K_e + plan.K_s) / (2 * plan.sigma_C**2)
     assert rho_levels + rho_clusters == pytest.approx(plan.rho_total)
-    assert rho_levels == pytest.approx(0.4 * plan.rho_total)
+    assert rho_levels == pytest.approx(0.4 * plan.rho_total)  # share_ngrams
     assert plan.level_delta * 4 == pytest.approx(plan.delta_phrases)
     assert plan.ngram_thresholds == tuple(
         selection_threshold(plan.sigma_A, k, plan.level_delta) for k in plan.ngram_items)

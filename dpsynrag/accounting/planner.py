@@ -130,6 +130,7 @@ class PlanRequest:
     ngram_lengths: tuple[int, ...] = ()
     # facts with n-grams: each level's cap of n-grams per document; () for the default
     ngram_items: tuple[int, ...] = ()
+    share_ngrams: float = 0.6  # facts with n-grams: share of rho for the n-gram levels
     allow_large_epsilon: bool = False  # measurement only: epsilon above MAX_EPSILON
 
     def validate(self) -> None:
@@ -203,6 +204,9 @@ class PlanRequest:
                 or any(b <= a or b > 2 * a for a, b in itertools.pairwise(lengths)):
             raise PlanError(f"--ngram-lengths must be increasing positive integers, each at "
                             f"most twice the one before, got {list(lengths)!r}")
+        if not (isinstance(self.share_ngrams, int | float) and 0 < self.share_ngrams < 1):
+            raise PlanError(f"--share-ngrams must lie strictly between 0 and 1, got "
+                            f"{self.share_ngrams!r}")
         items = self.ngram_items
         if items and (len(items) != len(lengths) or not all(
                 isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in items)):
@@ -563,6 +567,7 @@ def request_from_options(options: Mapping[str, Any], *, vocab_size: int | None =
             if options["facts_items"] == "ngrams" else (),
             ngram_items=tuple(options.get("ngram_items") or ())
             if options["facts_items"] == "ngrams" else (),
+            share_ngrams=options.get("share_ngrams", 0.6),
             K_e=options.get("K_e") or 0, K_s=options.get("K_s") or 0, R_f=options["R_f"],
             facts_rules=options.get("facts_rules", FACTS_RULES_BEFORE_OPTION),
             delta_phrases=options.get("delta_phrases"),
@@ -668,11 +673,11 @@ NGRAM_DEFAULT_K_S = 16
 
 def plan_ngrams(request: PlanRequest) -> FactsBudgetPlan:
     """The facts plan with n-grams (``facts.ngrams``): no keyword histogram; a share
-    ``share_phrases`` of rho for the J = len(ngram_lengths) levels, level j a partition
-    selection of K_j = ``ngram_items[j]`` n-grams per document (default
-    ``NGRAM_LEVEL_ITEMS``) at one sigma_A and delta_phrases / J; the rest of rho for the
-    clusters' span histograms, each document adding <= K_e + K_s spans to each of <= L
-    clusters:
+    ``share_ngrams`` of rho (recorded as the plan's ``share_phrases``) for the
+    J = len(ngram_lengths) levels, level j a partition selection of K_j = ``ngram_items[j]``
+    n-grams per document (default ``NGRAM_LEVEL_ITEMS``) at one sigma_A and
+    delta_phrases / J; the rest of rho for the clusters' span histograms, each document
+    adding <= K_e + K_s spans to each of <= L clusters:
 
         rho = sum_j K_j / (2 sigma_A^2) + L (K_e + K_s) / (2 sigma_C^2)
     """
@@ -690,7 +695,7 @@ def plan_ngrams(request: PlanRequest) -> FactsBudgetPlan:
     delta_phrases = float(request.phrase_delta())
     delta_conversion = request.delta - delta_phrases
     rho_total = rho_for(request.epsilon, delta_conversion, conversion)
-    rho_a = request.share_phrases * rho_total
+    rho_a = request.share_ngrams * rho_total
     rho_c = rho_total - rho_a
     sigma_a = math.sqrt(sum(items) / (2.0 * rho_a))
     thresholds = tuple(selection_threshold(sigma_a, k, delta_phrases / levels) for k in items)
@@ -698,7 +703,7 @@ def plan_ngrams(request: PlanRequest) -> FactsBudgetPlan:
         generate="facts", epsilon=request.epsilon, delta=request.delta,
         conversion=conversion.value, conversion_reference=CONVERSION_REFERENCES[conversion],
         L=request.L, K_e=request.K_e, K_s=request.K_s, R_f=request.R_f,
-        share_phrases=float(request.share_phrases), rho_total=rho_total,
+        share_phrases=float(request.share_ngrams), rho_total=rho_total,
         delta_phrases=delta_phrases, delta_conversion=delta_conversion,
         rho_hist=0.0, sigma_h=0.0, rho_A=rho_a, sigma_A=sigma_a, tau_A=max(thresholds),
         delta_A=sum(partition_selection_delta(sigma_a, k, t)

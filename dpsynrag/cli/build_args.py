@@ -151,6 +151,9 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ngram-lengths", metavar="N,N,...",
                    help="facts with ngrams: the n-gram lengths released level by level, "
                         "each at most twice the one before (default 1,2,4,8)")
+    g.add_argument("--share-ngrams", type=open_unit_float,
+                   help="facts with ngrams: the n-gram levels' share of the total rho; the "
+                        "clusters' span histograms get the rest (default 0.6)")
     g.add_argument("--ngram-items", metavar="K,K,...",
                    help="facts with ngrams: n-grams each document offers at each level, one "
                         "per length (default 32 at every level); the levels share one "

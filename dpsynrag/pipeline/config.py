@@ -117,6 +117,8 @@ class BuildConfig:
     # facts with ngrams: n-grams per document at each level (one per length); (): the
     # planner's default (planner.NGRAM_LEVEL_ITEMS at every level)
     ngram_items: tuple[int, ...] = ()
+    # facts with ngrams: the n-gram levels' share of the total rho (the rest: span histograms)
+    share_ngrams: float = 0.6
     delta_phrases: float | None = None  # facts: delta of the phrase release (default delta/10)
     facts_label: str = "Reported"  # facts: lead word of each note ("Symptoms" for clinic notes)
     # facts: "template" (the free public template) or "tokens" (issue 15: each kept cluster's
@@ -153,7 +155,8 @@ class BuildConfig:
 
     # options only one generation mode reads
     FACTS_ONLY = ("facts_items", "share_roles", "share_hist", "K_e", "K_s", "R_f",
-                  "ngram_lengths", "ngram_items", "share_phrases", "delta_phrases", "facts_label",
+                  "ngram_lengths", "ngram_items", "share_ngrams",
+                  "share_phrases", "delta_phrases", "facts_label",
                   "writer", "share_tokens", "writer_keeps_note", "writer_ablate",
                   "texts_per_cluster")
     TOKENS_ONLY = ("K", "R", "k", "T", "eps_theta", "rho_mean", "clip", "keywords",
@@ -200,6 +203,9 @@ class BuildConfig:
         if self.facts_items == "ngrams" and self.writer != "template":
             raise ConfigError("--facts-items ngrams stitches its notes from released spans; "
                               "--writer tokens does not apply")
+        if not (isinstance(self.share_ngrams, int | float) and 0 < self.share_ngrams < 1):
+            raise ConfigError(f"--share-ngrams must lie strictly between 0 and 1, got "
+                              f"{self.share_ngrams!r}")
         for name in ("share_roles", "share_hist"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and 0 <= value < 1):
@@ -323,7 +329,7 @@ class BuildConfig:
         if not self.writer_ablate.strip():  # as do builds without an ablated lever
             skip.add("writer_ablate")
         if self.facts_items != "ngrams":  # builds of terms and phrases keep their options
-            skip |= {"ngram_lengths", "ngram_items"}
+            skip |= {"ngram_lengths", "ngram_items", "share_ngrams"}
         options = {k: v for k, v in asdict(self).items() if k not in skip}
         if self.generate == "tokens":  # the resolved value, as token builds recorded it
             options["rho_hist"] = self.tokens_rho_hist
@@ -492,7 +498,7 @@ def make_config(toml_path: Path | None, overrides: dict[str, Any]) -> BuildConfi
         raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
     floats = ("epsilon", "delta", "eps_theta", "rho_hist", "rho_mean", "clip",
               "share_phrases", "delta_phrases", "public_temperature", "share_tokens",
-              "share_roles", "share_hist")
+              "share_roles", "share_hist", "share_ngrams")
     if "text_column" in values:
         values["text_column"] = parse_text_column(values["text_column"])
     for name in ("ngram_lengths", "ngram_items"):
