@@ -54,13 +54,24 @@ def print_facts_plan(p: FactsBudgetPlan, console: Console | None = None) -> None
     table.add_row("total", f"clusters × L={p.L}", "", f"{p.rho_total:.5f}", "100.0%",
                   style="bold")
     console.print(table)
-    console.print(
-        f"sigma_h = {p.sigma_h:.4f}   sigma_A = {p.sigma_A:.4f}   tau_A = {p.tau_A}   "
-        f"sigma_C = {p.sigma_C:.4f}")
-    console.print(
-        f"phrases: a phrase is released once about {p.docs_to_release} documents share it "
-        f"(probability about 1/2 at tau_A); one document's own phrases appear with probability "
-        f"<= delta_A = {p.delta_A:.3g} (planned delta_phrases {p.delta_phrases:g})")
+    if p.ngram_lengths:
+        levels = ", ".join(f"{n}-grams K {k} tau {t}" for n, k, t in
+                           zip(p.ngram_lengths, p.ngram_items, p.ngram_thresholds,
+                               strict=True))
+        console.print(f"sigma_A = {p.sigma_A:.4f} (every level)   sigma_C = {p.sigma_C:.4f}")
+        console.print(
+            f"n-gram levels: {levels}; an n-gram is released once about tau documents offer "
+            f"it; one document's own n-grams appear with probability <= delta_A = "
+            f"{p.delta_A:.3g} (planned delta_phrases {p.delta_phrases:g})")
+    else:
+        console.print(
+            f"sigma_h = {p.sigma_h:.4f}   sigma_A = {p.sigma_A:.4f}   tau_A = {p.tau_A}   "
+            f"sigma_C = {p.sigma_C:.4f}")
+        console.print(
+            f"phrases: a phrase is released once about {p.docs_to_release} documents share "
+            f"it (probability about 1/2 at tau_A); one document's own phrases appear with "
+            f"probability <= delta_A = {p.delta_A:.3g} (planned delta_phrases "
+            f"{p.delta_phrases:g})")
     if p.writer == "tokens":
         console.print(
             f"token writer: {p.T} draws per kept cluster, c/tau = {p.c_over_tau:.4f} (epsilon "

@@ -178,3 +178,24 @@ def test_model_loading_shows_no_progress_bars_of_its_own() -> None:
     transformers_logging.enable_progress_bar()
     quiet_model_loading()
     assert not transformers_logging.is_progress_bar_enabled()
+
+
+def test_budget_plans_the_ngram_levels_as_a_build_does(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    from dpsynrag.pipeline.build import make_plan
+    from dpsynrag.pipeline.config import make_config
+
+    args = ["budget", "--generate", "facts", "--facts-items", "ngrams", "--epsilon", "3",
+            "--ngram-lengths", "1,2,4", "--ngram-items", "32,16,8"]
+    assert main([*args, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    build = make_plan(make_config(None, {"generate": "facts", "facts_items": "ngrams",
+                                         "epsilon": 3.0, "ngram_lengths": "1,2,4",
+                                         "ngram_items": "32,16,8"}))
+    assert plan["ngram_lengths"] == [1, 2, 4] and plan["ngram_items"] == [32, 16, 8]
+    assert plan["ngram_thresholds"] == list(build.ngram_thresholds)
+    assert plan["rho_total"] == pytest.approx(build.rho_total)
+    assert main(args) == 0
+    assert "2-grams K 16 tau" in capsys.readouterr().out
+    assert main(["budget", "--generate", "facts", "--ngram-items", "8,8"]) == 2
+    assert "apply only to --facts-items ngrams" in capsys.readouterr().err

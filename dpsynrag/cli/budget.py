@@ -123,6 +123,17 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--share-tokens", type=open_unit_float, default=None,
                         help="facts with --writer tokens: share of the rho left after the "
                              "histogram for the token writer (default 0.3)")
+    parser.add_argument("--facts-items", choices=["terms", "open", "ngrams"], default=None,
+                        help="facts: what a document offers (default terms); 'ngrams' plans "
+                             "the n-gram levels and span histograms and prints each level's "
+                             "threshold")
+    parser.add_argument("--ngram-lengths", metavar="N,N,...", default=None,
+                        help="facts with ngrams: the n-gram lengths (default 1,2,4,8)")
+    parser.add_argument("--ngram-items", metavar="K,K,...", default=None,
+                        help="facts with ngrams: n-grams per document at each level "
+                             "(default 32 each)")
+    parser.add_argument("--share-ngrams", type=open_unit_float, default=None,
+                        help="facts with ngrams: the levels' share of rho (default 0.6)")
     parser.add_argument("--units", type=positive_int, default=None, metavar="N",
                         help="a public upper bound on the number of privacy units (people) "
                              "in the corpus: warns when delta > 1/N (a delta that large lets "
@@ -181,6 +192,7 @@ def _budget_request(args: argparse.Namespace, flags: Mapping[str, str]) -> PlanR
                  if getattr(args, name) is not None}
         if writer_tokens:
             extra["T"] = BuildConfig.T if args.T is None else args.T
+        extra.update(_ngram_request(extra))
         return PlanRequest(epsilon=args.epsilon, delta=args.delta, L=args.L,
                            rho_hist=args.rho_hist, conversion=args.conversion,
                            generate="facts", allow_large_epsilon=args.allow_large_epsilon,
@@ -190,6 +202,32 @@ def _budget_request(args: argparse.Namespace, flags: Mapping[str, str]) -> PlanR
         eps_theta=args.eps_theta, rho_hist=args.rho_hist, rho_mean=args.rho_mean,
         conversion=args.conversion, vocab_size=args.vocab_size or DEFAULT_VOCAB_SIZE,
         allow_large_epsilon=args.allow_large_epsilon)
+
+
+def _ngram_request(extra: dict[str, Any]) -> dict[str, Any]:
+    """The planner's n-gram fields from budget's facts options (as ``make_config`` reads
+    the build's); ``extra`` loses ``facts_items`` and the n-gram flags. ``CliError`` (exit 2)
+    for an n-gram flag without ``--facts-items ngrams``."""
+    from dpsynrag.pipeline.config import BuildConfig, ConfigError, parse_int_list
+
+    items = extra.pop("facts_items", None)
+    given = {name: extra.pop(name) for name in ("ngram_lengths", "ngram_items", "share_ngrams")
+             if name in extra}
+    if items != "ngrams":
+        if given:
+            raise CliError("--ngram-lengths, --ngram-items and --share-ngrams apply only to "
+                           "--facts-items ngrams")
+        return {}
+    try:
+        lengths = parse_int_list(given.get("ngram_lengths", BuildConfig.ngram_lengths),
+                                 "--ngram-lengths")
+        caps = parse_int_list(given.get("ngram_items", ()), "--ngram-items")
+    except ConfigError as error:
+        raise CliError(str(error)) from None
+    fields: dict[str, Any] = {"ngram_lengths": lengths, "ngram_items": caps}
+    if "share_ngrams" in given:
+        fields["share_ngrams"] = given["share_ngrams"]
+    return fields
 
 
 def run_budget(args: argparse.Namespace, flags: Mapping[str, str]) -> int:
