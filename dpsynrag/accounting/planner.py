@@ -567,7 +567,8 @@ def request_from_options(options: Mapping[str, Any], *, vocab_size: int | None =
             if options["facts_items"] == "ngrams" else (),
             ngram_items=tuple(options.get("ngram_items") or ())
             if options["facts_items"] == "ngrams" else (),
-            share_ngrams=options.get("share_ngrams", 0.6),
+            # an n-gram build recorded before --share-ngrams gave its levels share_phrases
+            share_ngrams=options.get("share_ngrams", options["share_phrases"]),
             K_e=options.get("K_e") or 0, K_s=options.get("K_s") or 0, R_f=options["R_f"],
             facts_rules=options.get("facts_rules", FACTS_RULES_BEFORE_OPTION),
             delta_phrases=options.get("delta_phrases"),
