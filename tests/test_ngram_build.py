@@ -70,6 +70,12 @@ def test_an_ngram_build_spends_its_plan_verifies_and_keeps_titles_whole(built) -
     joined = "\n".join(texts)
     assert any(title in joined for title in TITLES), "a title is written whole, year and all"
     assert not any(f"Viewer {i:04d}" in joined for i in range(N_PROFILES))
+    from dpsynrag.accounting.certificate import load_certificate
+    from dpsynrag.accounting.explain import explain_certificate
+
+    text = explain_certificate(load_certificate(out / "certificate.json"), verified=True,
+                               trust="embedded")
+    assert "released n-grams" in text and "fixed template" not in text
 
 
 def test_a_resumed_ngram_build_draws_and_charges_nothing(built, profiles: Path) -> None:

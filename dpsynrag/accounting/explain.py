@@ -133,6 +133,10 @@ def explain_certificate(certificate: Mapping[str, Any], *, verified: bool,
             lines.append(f"An ablation build: the writer ran with these levers switched off: "
                          f"{config['writer_ablate']} (public choices; the same releases and "
                          "cost).")
+    elif mode == "facts" and config.get("facts_items") == "ngrams":
+        lines.append("How the texts were written: each cluster's released n-grams (word runs "
+                     "that many units wrote, released level by level) joined where they "
+                     "overlap; no language model read a private document.")
     elif mode == "facts":
         lines.append("How the texts were written: from the released facts by a fixed "
                      "template; no language model read a private document.")
