@@ -74,7 +74,9 @@ def test_budget_mode_options_are_the_builds() -> None:
     assert facts == {"K_e": "--K-e", "share_roles": "--share-roles",
                      "share_hist": "--share-hist", "K_s": "--K-s", "R_f": "--R-f",
                      "delta_phrases": "--delta-phrases", "share_phrases": "--share-phrases",
-                     "writer": "--writer", "share_tokens": "--share-tokens"}
+                     "writer": "--writer", "share_tokens": "--share-tokens",
+                     "facts_items": "--facts-items", "ngram_lengths": "--ngram-lengths",
+                     "ngram_items": "--ngram-items", "share_ngrams": "--share-ngrams"}
     shared = {"help", "generate", "epsilon", "delta", "L", "rho_hist", "conversion", "units",
               "json", "allow_large_epsilon"}
     assert set(flags) | {"help"} == shared | set(tokens) | set(facts)
