@@ -52,14 +52,10 @@ class SpanCorpus:
     clusters: int
 
 
-def span_domain(released: Mapping[str, int], stop: Collection[str],
-                min_tokens: int = 1) -> list[str]:
-    """D: the released n-grams of at least ``min_tokens`` tokens (default: all) with a
-    content token, sorted. A released word alone ("Linux", "Iraq") is a span too: the
-    rarest of them are what a short text is about."""
-    return sorted(g for g in released
-                  if len(ngram_tokens(g)) >= min_tokens
-                  and any(is_content(t, stop) for t in ngram_tokens(g)))
+def span_domain(released: Mapping[str, int], stop: Collection[str]) -> list[str]:
+    """D: the released n-grams with a content token, sorted. A released word alone ("Linux",
+    "Iraq") is a span too: the rarest of them are what a short text is about."""
+    return sorted(g for g in released if any(is_content(t, stop) for t in ngram_tokens(g)))
 
 
 def anchors_of(domain: Sequence[str], released: Mapping[str, int]) -> dict[str, int]:

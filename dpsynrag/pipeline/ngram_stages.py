@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from dpsynrag.facts.span_corpus import SpanSettings, span_corpus
 from dpsynrag.facts.span_releases import LedgerReleases
 from dpsynrag.facts.tokens import TOKENIZER, detokenize, ngram_tokens
 from dpsynrag.pipeline.context import BuildContext, StageResult
 from dpsynrag.transforms.vocabulary import stopwords
+
+if TYPE_CHECKING:
+    from dpsynrag.accounting.planner import FactsBudgetPlan
 
 __all__ = ["language_sha256", "ngram_settings", "ngram_stages"]
 
@@ -38,12 +42,10 @@ def language_sha256(stop: Collection[str]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def ngram_settings(plan: object, L: int) -> SpanSettings:
+def ngram_settings(plan: FactsBudgetPlan, L: int) -> SpanSettings:
     """The public settings of the n-gram stages from a facts plan with n-grams."""
-    return SpanSettings(lengths=tuple(plan.ngram_lengths),  # type: ignore[attr-defined]
-                        level_items=tuple(plan.ngram_items),  # type: ignore[attr-defined]
-                        cluster_cap=plan.K_e + plan.K_s,  # type: ignore[attr-defined]
-                        L=L)
+    return SpanSettings(lengths=tuple(plan.ngram_lengths), level_items=tuple(plan.ngram_items),
+                        cluster_cap=plan.K_e + plan.K_s, L=L)
 
 
 def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
