@@ -201,7 +201,7 @@ def test_a_lone_ngram_passes_the_threshold_no_more_often_than_delta() -> None:
     release = ledger_release(ledger, sigma=sigma, delta=delta)
     trials, hits = 4000, 0
     for trial in range(trials):
-        released = release(f"lone/{trial}", {"only one unit": 1}, k)
+        released = release(f"lone/{trial}", [["only one unit"]], k)
         hits += bool(released)
     # binomial upper tail: 4 standard deviations above the bound
     assert hits / trials <= bound + 4 * math.sqrt(bound * (1 - bound) / trials)

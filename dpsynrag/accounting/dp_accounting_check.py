@@ -24,7 +24,6 @@ the largest RDP(alpha) / alpha over the orders 1 + 10^(e/100), e = -300..300.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +57,7 @@ def _mechanism_event(mechanism: Mechanism) -> Any | None:
     if isinstance(mechanism, PtrGaussian):
         return dp_event.GaussianDpEvent(2.0 * float(mechanism.sigma) / 2.0)
     if isinstance(mechanism, PartitionSelection):
-        return dp_event.GaussianDpEvent(float(mechanism.sigma) / math.sqrt(mechanism.max_items))
+        return dp_event.GaussianDpEvent(float(mechanism.sigma) / mechanism.sensitivity())
     if isinstance(mechanism, Laplace):
         return dp_event.LaplaceDpEvent(float(mechanism.scale) / mechanism.l1_sensitivity)
     return None

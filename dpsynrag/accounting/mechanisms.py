@@ -389,6 +389,11 @@ class PartitionSelection(Mechanism):
     delta = max_items * P(Z >= threshold - 1), re-derived (rounded up) from sigma, max_items and
     threshold; a recorded ``delta`` smaller than that is refused.
 
+    With ``weight_scale`` W (weighted contributions, docs/mechanisms.md section 6.3): a unit
+    with m <= max_items phrases adds the integer floor(W / sqrt(m)) to each, so its
+    contribution has l2 norm <= W: rho = W^2 / (2 sigma^2) and delta = max_m m * P(Z >=
+    threshold - floor(W / sqrt(m))) (``partition_threshold.weighted_selection_delta``).
+
     Cross-checked with dp-accounting's ``GaussianDpEvent(sigma / sqrt(max_items))`` for rho;
     dp-accounting has no event for the threshold's delta (tested against the tail sum).
     """
@@ -399,28 +404,41 @@ class PartitionSelection(Mechanism):
     max_items: int
     threshold: int
     delta: float  # the recorded bound; the cost's delta is re-derived
+    weight_scale: int | None = None  # None: every phrase of a unit counts 1
     info: Info = ()
 
     def _cost(self) -> Cost:
         # mpmath (60-digit tails): loaded when a partition selection is checked, not before
         from dpsynrag.accounting.partition_threshold import (
-            partition_selection_delta as derive,
+            partition_selection_delta,
+            weighted_selection_delta,
         )
 
         _positive(self.sigma, "sigma")
         max_items = _positive_int(self.max_items, "max_items")
-        rho = max_items / (2.0 * float(self.sigma) ** 2)
         threshold = self.threshold
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 2:
             raise ValueError(f"threshold must be an integer >= 2, got {threshold!r}")
         recorded = approximate_delta(self.delta)
-        derived = derive(float(self.sigma), max_items, threshold)
+        if self.weight_scale is None:
+            rho = max_items / (2.0 * float(self.sigma) ** 2)
+            derived = partition_selection_delta(float(self.sigma), max_items, threshold)
+            rule = "max_items * P(Z >= threshold - 1)"
+        else:
+            scale = _positive_int(self.weight_scale, "weight_scale")
+            if scale * scale < max_items:
+                raise ValueError("weight_scale^2 must be at least max_items (every weight >= 1)")
+            rho = scale * scale / (2.0 * float(self.sigma) ** 2)
+            derived = weighted_selection_delta(float(self.sigma), max_items, scale, threshold)
+            rule = "max_m m * P(Z >= threshold - floor(weight_scale / sqrt(m)))"
         if recorded < derived:
             raise ValueError(f"partition_selection: the recorded delta {recorded!r} is smaller "
-                             f"than max_items * P(Z >= threshold - 1) = {derived!r}")
+                             f"than {rule} = {derived!r}")
         return Cost(rho, derived)
 
     def sensitivity(self) -> float:
+        if self.weight_scale is not None:
+            return float(self.weight_scale)
         return math.sqrt(self.max_items)
 
 

@@ -18,7 +18,8 @@ from statistics import NormalDist
 import mpmath
 import numpy as np
 
-__all__ = ["discrete_gaussian_tail", "partition_selection_delta", "selection_threshold"]
+__all__ = ["contribution_weight", "discrete_gaussian_tail", "partition_selection_delta",
+           "selection_threshold", "weighted_selection_delta", "weighted_selection_threshold"]
 
 _DIGITS = 60
 _NEGLIGIBLE = mpmath.mpf(10) ** -55  # relative size at which a series is cut
@@ -178,6 +179,72 @@ def selection_threshold(sigma: float, max_items: int, delta: float) -> int:
         while not fits(high):
             low, width = high, 2 * width
             high = low + width
+    while high - low > 1:
+        mid = (low + high) // 2
+        if fits(mid):
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+# ------------------------------------------------- weighted contributions (policy weights)
+
+def contribution_weight(items: int, scale: int) -> int:
+    """floor(scale / sqrt(items)), exactly: the integer weight each of a unit's ``items``
+    distinct phrases gets, so that items * weight^2 <= scale^2 (l2 norm <= ``scale``)."""
+    items = _check_int(items, "items", 1)
+    scale = _check_int(scale, "scale", 1)
+    return math.isqrt(scale * scale // items)  # floor(sqrt(floor(x))) = floor(sqrt(x))
+
+
+def _weighted_bound(sigma: float, max_items: int, scale: int, threshold: int) -> Fraction:
+    """max over m = 1..max_items of m * P(Z >= threshold - w(m)), w(m) = contribution_weight:
+    a unit with m phrases of its own (count w(m) each) gets any of them released with at
+    most this probability. For each weight value only its largest m can be the maximum."""
+    largest: dict[int, int] = {}
+    for m in range(1, max_items + 1):
+        largest[contribution_weight(m, scale)] = m
+    return max(m * Fraction(discrete_gaussian_tail(sigma, threshold - w))
+               for w, m in largest.items())
+
+
+def weighted_selection_delta(sigma: float, max_items: int, scale: int, threshold: int) -> float:
+    """delta_A of weighted partition selection, rounded up to a float (an upper bound):
+    max_m m * P(Z >= threshold - floor(scale / sqrt(m))) over m <= ``max_items``."""
+    sigma = _check_sigma(sigma)
+    max_items = _check_int(max_items, "max_items", 1)
+    scale = _check_int(scale, "scale", 1)
+    threshold = _check_int(threshold, "threshold", 2)
+    exact = _weighted_bound(sigma, max_items, scale, threshold)
+    result = float(exact)
+    if Fraction(result) < exact:
+        result = math.nextafter(result, math.inf)
+    return result
+
+
+def weighted_selection_threshold(sigma: float, max_items: int, scale: int,
+                                 delta: float) -> int:
+    """The smallest integer tau >= 2 whose ``weighted_selection_delta`` is <= ``delta``
+    (exact comparison on the upper-bounded tails; the bound falls as tau grows)."""
+    sigma = _check_sigma(sigma)
+    max_items = _check_int(max_items, "max_items", 1)
+    scale = _check_int(scale, "scale", 1)
+    if isinstance(delta, bool) or not (isinstance(delta, int | float) and math.isfinite(delta)
+                                       and 0 < delta < 1):
+        raise ValueError(f"delta must lie strictly between 0 and 1, got {delta!r}")
+    bound = Fraction(float(delta))
+
+    def fits(tau: int) -> bool:
+        return _weighted_bound(sigma, max_items, scale, tau) <= bound
+
+    per_item = float(delta) / max_items
+    quantile = NormalDist().inv_cdf(1.0 - per_item) if per_item > 1e-15 \
+        else math.sqrt(2.0 * math.log(1.0 / per_item))
+    low = 1  # tau = 1 is below every allowed threshold
+    high = max(2, scale + math.ceil(sigma * quantile))  # the one-item unit's bound
+    while not fits(high):
+        low, high = high, 2 * high
     while high - low > 1:
         mid = (low + high) // 2
         if fits(mid):

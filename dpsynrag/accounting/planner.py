@@ -131,6 +131,9 @@ class PlanRequest:
     # facts with n-grams: each level's cap of n-grams per document; () for the default
     ngram_items: tuple[int, ...] = ()
     share_ngrams: float = 0.6  # facts with n-grams: share of rho for the n-gram levels
+    # facts with n-grams: each document's chosen n-grams count 1 ("uniform") or share one
+    # l2 budget, floor(W / sqrt(m)) each ("weighted"; ``accounting.weighted_selection``)
+    ngram_weights: str = "uniform"
     allow_large_epsilon: bool = False  # measurement only: epsilon above MAX_EPSILON
 
     def validate(self) -> None:
@@ -212,6 +215,9 @@ class PlanRequest:
                 isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in items)):
             raise PlanError(f"--ngram-items must give one positive integer per n-gram length "
                             f"({len(lengths)}), got {list(items)!r}")
+        if self.ngram_weights not in NGRAM_WEIGHTS:
+            raise PlanError(f"--ngram-weights must be one of {', '.join(NGRAM_WEIGHTS)}, got "
+                            f"{self.ngram_weights!r}")
         if self.writer != "template":
             raise PlanError("--facts-items ngrams writes its notes by stitching released spans; "
                             "--writer tokens does not apply")
@@ -349,6 +355,10 @@ class FactsBudgetPlan:
     ngram_lengths: tuple[int, ...] = ()
     ngram_items: tuple[int, ...] = ()
     ngram_thresholds: tuple[int, ...] = ()
+    # --ngram-weights weighted: W, each document's chosen n-grams weigh floor(W / sqrt(m))
+    # and sigma_A, the thresholds are in weight units; 0 for uniform counts (left out of the
+    # record, so a uniform plan's certificate is what it was)
+    ngram_weight_scale: int = 0
 
     WRITER_FIELDS = ("writer", "T", "share_tokens", "rho_tokens", "rho_per_token", "c_over_tau")
     ROLE_FIELDS = ("share_roles", "rho_R", "sigma_R")
@@ -368,6 +378,8 @@ class FactsBudgetPlan:
                 record[name] = list(getattr(self, name))
             else:
                 record.pop(name)
+        if not self.ngram_weight_scale:
+            record.pop("ngram_weight_scale")
         return record
 
     NGRAM_FIELDS = ("ngram_lengths", "ngram_items", "ngram_thresholds")
@@ -407,8 +419,10 @@ class FactsBudgetPlan:
         if self.ngram_lengths:  # no keyword histogram: one partition selection per level
             # levels of one cap share their threshold: one entry with their count
             same = Counter(zip(self.ngram_items, self.ngram_thresholds, strict=True))
+            scale = self.ngram_weight_scale or None
             levels = tuple(Repeated(PartitionSelection(sigma=self.sigma_A, max_items=k,
-                                                       threshold=t, delta=self.level_delta),
+                                                       threshold=t, delta=self.level_delta,
+                                                       weight_scale=scale),
                                     count) for (k, t), count in sorted(same.items()))
             return Sequential((*levels, ParallelGroup(self.L, (cluster,) * self.L,
                                                       FACT_CLUSTERS_GROUP)))
@@ -431,7 +445,9 @@ class FactsBudgetPlan:
         if self.ngram_lengths:
             lengths = ",".join(str(n) for n in self.ngram_lengths)
             return [
-                ("(f) n-grams", f"{len(self.ngram_lengths)} partition sel. (lengths {lengths}) "
+                ("(f) n-grams", f"{len(self.ngram_lengths)} partition sel. (lengths {lengths}"
+                 + (f", weights W={self.ngram_weight_scale}/√m" if self.ngram_weight_scale
+                    else "") + ") "
                  f"σ_A={self.sigma_A:.4f}, τ={','.join(map(str, self.ngram_thresholds))}, "
                  f"K={','.join(map(str, self.ngram_items))}", math.nan, self.rho_A),
                 ("(f) cluster spans", f"discrete Gauss. σ_C={self.sigma_C:.4f}, "
@@ -569,6 +585,7 @@ def request_from_options(options: Mapping[str, Any], *, vocab_size: int | None =
             if options["facts_items"] == "ngrams" else (),
             # an n-gram build recorded before --share-ngrams gave its levels share_phrases
             share_ngrams=options.get("share_ngrams", options["share_phrases"]),
+            ngram_weights=options.get("ngram_weights", "uniform"),
             K_e=options.get("K_e") or 0, K_s=options.get("K_s") or 0, R_f=options["R_f"],
             facts_rules=options.get("facts_rules", FACTS_RULES_BEFORE_OPTION),
             delta_phrases=options.get("delta_phrases"),
@@ -666,6 +683,11 @@ def plan_facts(request: PlanRequest) -> FactsBudgetPlan:
 #: against 16 kept 0.96 against 0.76 of private recall on MovieLens profiles, long texts
 #: need more)
 NGRAM_LEVEL_ITEMS = 32
+#: --ngram-weights weighted: the per-level cap when --ngram-items is not given (a document
+#: with m <= 128 candidates weighs 1 / sqrt(m) on each, so the cap costs nothing in noise)
+NGRAM_LEVEL_ITEMS_WEIGHTED = 128
+#: --ngram-weights: how a document's chosen n-grams are counted (``PlanRequest``)
+NGRAM_WEIGHTS = ("uniform", "weighted")
 #: --facts-items ngrams: spans per document in the cluster histograms, K_e + K_s (public)
 NGRAM_DEFAULT_K_E = 16
 #: --facts-items ngrams: spans per document in the cluster histograms beyond K_e (K_e + K_s)
@@ -681,25 +703,51 @@ def plan_ngrams(request: PlanRequest) -> FactsBudgetPlan:
     adding <= K_e + K_s spans to each of <= L clusters:
 
         rho = sum_j K_j / (2 sigma_A^2) + L (K_e + K_s) / (2 sigma_C^2)
+
+    With ``ngram_weights="weighted"`` each level's l2 sensitivity is W (a document's m
+    chosen n-grams weigh floor(W / sqrt(m)), default cap ``NGRAM_LEVEL_ITEMS_WEIGHTED``),
+    sigma_A and the thresholds are in weight units and rho_A = J W^2 / (2 sigma_A^2).
     """
     from dpsynrag.accounting.partition_threshold import (  # mpmath: loaded for facts only
+        contribution_weight,
         partition_selection_delta,
         selection_threshold,
+        weighted_selection_delta,
+        weighted_selection_threshold,
     )
+    from dpsynrag.accounting.weighted_selection import DEFAULT_WEIGHT_SCALE
 
     request = replace(request, K_e=request.K_e or NGRAM_DEFAULT_K_E,
                       K_s=request.K_s or NGRAM_DEFAULT_K_S, rho_hist=0.0)
     request.validate()
     levels = len(request.ngram_lengths)
-    items = tuple(request.ngram_items) or (NGRAM_LEVEL_ITEMS,) * levels
+    weighted = request.ngram_weights == "weighted"
+    default_items = NGRAM_LEVEL_ITEMS_WEIGHTED if weighted else NGRAM_LEVEL_ITEMS
+    items = tuple(request.ngram_items) or (default_items,) * levels
     conversion = Conversion(request.conversion)
     delta_phrases = float(request.phrase_delta())
     delta_conversion = request.delta - delta_phrases
     rho_total = rho_for(request.epsilon, delta_conversion, conversion)
     rho_a = request.share_ngrams * rho_total
     rho_c = rho_total - rho_a
-    sigma_a = math.sqrt(sum(items) / (2.0 * rho_a))
-    thresholds = tuple(selection_threshold(sigma_a, k, delta_phrases / levels) for k in items)
+    level_delta = delta_phrases / levels
+    if weighted:  # each level has l2 sensitivity W: rho_A = J W^2 / (2 sigma_A^2)
+        scale = DEFAULT_WEIGHT_SCALE
+        sigma_a = scale * math.sqrt(levels / (2.0 * rho_a))
+        thresholds = tuple(weighted_selection_threshold(sigma_a, k, scale, level_delta)
+                           for k in items)
+        delta_a = sum(weighted_selection_delta(sigma_a, k, scale, t)
+                      for k, t in zip(items, thresholds, strict=True))
+        # about this many documents of K_j candidates each carry an n-gram past its threshold
+        to_release = max(math.ceil(t / contribution_weight(k, scale))
+                         for k, t in zip(items, thresholds, strict=True))
+    else:
+        scale = 0
+        sigma_a = math.sqrt(sum(items) / (2.0 * rho_a))
+        thresholds = tuple(selection_threshold(sigma_a, k, level_delta) for k in items)
+        delta_a = sum(partition_selection_delta(sigma_a, k, t)
+                      for k, t in zip(items, thresholds, strict=True))
+        to_release = max(thresholds)
     return FactsBudgetPlan(
         generate="facts", epsilon=request.epsilon, delta=request.delta,
         conversion=conversion.value, conversion_reference=CONVERSION_REFERENCES[conversion],
@@ -707,14 +755,13 @@ def plan_ngrams(request: PlanRequest) -> FactsBudgetPlan:
         share_phrases=float(request.share_ngrams), rho_total=rho_total,
         delta_phrases=delta_phrases, delta_conversion=delta_conversion,
         rho_hist=0.0, sigma_h=0.0, rho_A=rho_a, sigma_A=sigma_a, tau_A=max(thresholds),
-        delta_A=sum(partition_selection_delta(sigma_a, k, t)
-                    for k, t in zip(items, thresholds, strict=True)),
-        docs_to_release=max(thresholds), rho_C=rho_c, rho_C_per_cluster=rho_c / request.L,
+        delta_A=delta_a, docs_to_release=to_release, rho_C=rho_c,
+        rho_C_per_cluster=rho_c / request.L,
         sigma_C=math.sqrt(request.L * (request.K_e + request.K_s) / (2.0 * rho_c)),
         epsilon_bun_steinke=epsilon_for(rho_total, delta_conversion, Conversion.BUN_STEINKE),
         epsilon_cks=epsilon_for(rho_total, delta_conversion, Conversion.CKS),
         ngram_lengths=tuple(request.ngram_lengths), ngram_items=items,
-        ngram_thresholds=thresholds)
+        ngram_thresholds=thresholds, ngram_weight_scale=scale)
 
 
 def plan_budget(request: PlanRequest) -> BudgetPlan | FactsBudgetPlan:

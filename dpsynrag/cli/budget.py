@@ -134,6 +134,9 @@ def add_parser(subparsers: Any) -> None:
                              "(default 32 each)")
     parser.add_argument("--share-ngrams", type=open_unit_float, default=None,
                         help="facts with ngrams: the levels' share of rho (default 0.6)")
+    parser.add_argument("--ngram-weights", choices=["uniform", "weighted"], default=None,
+                        help="facts with ngrams: chosen n-grams count 1 each ('uniform') or "
+                             "1/sqrt(m) each ('weighted')")
     parser.add_argument("--units", type=positive_int, default=None, metavar="N",
                         help="a public upper bound on the number of privacy units (people) "
                              "in the corpus: warns when delta > 1/N (a delta that large lets "
@@ -211,12 +214,12 @@ def _ngram_request(extra: dict[str, Any]) -> dict[str, Any]:
     from dpsynrag.pipeline.config import BuildConfig, ConfigError, parse_int_list
 
     items = extra.pop("facts_items", None)
-    given = {name: extra.pop(name) for name in ("ngram_lengths", "ngram_items", "share_ngrams")
-             if name in extra}
+    given = {name: extra.pop(name) for name in ("ngram_lengths", "ngram_items", "share_ngrams",
+                                                "ngram_weights") if name in extra}
     if items != "ngrams":
         if given:
-            raise CliError("--ngram-lengths, --ngram-items and --share-ngrams apply only to "
-                           "--facts-items ngrams")
+            raise CliError("--ngram-lengths, --ngram-items, --share-ngrams and --ngram-weights "
+                           "apply only to --facts-items ngrams")
         return {}
     try:
         lengths = parse_int_list(given.get("ngram_lengths", BuildConfig.ngram_lengths),
@@ -225,8 +228,9 @@ def _ngram_request(extra: dict[str, Any]) -> dict[str, Any]:
     except ConfigError as error:
         raise CliError(str(error)) from None
     fields: dict[str, Any] = {"ngram_lengths": lengths, "ngram_items": caps}
-    if "share_ngrams" in given:
-        fields["share_ngrams"] = given["share_ngrams"]
+    for name in ("share_ngrams", "ngram_weights"):
+        if name in given:
+            fields[name] = given[name]
     return fields
 
 

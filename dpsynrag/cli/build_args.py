@@ -156,8 +156,13 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                         "clusters' span histograms get the rest (default 0.6)")
     g.add_argument("--ngram-items", metavar="K,K,...",
                    help="facts with ngrams: n-grams each document offers at each level, one "
-                        "per length (default 32 at every level); the levels share one "
-                        "noise scale, so the cost is their sum")
+                        "per length (default 32 at every level, 128 with --ngram-weights "
+                        "weighted); the levels share one noise scale")
+    g.add_argument("--ngram-weights", choices=["uniform", "weighted"],
+                   help="facts with ngrams: each chosen n-gram of a document counts 1 "
+                        "('uniform', default) or a document's m chosen n-grams weigh "
+                        "1/sqrt(m) each ('weighted': one l2 budget per document, so short "
+                        "documents weigh more)")
     g.add_argument("--K-e", dest="K_e", type=positive_int,
                    help="facts: terms (or open phrases) per document (default: the most, up to "
                         "6, whose phrase release's tau_A stays <= 20 units, else 1; with the "

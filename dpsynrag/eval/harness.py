@@ -522,7 +522,8 @@ def _ngram_ceiling_texts(texts: Sequence[str], plan: Any, config: BuildConfig) -
     from dpsynrag.transforms.vocabulary import stopwords
 
     exact = ExactReleases({level_key(n): tau for n, tau in
-                           zip(plan.ngram_lengths, plan.ngram_thresholds, strict=True)})
+                           zip(plan.ngram_lengths, plan.ngram_thresholds, strict=True)},
+                          weight_scale=plan.ngram_weight_scale or None)
     # SpanReleases declares sigma_clusters as a plain (settable) attribute, the frozen
     # dataclass has it read-only: the same source, typed as the protocol it implements
     releases = cast("SpanReleases", exact)

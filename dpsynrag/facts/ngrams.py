@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.partition_selection import phrase_counts, release_partitions
+from dpsynrag.accounting.weighted_selection import release_weighted_partitions, weighted_counts
 from dpsynrag.facts.tokens import ngram_key
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "ledger_release",
     "level_candidates",
     "level_caps",
+    "level_counts",
     "level_key",
     "release_ngrams",
     "unit_choice",
@@ -66,8 +68,8 @@ __all__ = [
 STAGE = "f-ngrams"
 DEFAULT_LENGTHS = (1, 2, 3, 4, 6, 8)
 
-# (key, {n-gram: exact count}, max_items) -> {released n-gram: released count}
-CountRelease = Callable[[str, Mapping[str, int], int], dict[str, int]]
+# (key, each document's chosen n-grams, max_items) -> {released n-gram: released count}
+CountRelease = Callable[[str, Sequence[Sequence[str]], int], dict[str, int]]
 
 
 def level_key(length: int) -> str:
@@ -75,18 +77,37 @@ def level_key(length: int) -> str:
     return f"ngrams/{int(length):02d}"
 
 
-def ledger_release(ledger: Ledger, *, sigma: float, delta: float) -> CountRelease:
-    """Each level through the ledger: DP partition selection at ``sigma`` and ``delta``."""
-    def release(key: str, counts: Mapping[str, int], max_items: int) -> dict[str, int]:
-        return release_partitions(ledger, key, counts, max_items=max_items, sigma=sigma,
-                                  delta=delta, stage=STAGE)
+def level_counts(choices: Sequence[Sequence[str]], max_items: int,
+                 weight_scale: int | None = None) -> dict[str, int]:
+    """The counts a level releases: the number of documents choosing each n-gram
+    (``weight_scale`` None), or their weights floor(W / sqrt(m)) summed
+    (``accounting.weighted_selection``). Refuses a document over its bound."""
+    if weight_scale is None:
+        return phrase_counts(choices, max_items)
+    return weighted_counts(choices, max_items, weight_scale)
+
+
+def ledger_release(ledger: Ledger, *, sigma: float, delta: float,
+                   weight_scale: int | None = None) -> CountRelease:
+    """Each level through the ledger: DP partition selection at ``sigma`` and ``delta``,
+    uniform (each chosen n-gram counts 1) or weighted (``weight_scale`` W; ``sigma`` then in
+    weight units)."""
+    def release(key: str, choices: Sequence[Sequence[str]], max_items: int) -> dict[str, int]:
+        counts = level_counts(choices, max_items, weight_scale)
+        if weight_scale is None:
+            return release_partitions(ledger, key, counts, max_items=max_items, sigma=sigma,
+                                      delta=delta, stage=STAGE)
+        return release_weighted_partitions(ledger, key, counts, max_items=max_items,
+                                           scale=weight_scale, sigma=sigma, delta=delta,
+                                           stage=STAGE)
     return release
 
 
-def exact_release(min_count: int = 2) -> CountRelease:
-    """No noise (the epsilon = inf ceiling of the eval only): every candidate that at least
-    ``min_count`` units chose, with its exact count. Never used by a build."""
-    def release(key: str, counts: Mapping[str, int], max_items: int) -> dict[str, int]:
+def exact_release(min_count: int = 2, weight_scale: int | None = None) -> CountRelease:
+    """No noise (the epsilon = inf ceiling of the eval only): every candidate whose exact
+    count (``level_counts``) is at least ``min_count``. Never used by a build."""
+    def release(key: str, choices: Sequence[Sequence[str]], max_items: int) -> dict[str, int]:
+        counts = level_counts(choices, max_items, weight_scale)
         return {g: int(c) for g, c in counts.items() if c >= min_count}
     return release
 
@@ -222,10 +243,9 @@ def release_ngrams(docs_tokens: Sequence[Sequence[str]], lengths: Sequence[int],
     for length, cap in zip(levels, caps, strict=True):
         choices = level_choices(docs_tokens, length, previous, previous_length, cap, keys,
                                 public)
-        counts = phrase_counts(choices, cap)  # refuses > cap per document
         # every level is released (charged) even when no document has a candidate: the
-        # charges never depend on the data
-        level = release(level_key(length), counts, cap)
+        # charges never depend on the data; the release refuses > cap per document
+        level = release(level_key(length), choices, cap)
         released[length] = level
         previous, previous_length = level, length
         if progress is not None:

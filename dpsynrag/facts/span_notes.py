@@ -5,7 +5,9 @@ n-grams and public parameters; never a document).
 A cluster keeps the spans of its noisy histogram whose noisy count reaches ``z`` sigma_C (a
 span no member holds passes with probability about P(Z >= z sigma_C)), at most
 ``max_spans`` of them by noisy count, highest first; the note is those spans stitched by
-their overlaps (``facts.spans.stitch``) in that order. A cluster whose anchor does not pass
+their overlaps (``facts.spans.stitch``) in that order, each trimmed of its loose ends
+(``trim_span``), written anchor first, then in an order keyed by the anchor
+(``note_order``). A cluster whose anchor does not pass
 writes no note (its members are too few to say anything above the noise).
 """
 
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsynrag.facts.spans import note_text, stitch, windows_released
+from dpsynrag.facts.spans import note_order, note_text, stitch, trim_span, windows_released
 
 __all__ = ["KEEP_Z", "MAX_SPANS", "SpanNote", "kept_spans", "span_notes"]
 
@@ -62,5 +64,7 @@ def span_notes(noisy: np.ndarray, domain: Sequence[str], anchors: Sequence[str],
             spans = [anchor, *spans[:max_spans - 1]]
         stitched = stitch(spans, stopwords=stopwords,
                           allowed=lambda tokens: windows_released(tokens, released))
+        trimmed = [t for t in (trim_span(span, stopwords) for span in stitched) if t]
+        stitched = note_order(list(dict.fromkeys(trimmed)), anchor)
         notes.append(SpanNote(r, anchor, tuple(stitched), note_text(stitched)))
     return notes

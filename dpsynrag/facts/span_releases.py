@@ -17,9 +17,8 @@ from typing import Protocol
 import numpy as np
 
 from dpsynrag.accounting.ledger import Ledger
-from dpsynrag.accounting.partition_selection import release_partitions
 from dpsynrag.facts.fact_clusters import fact_counts, release_fact_histograms
-from dpsynrag.facts.ngrams import STAGE
+from dpsynrag.facts.ngrams import exact_release, ledger_release
 
 __all__ = ["EXACT_SIGMA", "ExactReleases", "LedgerReleases", "SpanReleases"]
 
@@ -35,8 +34,10 @@ class SpanReleases(Protocol):
         to)."""
         ...
 
-    def level(self, key: str, counts: Mapping[str, int], max_items: int) -> dict[str, int]:
-        """One n-gram level: {n-gram: released count} of the candidates that pass."""
+    def level(self, key: str, choices: Sequence[Sequence[str]],
+              max_items: int) -> dict[str, int]:
+        """One n-gram level: {n-gram: released count} of the candidates (each document's
+        chosen n-grams) that pass."""
         ...
 
     def histograms(self, members: Sequence[Sequence[int]], items: Sequence[Sequence[str]],
@@ -49,17 +50,20 @@ class SpanReleases(Protocol):
 @dataclass(frozen=True)
 class LedgerReleases:
     """The build's releases: partition selection per level at ``sigma_levels`` and
-    ``level_delta``; discrete Gaussian span histograms at ``sigma_clusters``."""
+    ``level_delta`` (weighted contributions with ``weight_scale``, ``sigma_levels`` then in
+    weight units); discrete Gaussian span histograms at ``sigma_clusters``."""
 
     ledger: Ledger
     sigma_levels: float
     level_delta: float
     sigma_clusters: float
+    weight_scale: int | None = None
 
-    def level(self, key: str, counts: Mapping[str, int], max_items: int) -> dict[str, int]:
-        return release_partitions(self.ledger, key, counts, max_items=max_items,
-                                  sigma=self.sigma_levels, delta=self.level_delta,
-                                  stage=STAGE)
+    def level(self, key: str, choices: Sequence[Sequence[str]],
+              max_items: int) -> dict[str, int]:
+        release = ledger_release(self.ledger, sigma=self.sigma_levels, delta=self.level_delta,
+                                 weight_scale=self.weight_scale)
+        return release(key, choices, max_items)
 
     def histograms(self, members: Sequence[Sequence[int]], items: Sequence[Sequence[str]],
                    domain: Sequence[str], *, max_items: int, L: int,
@@ -71,15 +75,16 @@ class LedgerReleases:
 
 @dataclass(frozen=True)
 class ExactReleases:
-    """Exact counts (NOT private): each level's n-grams that at least ``thresholds[key]``
-    units chose, and the histograms without noise."""
+    """Exact counts (NOT private): each level's n-grams whose exact (weighted, with
+    ``weight_scale``) count reaches ``thresholds[key]``, and the histograms without noise."""
 
     thresholds: Mapping[str, int]
     sigma_clusters: float = EXACT_SIGMA
+    weight_scale: int | None = None
 
-    def level(self, key: str, counts: Mapping[str, int], max_items: int) -> dict[str, int]:
-        floor = self.thresholds[key]
-        return {g: int(c) for g, c in counts.items() if c >= floor}
+    def level(self, key: str, choices: Sequence[Sequence[str]],
+              max_items: int) -> dict[str, int]:
+        return exact_release(self.thresholds[key], self.weight_scale)(key, choices, max_items)
 
     def histograms(self, members: Sequence[Sequence[int]], items: Sequence[Sequence[str]],
                    domain: Sequence[str], *, max_items: int, L: int,

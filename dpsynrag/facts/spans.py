@@ -17,14 +17,54 @@ needed: where a span holds its role ("diagnosed with acid reflux"), the reader s
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from dpsynrag.facts.tokens import detokenize, ngram_key, ngram_tokens
 
-__all__ = ["SPAN_SEPARATOR", "document_spans", "is_content", "note_text", "stitch",
-           "windows_released"]
+__all__ = ["SPAN_SEPARATOR", "document_spans", "is_content", "note_order", "note_text",
+           "stitch", "trim_span", "windows_released"]
 
 SPAN_SEPARATOR = " … "
+_OPENING = frozenset({"(", "[", "{", "``", '"', "'"})
+_CLOSING = frozenset({")", "]", "}", "''", '"', "'", ".", "!", "?", "%"})
+
+
+def trim_span(tokens: Sequence[str], stopwords: Collection[str]) -> tuple[str, ...]:
+    """A span without its loose ends (post-processing, public rule): leading punctuation
+    other than an opening bracket or quote, trailing punctuation other than a closing one
+    or a full stop, and trailing stopwords ("), Jerry Maguire (1996), The" becomes
+    "Jerry Maguire (1996)"). () when nothing but such tokens is left."""
+    start, stop = 0, len(tokens)
+    while start < stop and not any(ch.isalnum() for ch in tokens[start]) \
+            and tokens[start] not in _OPENING:
+        start += 1
+    while stop > start and (tokens[stop - 1].lower() in stopwords
+                            or (not any(ch.isalnum() for ch in tokens[stop - 1])
+                                and tokens[stop - 1] not in _CLOSING)):
+        stop -= 1
+    trimmed = tuple(tokens[start:stop])
+    return trimmed if any(is_content(t, stopwords) for t in trimmed) else ()
+
+
+def note_order(spans: Sequence[tuple[str, ...]], anchor: str) -> list[tuple[str, ...]]:
+    """A note's spans in a public order: the one holding the anchor first, the others in a
+    pseudo-random order keyed by the anchor (a released value), so that two spans sit side
+    by side in a note for no reason a document could share (ordered by count, a list of
+    popular titles would repeat the order in which some documents list them)."""
+    anchor_tokens = tuple(ngram_tokens(anchor))
+
+    def holds_anchor(span: tuple[str, ...]) -> bool:
+        n = len(anchor_tokens)
+        return any(span[i:i + n] == anchor_tokens for i in range(len(span) - n + 1))
+
+    key = hashlib.blake2b(anchor.encode("utf-8"), digest_size=16).digest()
+
+    def order(span: tuple[str, ...]) -> tuple[bool, bytes]:
+        digest = hashlib.blake2b(ngram_key(span).encode("utf-8"), digest_size=8, key=key)
+        return (not holds_anchor(span), digest.digest())
+
+    return sorted(spans, key=order)
 
 
 def is_content(token: str, stopwords: Collection[str]) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsynrag.accounting.conversions import Conversion
+from dpsynrag.accounting.planner import NGRAM_WEIGHTS
 from dpsynrag.io.records import split_column_list, text_columns
 from dpsynrag.pipeline.defaults import DEFAULT_DELTA, DEFAULT_EPSILON
 
@@ -119,6 +120,9 @@ class BuildConfig:
     ngram_items: tuple[int, ...] = ()
     # facts with ngrams: the n-gram levels' share of the total rho (the rest: span histograms)
     share_ngrams: float = 0.6
+    # facts with ngrams: "uniform" (each chosen n-gram of a document counts 1) or "weighted"
+    # (a document's m chosen n-grams weigh 1 / sqrt(m) each: one l2 budget per document)
+    ngram_weights: str = "uniform"
     delta_phrases: float | None = None  # facts: delta of the phrase release (default delta/10)
     facts_label: str = "Reported"  # facts: lead word of each note ("Symptoms" for clinic notes)
     # facts: "template" (the free public template) or "tokens" (issue 15: each kept cluster's
@@ -155,7 +159,7 @@ class BuildConfig:
 
     # options only one generation mode reads
     FACTS_ONLY = ("facts_items", "share_roles", "share_hist", "K_e", "K_s", "R_f",
-                  "ngram_lengths", "ngram_items", "share_ngrams",
+                  "ngram_lengths", "ngram_items", "share_ngrams", "ngram_weights",
                   "share_phrases", "delta_phrases", "facts_label",
                   "writer", "share_tokens", "writer_keeps_note", "writer_ablate",
                   "texts_per_cluster")
@@ -203,6 +207,9 @@ class BuildConfig:
         if self.facts_items == "ngrams" and self.writer != "template":
             raise ConfigError("--facts-items ngrams stitches its notes from released spans; "
                               "--writer tokens does not apply")
+        if self.ngram_weights not in NGRAM_WEIGHTS:
+            raise ConfigError(f"--ngram-weights must be one of {', '.join(NGRAM_WEIGHTS)}, "
+                              f"got {self.ngram_weights!r}")
         if not (isinstance(self.share_ngrams, int | float) and 0 < self.share_ngrams < 1):
             raise ConfigError(f"--share-ngrams must lie strictly between 0 and 1, got "
                               f"{self.share_ngrams!r}")
@@ -329,7 +336,9 @@ class BuildConfig:
         if not self.writer_ablate.strip():  # as do builds without an ablated lever
             skip.add("writer_ablate")
         if self.facts_items != "ngrams":  # builds of terms and phrases keep their options
-            skip |= {"ngram_lengths", "ngram_items", "share_ngrams"}
+            skip |= {"ngram_lengths", "ngram_items", "share_ngrams", "ngram_weights"}
+        elif self.ngram_weights == "uniform":  # n-gram builds made before the option
+            skip.add("ngram_weights")
         options = {k: v for k, v in asdict(self).items() if k not in skip}
         if self.generate == "tokens":  # the resolved value, as token builds recorded it
             options["rho_hist"] = self.tokens_rho_hist

@@ -53,7 +53,8 @@ def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
     plan, config = ctx.plan, ctx.config
     stop = stopwords()
     settings = ngram_settings(plan, config.L)
-    releases = LedgerReleases(ctx.ledger, sigma_levels=plan.sigma_A,
+    releases = LedgerReleases(ctx.ledger, weight_scale=plan.ngram_weight_scale or None,
+                              sigma_levels=plan.sigma_A,
                               level_delta=plan.level_delta, sigma_clusters=plan.sigma_C)
 
     ctx.log("(n1)-(n4) n-grams, clusters, span histograms, notes")
