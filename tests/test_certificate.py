@@ -138,8 +138,13 @@ def test_certificate_content(tmp_path: Path, key: Path) -> None:
     assert cert["composition"]["rho_sequential"] == pytest.approx(rho_hist, rel=1e-12)
     assert cert["composition"]["parallel_groups"]["clusters"]["max_overlap"] == L
     g = cert["guarantee"]
-    assert g["rho"] == cert["composition"]["rho_total"]
+    # the guarantee is the plan's (this hand-made plan records only its rho_total); the
+    # releases' cost is stated beside it, and the difference is reserved
+    assert g["basis"] == "plan" and g["rho"] == PLAN["rho_total"]
+    assert g["rho_realised"] == cert["composition"]["rho_total"] < g["rho"]
     assert g["epsilon"] == epsilon_for(g["rho"], DELTA, "bun-steinke")
+    assert g["epsilon_realised"] == epsilon_for(g["rho_realised"], DELTA, "bun-steinke")
+    assert g["reserved"]["rho"] == pytest.approx(g["rho"] - g["rho_realised"], rel=1e-12)
     assert g["conversion"] == "bun-steinke" and "Bun" in g["conversion_reference"]
     assert g["epsilon_other_conversions"]["cks"] < g["epsilon"]
     assert g["cross_check"]["epsilon"] == pytest.approx(epsilon_for(g["rho"], DELTA, "cks"),

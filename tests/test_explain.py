@@ -8,8 +8,11 @@ from dpsynrag.accounting.explain import explain_certificate
 
 CERT = {
     "seeded": False, "created_at": "2026-11-23T13:15:30+00:00", "package": "dpsynrag",
-    "package_version": "0.1.0",
-    "guarantee": {"epsilon": 9.999999999999998, "delta": 1e-3, "rho": 2.6068,
+    "package_version": "0.1.0", "format_version": 2,
+    "guarantee": {"basis": "plan", "epsilon": 9.999999999999998, "delta": 1e-3, "rho": 2.6068,
+                  "rho_realised": 1.0937, "epsilon_realised": 5.7583,
+                  "reserved": {"max_overlap": 2, "partitions_released": 1,
+                               "partitions_reserved": 1},
                   "delta_approx": 7.7e-05, "conversion": "cks",
                   "conversion_reference": "Canonne, Kamath & Steinke 2020",
                   "epsilon_other_conversions": {"bun-steinke": 11.09},
@@ -64,10 +67,38 @@ def test_the_guarantee_is_stated_as_approximate_dp() -> None:
     assert "beyond an additive 0.001" in line and "or the other way round" in line
     assert "probability" not in line.lower() and "except" not in line.lower()
     # the factor never understates: it is e to the displayed (rounded-up) epsilon
-    up = explain_certificate({**CERT, "guarantee": {"epsilon": 2.00001, "delta": 1e-6}},
-                             verified=True, trust="trusted key")
+    up = explain_certificate(
+        {**CERT, "guarantee": {"basis": "plan", "epsilon": 2.00001, "delta": 1e-6}},
+        verified=True, trust="trusted key")
     assert "e^2.0001 x P[M(D') in S] + 1e-06" in up
     assert f"e^2.0001 = {math.exp(2.0001):.3g} times" in up
-    huge = explain_certificate({**CERT, "guarantee": {"epsilon": 1e6, "delta": 1e-6}},
-                               verified=True, trust="trusted key")
+    huge = explain_certificate(
+        {**CERT, "guarantee": {"basis": "plan", "epsilon": 1e6, "delta": 1e-6}},
+        verified=True, trust="trusted key")
     assert "e^1000000 (over 1e+300) times" in huge and "inf" not in huge
+
+
+def test_only_the_plans_epsilon_is_stated_as_the_guarantee() -> None:
+    """The realised cost (the releases that ran) is named beside the guarantee, never as one;
+    a certificate whose epsilon is not the plan's states no guarantee (issue 58)."""
+    text = explain_certificate(CERT, verified=True, trust="trusted key")
+    lines = text.splitlines()
+    [realised] = [line for line in lines if line.startswith("Realised cost")]
+    assert "(not a guarantee)" in realised and "epsilon_realised 5.7583" in realised
+    assert "the plan's epsilon 10" in realised and "1 of the L = 2 clusters" in realised
+    assert "e^5.7583" not in text
+    assert "the plan's releases (every planned cluster, released or reserved) compose" in text
+    for basis, words in (("releases", "no plan is recorded"),
+                         ("exceeds-plan", "cost more than the build's plan")):
+        other = {**CERT, "guarantee": {**CERT["guarantee"], "basis": basis}}
+        text = explain_certificate(other, verified=False, trust="trusted key")
+        [line] = [line for line in text.splitlines() if line.startswith("Guarantee:")]
+        assert line.startswith("Guarantee: NONE STATED") and words in line
+        assert "e^10" not in text and "Realised cost" not in text
+    # format 1: its epsilon is the releases' cost, the plan's only where verify found so
+    old = {**CERT, "format_version": 1,
+           "guarantee": {"epsilon": 5.7583, "delta": 1e-3, "rho": 1.0937}}
+    assert "e^5.7583 x P[M(D') in S]" in explain_certificate(old, verified=True, trust="t")
+    failed = explain_certificate(old, verified=False, trust="t")
+    assert "Guarantee: NONE STATED" in failed and "format 1" in failed
+    assert "e^5.7583" not in failed

@@ -14,10 +14,23 @@
   expensive partitions (exactly ``Ledger.total_rho``); ``delta_approx_total`` composes the
   approximate deltas of the releases the same way (``Ledger.total_delta``; 0 when every
   mechanism is zCDP, e.g. partition selection makes it positive);
-* ``guarantee``: delta_approx-approximately rho-zCDP (Bun & Steinke 2016, Def. 8.1) and its
-  (epsilon, delta) under the named conversion, epsilon being that of rho at
-  ``delta_conversion`` = delta - delta_approx (the stated delta is the total); the other
-  conversions and dp-accounting's RDP accountant as a cross-check, at the same delta;
+* ``guarantee``: the PLAN's worst case (``basis: "plan"``, format 2): rho and delta_approx
+  compose every release the plan allows (``plan.events``: the sequential releases and L full
+  clusters of its parallel group, the corpus ledger's charge), delta_approx-approximately
+  rho-zCDP (Bun & Steinke 2016, Def. 8.1) and its (epsilon, delta) under the named
+  conversion, epsilon being that of rho at ``delta_conversion`` = delta - delta_approx (the
+  stated delta is the total); the other conversions and dp-accounting's RDP accountant as a
+  cross-check, at the same delta. Beside it, never a guarantee: ``rho_realised``,
+  ``delta_approx_realised`` and ``epsilon_realised``, the cost of the releases that ran
+  (``composition``), and ``reserved``, the difference: planned releases that did not run (a
+  facts build with fewer than L clusters, a cluster the token writer never sampled) are
+  reserved at their planned cost, as the token mode charges the draws of a cluster that
+  stops early. The same build could have released them, so the guarantee cannot be less
+  (issue 58: 5 notes released one cluster at L = 2, and a format 1 certificate stated
+  epsilon 5.758 where the mechanism's is 9.970). Without a plan (hand-made certificates
+  only) the guarantee is the releases' cost, ``basis: "releases"``, and verify reports it;
+* ``public_data``: every public list that shapes a document's terms, keywords or n-grams
+  (``accounting.public_data``): its source and the sha256 of what the build read;
 * identities of the model and embedder (names and weight sha256, never paths) and of the
   vocabulary, the output files' sha256, the public configuration, package version and time;
   ``signing.sign_document`` adds an Ed25519 signature.
@@ -31,7 +44,10 @@ regenerates the whole noise stream, and with it the exact values under the noise
 
 ``verify_output`` re-derives every rho and approximate delta from the mechanism parameters
 (``costs``), the composition, and every epsilon (``conversions``); a certificate without
-``delta_approx_total`` (older builds) counts as delta_approx 0. It checks the signature and
+``delta_approx_total`` (older builds) counts as delta_approx 0. The guarantee must be the
+plan's (re-planned from the config) and at least the realised cost; a format 1 certificate
+(its epsilon the releases' cost) verifies only where that equals the plan's. The public lists
+named are hashed again from the installed packages and files. It checks the signature and
 every file hash, and returns the list of problems (empty when all is well) without raising.
 It does not take the certificate's word for what should have been released: it plans the
 build again from the public ``config`` (``planner.request_from_options``, the rule the build
@@ -53,7 +69,7 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -104,7 +120,25 @@ from dpsynrag.io.output_files import (
 )
 
 CERTIFICATE_FORMAT = "dpsynrag-certificate"
-CERTIFICATE_FORMAT_VERSION = 1
+#: 2: the guarantee is the plan's worst case, the realised cost beside it (issue 58);
+#: 1: the guarantee was the cost of the releases that ran (verified where it is the plan's).
+CERTIFICATE_FORMAT_VERSION = 2
+READABLE_FORMAT_VERSIONS = (1, 2)
+GUARANTEE_BASIS_PLAN = (
+    "the plan: every release the plan allows at its planned parameters, L full clusters of "
+    "its parallel group included (the corpus ledger's charge), whether or not they ran; a "
+    "planned release that did not run is reserved (counted, never drawn), as the token mode "
+    "charges the draws of a cluster that stops early")
+GUARANTEE_BASIS_RELEASES = (
+    "the releases that ran: no plan was recorded, so this is a cost, not a guarantee")
+GUARANTEE_BASIS_EXCEEDED = (
+    "the releases cost more than the plan (a build of wrong code): each of rho and "
+    "delta_approx is the larger of the plan's and the releases'; not a guarantee verify "
+    "accepts")
+RESERVED_NOTE = (
+    "the plan's worst case less the releases that ran: planned releases the same build could "
+    "have made (fewer than max_overlap clusters released, draws not made), counted in the "
+    "guarantee, never drawn")
 NEIGHBOURING = ("add or remove one privacy unit (default one record; --unit-column groups "
                 "records)")
 COMPOSITION_RULE = (
@@ -141,6 +175,7 @@ __all__ = [
     "build_certificate",
     "dp_accounting_epsilon",
     "load_certificate",
+    "planned_cost",
     "verify_output",
     "write_certificate",
 ]
@@ -259,23 +294,42 @@ def _mechanisms(ledger: Ledger) -> tuple[list[dict[str, Any]], list[dict[str, An
     return sequential, group_entries, composition
 
 
-def _guarantee(rho: float, delta: float, conversion: Conversion,
-               delta_approx: float = 0.0) -> dict[str, Any]:
-    """rho (and delta_approx) converted to (epsilon, delta): epsilon at delta - delta_approx."""
+def _epsilons(rho: float, delta: float, conversion: Conversion,
+              delta_approx: float) -> tuple[float, float, dict[str, float]]:
+    """(delta_conversion, epsilon, the other conversions' epsilons) of rho at delta -
+    delta_approx (``ValueError`` when delta_approx is not below delta)."""
     if not delta_approx < delta:
         raise ValueError(f"the releases' approximate delta {delta_approx:.3g} is not below the "
                          f"stated delta {delta:g}: no (epsilon, delta) guarantee")
     at = delta - delta_approx
     others = {c.value: epsilon_for(rho, at, c) for c in Conversion if c is not conversion}
+    return at, epsilon_for(rho, at, conversion), others
+
+
+def _guarantee(rho: float, delta: float, conversion: Conversion,
+               delta_approx: float = 0.0, *, realised: tuple[float, float] | None = None,
+               reserved: Mapping[str, Any] | None = None,
+               basis: str = "plan") -> dict[str, Any]:
+    """rho (and delta_approx) converted to (epsilon, delta): epsilon at delta - delta_approx.
+
+    ``realised`` (rho, delta_approx) of the releases that ran, when (rho, delta_approx) is the
+    plan's worst case: the guarantee's basis is then the plan and the realised cost is stated
+    beside it; without it the basis is the releases themselves (no plan). ``basis``
+    "exceeds-plan": the releases cost more than the plan (wrong code), and (rho,
+    delta_approx) is the larger of each."""
+    at, epsilon, others = _epsilons(rho, delta, conversion, delta_approx)
     definition = "rho-zCDP, converted to (epsilon, delta)-differential privacy"
     if delta_approx:
         definition = ("delta_approx-approximately rho-zCDP (Bun & Steinke 2016, Def. 8.1), "
                       "converted to (epsilon, delta)-differential privacy with epsilon of rho "
                       "at delta_conversion = delta - delta_approx")
     guarantee: dict[str, Any] = {
+        "basis": basis if realised is not None else "releases",
+        "basis_explained": GUARANTEE_BASIS_RELEASES if realised is None
+        else GUARANTEE_BASIS_EXCEEDED if basis == "exceeds-plan" else GUARANTEE_BASIS_PLAN,
         "definition": definition,
         "rho": rho,
-        "epsilon": epsilon_for(rho, at, conversion),
+        "epsilon": epsilon,
         "delta": delta,
         "delta_approx": delta_approx,
         "delta_conversion": at,
@@ -284,6 +338,14 @@ def _guarantee(rho: float, delta: float, conversion: Conversion,
         "epsilon_other_conversions": others,
         "neighbouring": NEIGHBOURING,
     }
+    real_rho, real_delta = realised if realised is not None else (rho, delta_approx)
+    _at, real_epsilon, _others = _epsilons(real_rho, delta, conversion, real_delta)
+    guarantee.update({"rho_realised": real_rho, "delta_approx_realised": real_delta,
+                      "epsilon_realised": real_epsilon})
+    if realised is not None:
+        guarantee["reserved"] = {"note": RESERVED_NOTE, "rho": rho - real_rho,
+                                 "delta_approx": delta_approx - real_delta,
+                                 **dict(reserved or {})}
     cross = dp_accounting_epsilon(rho, at) if rho > 0 else 0.0
     if cross is not None:
         guarantee["cross_check"] = {
@@ -292,6 +354,49 @@ def _guarantee(rho: float, delta: float, conversion: Conversion,
             "epsilon": cross,
         }
     return guarantee
+
+
+def planned_cost(plan: Any, config: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(rho, delta_approx) of the plan's worst case, the guarantee a build states: every
+    release of ``plan.events`` (the sequential releases and L full clusters of the parallel
+    group; what the corpus ledger is charged). A plan recorded without all its fields (older
+    builds, hand-made certificates) gives its ``rho_total`` and ``delta_A`` (0 when absent);
+    None without a plan or a numeric ``rho_total``.
+
+    The token draws' rho is (c/tau)^2 / 2 whatever the clip c, so a config without a clip
+    (older builds; a facts build's template writer) is planned at c = 1."""
+    if not isinstance(plan, Mapping) or not plan:
+        return None
+    solved = plan_from_dict(plan)
+    if solved is not None:
+        clip = _recorded_clip(config)
+        try:
+            cost = compose(solved.events(clip if clip is not None and clip > 0 else 1.0))
+        except (TypeError, ValueError):
+            cost = None
+        if cost is not None:
+            return float(cost.rho), float(cost.delta)
+    rho, delta = plan.get("rho_total"), plan.get("delta_A", 0.0)
+    if not _is_number(rho) or not _is_number(delta):
+        return None
+    return float(rho), float(delta)
+
+
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) \
+        and math.isfinite(float(value))
+
+
+def _reserved_clusters(plan: Mapping[str, Any], composition: Mapping[str, Any]) -> dict[str, Any]:
+    """How many partitions of the plan's parallel group were released, against its L."""
+    name = FACT_CLUSTERS_GROUP if plan.get("generate") == "facts" else CLUSTERS_GROUP
+    groups = composition.get("parallel_groups")
+    released = groups.get(name, {}).get("partitions", 0) if isinstance(groups, dict) else 0
+    overlap = plan.get("L")
+    if not (isinstance(overlap, int) and not isinstance(overlap, bool)):
+        return {}
+    return {"group": name, "max_overlap": overlap, "partitions_released": released,
+            "partitions_reserved": max(0, overlap - released)}
 
 
 def build_certificate(
@@ -330,6 +435,20 @@ def build_certificate(
                          "noise)")
     sequential, group_entries, composition = _mechanisms(ledger)
     is_seeded = bool(seeded) or ledger.seeded
+    realised = (composition["rho_total"], composition["delta_approx_total"])
+    planned = planned_cost(plan, config)
+    if planned is None:  # no plan: only hand-made certificates (verify reports it)
+        guarantee = _guarantee(realised[0], float(delta), conv, realised[1])
+    elif realised[0] > planned[0] * (1 + REL_TOL) + 1e-15 \
+            or realised[1] > planned[1] * (1 + REL_TOL) + 1e-300:
+        # wrong code spent more than its plan: never state less than either (verify fails it)
+        guarantee = _guarantee(max(realised[0], planned[0]), float(delta), conv,
+                               max(realised[1], planned[1]), realised=realised,
+                               reserved=_reserved_clusters(plan, composition),
+                               basis="exceeds-plan")
+    else:
+        guarantee = _guarantee(planned[0], float(delta), conv, planned[1], realised=realised,
+                               reserved=_reserved_clusters(plan, composition))
     certificate: dict[str, Any] = {
         "format": CERTIFICATE_FORMAT,
         "format_version": CERTIFICATE_FORMAT_VERSION,
@@ -338,8 +457,7 @@ def build_certificate(
         "created_at": created_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "seeded": is_seeded,
         "for_release": not is_seeded,
-        "guarantee": _guarantee(composition["rho_total"], float(delta), conv,
-                                composition["delta_approx_total"]),
+        "guarantee": guarantee,
         "composition": composition,
         "mechanisms": {"sequential": sequential, "parallel_groups": group_entries},
         "not_charged": NOT_CHARGED_FACTS if plan.get("generate") == "facts" else NOT_CHARGED,
@@ -549,10 +667,15 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
         problems.append(f"composition: delta_approx_total "
                         f"{composition.get('delta_approx_total', 0.0)!r} but the mechanisms' "
                         f"approximate deltas compose to {delta_approx!r}")
-    _check_guarantee(guarantee, rho_total, delta_approx, problems)
     config = cert.get("config")
     config = config if isinstance(config, dict) else {}
     plan = _plan_to_check(cert.get("plan"), config, problems)
+    planned = planned_cost(plan, config) if plan is not None else None
+    if cert.get("format_version") == 1:
+        _check_guarantee(guarantee, rho_total, delta_approx, problems)
+        _check_format1_epsilon(guarantee, planned, problems)
+    else:
+        _check_guarantee_basis(guarantee, planned, rho_total, delta_approx, problems)
     if plan is not None:
         _check_plan(plan, rho_total, sequential, groups, problems)
         _check_plan_events(plan, config, dict(zip(group_names, group_nodes, strict=True)),
@@ -561,7 +684,8 @@ def _check_accounting(cert: dict[str, Any], problems: list[str]) -> None:
 
 
 NO_PLAN = ("certificate: no plan recorded, so no release can be checked against its planned "
-           "noise and sensitivity")
+           "noise and sensitivity, and its epsilon is only the cost of the releases that ran, "
+           "not a guarantee")
 
 
 def _plan_to_check(recorded: Any, config: dict[str, Any],
@@ -1006,11 +1130,81 @@ def _tally(planned: list[tuple[str, Mechanism, int]],
                             "over-charged (charged twice)")
 
 
+def _check_guarantee_basis(guarantee: dict[str, Any], planned: tuple[float, float] | None,
+                           rho_total: float, delta_approx: float,
+                           problems: list[str]) -> None:
+    """A format 2 guarantee: the plan's worst case (``planned``, from the plan verify
+    re-derives), at least the realised cost (``rho_total``, ``delta_approx``: the recorded
+    releases), which is stated beside it and checked, with the reservation between them.
+    Without a plan (reported as NO_PLAN) the guarantee can only be the releases' cost."""
+    basis = guarantee.get("basis")
+    if planned is None:
+        if basis != "releases":
+            problems.append(f"guarantee: basis {basis!r} but no plan can be derived: the "
+                            "stated epsilon can only be the cost of the releases that ran")
+        _check_guarantee(guarantee, rho_total, delta_approx, problems, source="the releases")
+    else:
+        if basis != "plan":
+            problems.append(f"guarantee: basis {basis!r}, not 'plan': a certificate's epsilon "
+                            "must be the plan's worst case, not the cost of the releases that "
+                            "ran (it is lower when fewer than L clusters are released)")
+        plan_rho, plan_delta = planned
+        _check_guarantee(guarantee, plan_rho, plan_delta, problems, source="the plan")
+        if rho_total > plan_rho * (1 + REL_TOL) + 1e-15 \
+                or delta_approx > plan_delta * (1 + REL_TOL) + 1e-300:
+            problems.append(f"guarantee: the releases cost rho {rho_total!r} (approximate "
+                            f"delta {delta_approx!r}), more than the plan's guarantee "
+                            f"{plan_rho!r} ({plan_delta!r}): over-charged")
+        reserved = guarantee.get("reserved")
+        if not isinstance(reserved, dict) or not _close(reserved.get("rho"),
+                                                        plan_rho - rho_total) \
+                or not _close(reserved.get("delta_approx"), plan_delta - delta_approx):
+            problems.append("guarantee: reserved is not the plan's rho and approximate delta "
+                            "less the releases' (missing or wrong)")
+    if not _close(guarantee.get("rho_realised"), rho_total):
+        problems.append(f"guarantee: rho_realised {guarantee.get('rho_realised')!r} but the "
+                        f"releases compose to {rho_total!r}")
+    if not _close(guarantee.get("delta_approx_realised"), delta_approx):
+        problems.append(f"guarantee: delta_approx_realised "
+                        f"{guarantee.get('delta_approx_realised')!r} but the releases' "
+                        f"approximate deltas compose to {delta_approx!r}")
+    try:
+        delta = float(guarantee["delta"])
+        conversion = Conversion(guarantee["conversion"])
+        realised = epsilon_for(rho_total, delta - delta_approx, conversion) \
+            if delta_approx < delta else None
+    except (KeyError, TypeError, ValueError):
+        return  # reported by _check_guarantee
+    if realised is not None and not _close(guarantee.get("epsilon_realised"), realised):
+        problems.append(f"guarantee: epsilon_realised {guarantee.get('epsilon_realised')!r} "
+                        f"but the releases' rho {rho_total!r} gives {realised!r}")
+
+
+def _check_format1_epsilon(guarantee: dict[str, Any], planned: tuple[float, float] | None,
+                           problems: list[str]) -> None:
+    """A format 1 certificate states the cost of the releases that ran as its epsilon: it
+    verifies only where that is the plan's (the same build could have released the rest)."""
+    if planned is None:
+        return
+    try:
+        delta = float(guarantee["delta"])
+        conversion = Conversion(guarantee["conversion"])
+        epsilon = epsilon_for(planned[0], delta - planned[1], conversion)
+    except (KeyError, TypeError, ValueError):
+        return  # reported by _check_guarantee
+    stated = guarantee.get("epsilon")
+    if _is_number(stated) and not _close(stated, epsilon) and float(stated) < epsilon:
+        problems.append(f"guarantee: this format 1 certificate states epsilon {stated!r}, the "
+                        f"cost of the releases that ran, below the plan's {epsilon!r}: the "
+                        "build's guarantee is the plan's (the same build could have released "
+                        "every planned cluster); rebuild to get a certificate that states it")
+
+
 def _check_guarantee(guarantee: dict[str, Any], rho_total: float, delta_approx: float,
-                     problems: list[str]) -> None:
+                     problems: list[str], source: str = "the composition") -> None:
     """epsilon (and the others) recomputed from rho at delta - delta_approx (re-derived)."""
     if not _close(guarantee.get("rho"), rho_total):
-        problems.append(f"guarantee: rho {guarantee.get('rho')!r} but the composition gives "
+        problems.append(f"guarantee: rho {guarantee.get('rho')!r} but {source} gives "
                         f"{rho_total!r}")
     try:
         delta = float(guarantee["delta"])
@@ -1030,7 +1224,7 @@ def _check_guarantee(guarantee: dict[str, Any], rho_total: float, delta_approx: 
         return
     if not _close(guarantee.get("delta_approx", 0.0), delta_approx):
         problems.append(f"guarantee: delta_approx {guarantee.get('delta_approx', 0.0)!r} but "
-                        f"the releases' approximate deltas compose to {delta_approx!r}")
+                        f"{source} gives approximate delta {delta_approx!r}")
     if "delta_conversion" in guarantee and not _close(guarantee["delta_conversion"], at):
         problems.append(f"guarantee: delta_conversion {guarantee['delta_conversion']!r} but "
                         f"delta - delta_approx is {at!r}")
@@ -1100,7 +1294,7 @@ def verify_output(out_dir: Path, public_key_path: Path | None = None, *,
     if public_key_path is not None and trusted is None:
         problems.append("signature: not checked against a trusted key (it could not be read)")
     if cert.get("format") != CERTIFICATE_FORMAT \
-            or cert.get("format_version") != CERTIFICATE_FORMAT_VERSION:
+            or cert.get("format_version") not in READABLE_FORMAT_VERSIONS:
         problems.append(f"certificate: unknown format {cert.get('format')!r} version "
                         f"{cert.get('format_version')!r}")
     if not isinstance(cert.get("seeded"), bool) or cert.get("for_release") != (

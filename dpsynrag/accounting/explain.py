@@ -2,13 +2,18 @@
 corpus: who is protected, by which (epsilon, delta), what was released, from which models,
 when, and by which key. It reads the certificate only (public values); it never judges its
 validity: ``verify`` does, and the caller says what it found.
+
+Only the plan's epsilon is stated as a guarantee (``guarantee.basis == "plan"``; a format 1
+certificate's epsilon where verify found it the plan's). The realised cost
+(``epsilon_realised``, the releases that ran) is named beside it as not a guarantee: fewer
+clusters than L can be released, and the same build could have released them all.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from dpsynrag.display import format_epsilon
 
@@ -80,6 +85,53 @@ def _guarantee_sentence(epsilon: float, delta: float) -> str:
             f"additive {delta:g}.")
 
 
+def _number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _states_the_plan(certificate: Mapping[str, Any], verified: bool) -> bool:
+    """Whether the certificate's epsilon is the plan's (the only one stated as a guarantee):
+    format 2 says so (``basis: "plan"``); a format 1 certificate's epsilon is the cost of the
+    releases that ran, the plan's only where verify found them equal (``verified``)."""
+    guarantee = certificate.get("guarantee") or {}
+    if certificate.get("format_version") == 1 and "basis" not in guarantee:
+        return verified
+    return guarantee.get("basis") == "plan"
+
+
+def _no_guarantee_sentence(certificate: Mapping[str, Any], epsilon: float) -> str:
+    guarantee = certificate.get("guarantee") or {}
+    basis = guarantee.get("basis")
+    shown = format_epsilon(epsilon)
+    if basis == "exceeds-plan":
+        why = ("the releases cost more than the build's plan (wrong code); the epsilon "
+               f"{shown} recorded is the larger of the two, not a guarantee")
+    elif basis == "releases":
+        why = (f"no plan is recorded, so its epsilon {shown} is only the cost of the releases "
+               "that ran; the same build could have released more")
+    else:
+        why = (f"its epsilon {shown} is the cost of the releases that ran (a format 1 "
+               "certificate), not found equal to the plan's")
+    return f"Guarantee: NONE STATED: {why}."
+
+
+def _realised_sentence(guarantee: Mapping[str, Any]) -> str | None:
+    """The realised cost beside the plan's guarantee, named as not a guarantee."""
+    realised, rho = guarantee.get("epsilon_realised"), guarantee.get("rho_realised")
+    if guarantee.get("basis") != "plan" or not _number(realised) or not _number(rho):
+        return None
+    reserved = guarantee.get("reserved") or {}
+    parts = reserved.get("partitions_reserved")
+    overlap = reserved.get("max_overlap")
+    gap = (f"; {parts} of the L = {overlap} clusters a document can join were not released "
+           "and are reserved at their planned cost" if _number(parts) and parts else "")
+    return (f"Realised cost (not a guarantee): the releases that ran compose to rho = "
+            f"{rho:.4g}, epsilon_realised {format_epsilon(realised)} at the same delta. The "
+            f"guarantee above is the plan's epsilon {format_epsilon(guarantee['epsilon'])}: "
+            f"the same build could have released every planned cluster{gap}; quote epsilon, "
+            "never epsilon_realised.")
+
+
 def explain_certificate(certificate: Mapping[str, Any], *, verified: bool,
                         trust: str) -> str:
     """The plain-language summary of ``certificate``. ``verified`` and ``trust`` are what
@@ -98,8 +150,18 @@ def explain_certificate(certificate: Mapping[str, Any], *, verified: bool,
         lines.append("SEEDED BUILD: its noise came from a reproducible seed; it has NO privacy "
                      "guarantee and must not be released.")
     lines.append(f"Who is protected: {_unit_sentence(config)}.")
-    if isinstance(epsilon, int | float) and isinstance(delta, int | float):
-        lines.append(_guarantee_sentence(float(epsilon), float(delta)))
+    of_plan = _states_the_plan(certificate, verified)
+    if _number(epsilon) and _number(delta):
+        if of_plan:
+            lines.append(_guarantee_sentence(float(epsilon), float(delta)))
+            if certificate.get("format_version") == 1:
+                lines.append("(A format 1 certificate: its epsilon is the cost of the releases "
+                             "that ran, which verify found equal to the plan's.)")
+        else:
+            lines.append(_no_guarantee_sentence(certificate, float(epsilon)))
+    realised = _realised_sentence(guarantee) if of_plan else None
+    if realised:
+        lines.append(realised)
     rho = guarantee.get("rho")
     if isinstance(rho, int | float):
         approx = guarantee.get("delta_approx") or 0.0
@@ -108,8 +170,10 @@ def explain_certificate(certificate: Mapping[str, Any], *, verified: bool,
         others = ", ".join(f"{name} gives {format_epsilon(value)}" for name, value in
                            (guarantee.get("epsilon_other_conversions") or {}).items())
         cross = (guarantee.get("cross_check") or {}).get("epsilon")
+        what = ("the plan's releases (every planned cluster, released or reserved) compose"
+                if guarantee.get("basis") == "plan" else "the releases compose")
         lines.append(
-            f"How it is derived: the releases compose to rho = {rho:.4g} zCDP{part}, converted "
+            f"How it is derived: {what} to rho = {rho:.4g} zCDP{part}, converted "
             f"with {guarantee.get('conversion')} ({guarantee.get('conversion_reference')})"
             + (f"; {others}" if others else "")
             + (f"; an independent accountant (dp-accounting) gives "

@@ -23,9 +23,14 @@ def add_parser(subparsers: Any) -> None:
         "verify", help="check a built corpus: signature, file hashes and the epsilon claim",
         description="Re-derive every mechanism's rho from its recorded parameters, recompose "
                     "them, convert to (epsilon, delta), check every file's sha256 and the "
-                    "Ed25519 signature. Exit 0 when everything holds; else print each problem "
-                    "and exit 1. A seeded build (--seed, tests only) always fails: its noise "
-                    "is reproducible, so it carries no guarantee.")
+                    "Ed25519 signature. The guarantee (epsilon) must be the plan's worst case, "
+                    "re-planned from the certificate's public config, and at least the "
+                    "realised cost (epsilon_realised: the releases that ran, lower when fewer "
+                    "than L clusters were released); the public lists the certificate names "
+                    "(stopwords, name lists, word-frequency prior) must match the installed "
+                    "ones. Exit 0 when everything holds; else print each problem and exit 1. "
+                    "A seeded build (--seed, tests only) always fails: its noise is "
+                    "reproducible, so it carries no guarantee.")
     parser.add_argument("out_dir", type=Path, metavar="OUT", help="a build-corpus output "
                         "directory")
     parser.add_argument("--public-key", type=Path, help="trusted public key (PEM); without it "
@@ -33,8 +38,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--explain", action="store_true",
                         help="also print the certificate in plain language: who is protected, "
-                             "epsilon and delta, what was released, which models, when, by "
-                             "which key")
+                             "the guarantee (the plan's epsilon and delta) and the realised "
+                             "cost beside it, what was released, which models, when, by which "
+                             "key")
     parser.add_argument("--allow-seeded", action="store_true",
                         help="TESTS ONLY: do not fail a seeded build (its noise is "
                              "reproducible; it is never for release)")
@@ -64,9 +70,13 @@ def run_verify(args: argparse.Namespace) -> int:
     else:
         trust = "trusted key" if args.public_key else "embedded key: integrity only"
         note = " SEEDED, NOT FOR RELEASE (--allow-seeded)" if seeded else ""
+        realised = guarantee.get("epsilon_realised")
+        beside = (f"; realised cost epsilon_realised={_epsilon_text(realised)} (the releases "
+                  "that ran, not a guarantee)" if realised is not None
+                  and guarantee.get("basis") == "plan" else "")
         print(f"OK: signature ({trust}), file hashes and epsilon re-derived: "
               f"epsilon={_epsilon_text(guarantee.get('epsilon'))} delta={guarantee.get('delta')} "
-              f"({guarantee.get('conversion')}){note}")
+              f"({guarantee.get('conversion')}), the plan's guarantee{beside}{note}")
     if args.explain and not args.json:
         from dpsynrag.accounting.explain import explain_certificate  # lazy: as above
 
