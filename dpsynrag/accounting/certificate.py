@@ -105,6 +105,7 @@ from dpsynrag.accounting.planner import (
     plan_from_dict,
     request_from_options,
 )
+from dpsynrag.accounting.public_data import check_public_data, public_data
 from dpsynrag.accounting.signing import (
     SignatureError,
     SigningKeyError,
@@ -465,6 +466,7 @@ def build_certificate(
         "plan": dict(plan),
         "models": {"llm": dict(model_identity), "embedder": dict(embedder_identity)},
         "vocabulary_sha256": vocabulary_sha256,
+        "public_data": public_data(config),
         "output_files": dict(sorted(output_files.items())),
         "config": dict(config),
     }
@@ -1314,6 +1316,10 @@ def verify_output(out_dir: Path, public_key_path: Path | None = None, *,
     try:
         _check_accounting(cert, problems)
         _check_coverage(out, cert, manifest, problems)
+        config = cert.get("config")
+        problems.extend(check_public_data(cert.get("public_data"),
+                                          config if isinstance(config, dict) else {},
+                                          required=cert.get("format_version") != 1))
     except Exception as error:  # a malformed certificate must be reported, never crash
         problems.append(f"certificate: malformed accounting ({type(error).__name__}: {error})")
     return problems
