@@ -12,7 +12,7 @@ from dpsynrag.pipeline.config import BuildConfig
 # build-corpus's options that steer the command, not the build's configuration
 COMMAND_OPTIONS = {"help", "version", "debug", "input", "out", "config", "state_dir",
                    "signing_key", "corpus_ledger", "dry_run", "force", "allow_empty",
-                   "purge_state", "summary_json", "quiet"}
+                   "purge_state", "summary_json", "quiet", "verbose"}
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:

@@ -13,14 +13,18 @@ import json
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from dpsynrag import __version__
 from dpsynrag.cli.build_args import EPILOG, add_build_arguments, config_flags
 from dpsynrag.cli.build_report import (
+    STATE_SUMMARY_FILE,
     check_private_text_location,
+    counts_note,
     plan_warning,
     print_summary,
     progress_factory,
+    with_guarantee,
     write_private_text,
 )
 from dpsynrag.cli.errors import CliError, ExitCode
@@ -79,14 +83,28 @@ def run_build_command(args: argparse.Namespace) -> int:
         print(f"build-corpus: WARNING: {warning}", file=sys.stderr)
     summary = run_build(args.input, args.out, config, state_dir=args.state_dir,
                         signing_key=args.signing_key, force=args.force,
-                        purge_state=args.purge_state, progress=progress_factory(args.quiet),
+                        purge_state=args.purge_state,
+                        progress=progress_factory(args.quiet, args.verbose),
                         log=lambda message: None, corpus_ledger=args.corpus_ledger)
-    print_summary(summary.as_dict())
-    for line in ([warning] if warning else []) + summary.warnings:
-        print(f"build-corpus: WARNING: {line}", file=sys.stderr)
+    report = with_guarantee(summary.as_dict(), args.out)
+    text = json.dumps(report, indent=2, sort_keys=True) + "\n"
+    # the exact counts stay operator-side: in the private state directory (0700; the file
+    # 0600), and on stderr only with --verbose (stderr is often a shared log)
+    counts_at = _write_state_summary(Path(summary.state_dir), text)
+    if counts_at is None and args.summary_json is not None:
+        counts_at = args.summary_json
+    print_summary(report, verbose=args.verbose, counts_at=counts_at)
+    if warning:
+        print(f"build-corpus: WARNING: {warning}", file=sys.stderr)
+    if args.verbose:
+        for line in summary.warnings:
+            print(f"build-corpus: WARNING: {line}", file=sys.stderr)
+    else:  # the input's warnings name its exact counts: never on stderr by default
+        print(f"build-corpus: exact input counts (records read, documents used, each skip "
+              f"reason) and any warning about them are {counts_note(counts_at)}; --verbose "
+              "prints them here", file=sys.stderr)
     if args.summary_json is not None:
-        write_private_text(args.summary_json,
-                           json.dumps(summary.as_dict(), indent=2, sort_keys=True) + "\n")
+        write_private_text(args.summary_json, text)
     if summary.kept_texts == 0 and not args.allow_empty:
         print(f"build-corpus: USELESS CORPUS: {summary.synthetic_texts} synthetic texts, 0 "
               f"kept; {args.out} is signed and its budget is spent, but it answers nothing. "
@@ -95,6 +113,16 @@ def run_build_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return ExitCode.EMPTY
     return ExitCode.OK
+
+
+def _write_state_summary(state_dir: Path, text: str) -> Path | None:
+    """Write the build's summary (its exact counts) to ``STATE/summary.json`` (0600), or None
+    when the state directory is gone (``--purge-state``)."""
+    if not state_dir.is_dir():
+        return None
+    path = state_dir / STATE_SUMMARY_FILE
+    write_private_text(path, text)
+    return path
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "build-corpus") -> int:

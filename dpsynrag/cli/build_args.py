@@ -314,3 +314,9 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                    help="also write the summary as JSON here (0600; operator-side: it holds "
                         "exact counts and the input's keyed hash, never publish it)")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
+    g.add_argument("--verbose", action="store_true",
+                   help="print the exact input counts (records read, documents used, each "
+                        "skip reason) and the warnings about them in the summary on stderr, "
+                        "and progress bars with counts; they are not differentially private, "
+                        "so by default they go to STATE/summary.json (0600) only and the "
+                        "summary says so (stderr is often a shared log)")
