@@ -141,21 +141,30 @@ def test_dpsynrag_build_is_build_corpus(capsys: pytest.CaptureFixture[str]) -> N
             assert shown.returncode == 0 and shown.stdout.startswith("dpsynrag "), script
 
 
-def test_build_summary_tells_records_from_documents(capsys: pytest.CaptureFixture[str]) -> None:
+def test_build_summary_tells_records_from_documents(capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from dpsynrag.cli.build_report import print_summary
 
-    print_summary({
+    monkeypatch.setenv("COLUMNS", "400")  # the table's rows on one line each
+
+    summary = {
         "documents_in": 177, "skipped": {"unit_bound": 120, "too_long": 3, "empty": 0},
         "synthetic_texts": 12, "kept_texts": 12, "rho_spent": 2.6, "delta": 1e-3,
         "conversion": "cks", "epsilon": 9.999999999999998, "epsilon_other": {"bun-steinke": 11.1},
         "stage_seconds": {}, "resumed": False, "seeded": False, "signing_key_created": False,
         "signing_key_fingerprint": "ab12", "out_dir": "out", "lifetime_epsilon": 43.3,
-        "lifetime_delta": 1e-3, "lifetime_cap_epsilon": None})
+        "lifetime_delta": 1e-3, "lifetime_cap_epsilon": None}
+    print_summary(summary, verbose=True)
     shown = " ".join(capsys.readouterr().err.split())
     assert "records read │ 300" in shown
     assert "documents used (one per privacy unit) │ 177" in shown
     assert "(cks) │ 10 │" in shown and "9.9999" not in shown
     assert "corpus lifetime epsilon │ 43.3 (no cap)" in shown
+    # without --verbose: no exact count, only where the counts are
+    print_summary(summary, counts_at=Path("state/summary.json"))
+    shown = " ".join(capsys.readouterr().err.split())
+    assert "300" not in shown and "177" not in shown and "120" not in shown
+    assert "input counts (records, documents, skips) │ in state/summary.json (private)" in shown
 
 
 def test_a_token_plan_below_consensus_is_warned_from_public_values() -> None:
