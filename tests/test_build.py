@@ -205,7 +205,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_no_output(tmp_path) -> None:
     # the facts default plan scales with epsilon: only a fixed --rho-hist can exhaust it
     ("facts", "nothing is left for the phrases and the cluster facts")])
 def test_cli_impossible_plan_exits_3(tmp_path, notes, mode: str, message: str) -> None:
-    fixed = ["--rho-hist", "0.1"] if mode == "facts" else []
+    fixed = ["--rho-hist", "0.1", "--facts-items", "terms"] if mode == "facts" else []
     result = _cli(str(notes), "-o", str(tmp_path / "out"), "--epsilon", "0.5", "--runner",
                   "local", "--generate", mode, *fixed, cwd=tmp_path)
     assert result.returncode == 3

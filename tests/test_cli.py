@@ -206,5 +206,6 @@ def test_budget_plans_the_ngram_levels_as_a_build_does(capsys: pytest.CaptureFix
     assert plan["rho_total"] == pytest.approx(build.rho_total)
     assert main(args) == 0
     assert "2-grams K 16 tau" in capsys.readouterr().out
-    assert main(["budget", "--generate", "facts", "--ngram-items", "8,8"]) == 2
+    assert main(["budget", "--generate", "facts", "--facts-items", "terms", "--ngram-items",
+                 "8,8"]) == 2
     assert "apply only to --facts-items ngrams" in capsys.readouterr().err

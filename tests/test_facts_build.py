@@ -23,8 +23,9 @@ from dpsynrag.pipeline.build import make_plan, run_build
 from dpsynrag.pipeline.config import ConfigError, make_config
 from dpsynrag.pipeline.runners import LocalRunner
 
-FACTS = {"generate": "facts", "L": 2, "runner": "local", "unit_column": "unit",
-         "epsilon": 10.0}
+# the English lexicon pack's build (the default is n-grams: tests/test_ngram_build.py)
+FACTS = {"generate": "facts", "facts_items": "terms", "L": 2, "runner": "local",
+         "unit_column": "unit", "epsilon": 10.0}
 N_NOTES, N_DISEASES, DATA_SEED = 600, 8, 5
 
 
@@ -150,9 +151,11 @@ def test_a_resumed_facts_build_draws_nothing_new(clinic: Path, tmp_path: Path) -
 def test_facts_mode_defaults_to_one_cluster_per_document_and_keeps_token_defaults() -> None:
     assert make_config(None, {}).generate == "facts"  # the default mode, by measurement
     assert make_config(None, {}).L == 1 and make_config(None, {}).K_e is None  # the plan's
-    assert make_plan(make_config(None, {})).K_e == 6  # at epsilon 10
-    assert make_plan(make_config(None, {"epsilon": 1.0})).K_e == 1
-    assert make_plan(make_config(None, {"epsilon": 1.0, "K_e": 3})).K_e == 3
+    assert make_config(None, {}).facts_items == "ngrams"  # no word list by default
+    terms = {"facts_items": "terms"}
+    assert make_plan(make_config(None, terms)).K_e == 6  # at epsilon 10
+    assert make_plan(make_config(None, {**terms, "epsilon": 1.0})).K_e == 1
+    assert make_plan(make_config(None, {**terms, "epsilon": 1.0, "K_e": 3})).K_e == 3
     assert make_config(None, {"generate": "facts", "L": 3}).L == 3
     tokens = make_config(None, {"generate": "tokens"})
     assert tokens.L == 5  # the paper's Table 6 for the token mode
@@ -242,7 +245,8 @@ def test_token_writer_options_are_checked() -> None:
     with pytest.raises(ConfigError, match="--writer applies to --generate facts"):
         make_config(None, {"generate": "tokens", "writer": "tokens"})
     # --writer tokens alone means facts, even beside token options such as --T
-    assert make_config(None, {"writer": "tokens", "T": 8}).generate == "facts"
+    assert make_config(None, {"writer": "tokens", "T": 8, "facts_items": "terms"}
+                       ).generate == "facts"
     # a template facts build keeps its fingerprint: the writer options are not released
     assert "writer" not in make_config(None, FACTS).released_options()
 

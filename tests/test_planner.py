@@ -177,7 +177,7 @@ def test_facts_k_may_be_given_when_it_equals_k_s() -> None:
 
 # ---------------------------------------------------------------------- dpsynrag budget --generate
 FACTS = ["budget", "--generate", "facts", "--epsilon", "10", "--delta", "1e-3", "--L", "2",
-         "--rho-hist", "0.1"]
+         "--rho-hist", "0.1", "--facts-items", "terms"]
 
 
 def test_budget_facts_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -209,8 +209,9 @@ def test_budget_plans_facts_by_default_with_the_build_defaults(
 
     expected = make_plan(make_config(None, {})).as_dict()
     assert shown["generate"] == "facts" and shown["L"] == 1
-    for name in ("rho_hist", "rho_A", "sigma_A", "tau_A", "rho_R", "sigma_R", "rho_C",
-                 "sigma_C"):
+    assert shown["ngram_lengths"] == [1, 2, 4, 8]  # the default reads no word list: n-grams
+    for name in ("rho_hist", "rho_A", "sigma_A", "tau_A", "ngram_items", "ngram_thresholds",
+                 "rho_C", "sigma_C"):
         assert shown[name] == expected[name]
     # a token-only option without --generate plans the token mode, as build-corpus builds it
     assert main(["budget", "--epsilon", "10", "--delta", "1e-3", "--K", "10", "--L", "5",

@@ -124,9 +124,9 @@ def add_parser(subparsers: Any) -> None:
                         help="facts with --writer tokens: share of the rho left after the "
                              "histogram for the token writer (default 0.3)")
     parser.add_argument("--facts-items", choices=["terms", "open", "ngrams"], default=None,
-                        help="facts: what a document offers (default terms); 'ngrams' plans "
-                             "the n-gram levels and span histograms and prints each level's "
-                             "threshold")
+                        help="facts: what a document offers (default ngrams: the n-gram "
+                             "levels and span histograms, each level's threshold printed); "
+                             "'terms' and 'open' plan the word-list modes")
     parser.add_argument("--ngram-lengths", metavar="N,N,...", default=None,
                         help="facts with ngrams: the n-gram lengths (default 1,2,4,8)")
     parser.add_argument("--ngram-items", metavar="K,K,...", default=None,
@@ -213,7 +213,7 @@ def _ngram_request(extra: dict[str, Any]) -> dict[str, Any]:
     for an n-gram flag without ``--facts-items ngrams``."""
     from dpsynrag.pipeline.config import BuildConfig, ConfigError, parse_int_list
 
-    items = extra.pop("facts_items", None)
+    items = extra.pop("facts_items", None) or BuildConfig.facts_items
     given = {name: extra.pop(name) for name in ("ngram_lengths", "ngram_items", "share_ngrams",
                                                 "ngram_weights") if name in extra}
     if items != "ngrams":
@@ -227,10 +227,11 @@ def _ngram_request(extra: dict[str, Any]) -> dict[str, Any]:
         caps = parse_int_list(given.get("ngram_items", ()), "--ngram-items")
     except ConfigError as error:
         raise CliError(str(error)) from None
-    fields: dict[str, Any] = {"ngram_lengths": lengths, "ngram_items": caps}
-    for name in ("share_ngrams", "ngram_weights"):
-        if name in given:
-            fields[name] = given[name]
+    fields: dict[str, Any] = {"ngram_lengths": lengths, "ngram_items": caps,
+                              "ngram_weights": given.get("ngram_weights",
+                                                         BuildConfig.ngram_weights)}
+    if "share_ngrams" in given:
+        fields["share_ngrams"] = given["share_ngrams"]
     return fields
 
 

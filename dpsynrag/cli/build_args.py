@@ -141,13 +141,13 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                         "--clip, --keywords, the prompts, --no-filter, --no-retrieval) on the "
                         "command line or in --config means tokens")
     g.add_argument("--facts-items", choices=["terms", "open", "ngrams"],
-                   help="facts: what a document offers for release: 'terms' (default: multi-"
-                        "word terms of any vocabulary, capitalised names, terms with digits, "
-                        "each with the role its cue word gives, e.g. diagnosis, treatment), "
-                        "'open' (only invented or rare names and codes, no roles) or "
-                        "'ngrams' (no word list: the collection's own n-grams, released "
-                        "level by level by DP n-gram extraction; each note stitched from its "
-                        "cluster's released spans)")
+                   help="facts: what a document offers for release: 'ngrams' (default; no "
+                        "word list: the collection's own n-grams, released level by level by "
+                        "DP n-gram extraction, each note stitched from its cluster's released "
+                        "spans), 'terms' (the English lexicon pack: multi-word terms, names, "
+                        "terms with digits, each with the role its cue word gives, e.g. "
+                        "diagnosis, treatment) or 'open' (only invented or rare names and "
+                        "codes, no roles)")
     g.add_argument("--ngram-lengths", metavar="N,N,...",
                    help="facts with ngrams: the n-gram lengths released level by level, "
                         "each at most twice the one before (default 1,2,4,8)")
@@ -156,13 +156,12 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                         "clusters' span histograms get the rest (default 0.6)")
     g.add_argument("--ngram-items", metavar="K,K,...",
                    help="facts with ngrams: n-grams each document offers at each level, one "
-                        "per length (default 32 at every level, 128 with --ngram-weights "
-                        "weighted); the levels share one noise scale")
+                        "per length (default 128 at every level, 32 with --ngram-weights "
+                        "uniform); the levels share one noise scale")
     g.add_argument("--ngram-weights", choices=["uniform", "weighted"],
-                   help="facts with ngrams: each chosen n-gram of a document counts 1 "
-                        "('uniform', default) or a document's m chosen n-grams weigh "
-                        "1/sqrt(m) each ('weighted': one l2 budget per document, so short "
-                        "documents weigh more)")
+                   help="facts with ngrams: a document's m chosen n-grams weigh 1/sqrt(m) "
+                        "each ('weighted', default: one l2 budget per document, so short "
+                        "documents weigh more) or count 1 each ('uniform')")
     g.add_argument("--K-e", dest="K_e", type=positive_int,
                    help="facts: terms (or open phrases) per document (default: the most, up to "
                         "6, whose phrase release's tau_A stays <= 20 units, else 1; with the "

@@ -103,7 +103,7 @@ class BuildConfig:
     # facts: "terms" (terms of any vocabulary with their roles, facts.terms), "open"
     # (open-vocabulary phrases only, facts.phrases) or "ngrams" (the collection's n-grams,
     # released level by level with no word list, facts.ngrams; notes stitched from spans)
-    facts_items: str = "terms"
+    facts_items: str = "ngrams"
     K_e: int | None = None  # facts: terms (or open phrases) per document; None: the plan's
     # public default (planner.AUTO_K_E_MAX terms while tau_A stays <= AUTO_TAU_A units)
     share_roles: float = 0.1  # facts with terms: share of the rho after the histogram for roles
@@ -122,7 +122,7 @@ class BuildConfig:
     share_ngrams: float = 0.6
     # facts with ngrams: "uniform" (each chosen n-gram of a document counts 1) or "weighted"
     # (a document's m chosen n-grams weigh 1 / sqrt(m) each: one l2 budget per document)
-    ngram_weights: str = "uniform"
+    ngram_weights: str = "weighted"
     delta_phrases: float | None = None  # facts: delta of the phrase release (default delta/10)
     facts_label: str = "Reported"  # facts: lead word of each note ("Symptoms" for clinic notes)
     # facts: "template" (the free public template) or "tokens" (issue 15: each kept cluster's
@@ -204,9 +204,10 @@ class BuildConfig:
                 and len(items) in (0, len(lengths))):
             raise ConfigError(f"--ngram-items must give one positive integer per n-gram "
                               f"length, got {items!r}")
-        if self.facts_items == "ngrams" and self.writer != "template":
-            raise ConfigError("--facts-items ngrams stitches its notes from released spans; "
-                              "--writer tokens does not apply")
+        if self.generate == "facts" and self.facts_items == "ngrams" \
+                and self.writer != "template":
+            raise ConfigError("--facts-items ngrams (the default) stitches its notes from "
+                              "released spans; --writer tokens needs --facts-items terms")
         if self.ngram_weights not in NGRAM_WEIGHTS:
             raise ConfigError(f"--ngram-weights must be one of {', '.join(NGRAM_WEIGHTS)}, "
                               f"got {self.ngram_weights!r}")
