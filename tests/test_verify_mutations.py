@@ -30,10 +30,17 @@ from test_private_prediction import tiny_llm
 
 from dpsynrag.accounting import ledger as ledger_module
 from dpsynrag.accounting.certificate import NO_PLAN, verify_output
-from dpsynrag.accounting.ledger import Charge, NoiseMismatchError
+from dpsynrag.accounting.contributions import ContributionError
+from dpsynrag.accounting.ledger import (
+    Charge,
+    NoiseMismatchError,
+    SamplerCheckError,
+    SelectionThresholdError,
+)
 from dpsynrag.accounting.noise import discrete_gaussian
 from dpsynrag.accounting.rng import secure_rng
 from dpsynrag.accounting.signing import generate_keypair
+from dpsynrag.cli.build import main as build_corpus_main
 from dpsynrag.eval.datasets import write_clinic_dataset
 from dpsynrag.pipeline import build, facts_stages, token_stages
 from dpsynrag.pipeline.build import BuildSummary, make_plan, run_build
@@ -41,8 +48,11 @@ from dpsynrag.pipeline.config import FACTS_RULES_VERSION, BuildConfig, make_conf
 from dpsynrag.pipeline.runners import LocalRunner
 from dpsynrag.transforms.vocabulary import PublicVocabulary, public_vocabulary
 
-FACTS = {"generate": "facts", "L": 2, "runner": "local", "unit_column": "unit",
-         "epsilon": 10.0}
+# the facts mode of terms, roles and anchored clusters, named: its releases (the phrase
+# selection, the role histogram, the fact histograms) are what the facts mutations fault,
+# whichever --facts-items is the default
+FACTS = {"generate": "facts", "facts_items": "terms", "L": 2, "runner": "local",
+         "unit_column": "unit", "epsilon": 10.0}
 TOKENS = {"generate": "tokens", "keywords": "statistical", "R": 3, "k": 8, "L": 2, "T": 3,
           "no_filter": True, "runner": "local", "epsilon": 10.0}
 
@@ -74,8 +84,9 @@ def _small_vocabulary(monkeypatch: pytest.MonkeyPatch,
         monkeypatch.setattr(stages, "public_vocabulary", lambda: small_vocabulary)
 
 
-def _build(mode: str, notes: Path, tmp: Path, key: Path) -> tuple[BuildConfig, BuildSummary]:
-    config = make_config(None, FACTS if mode == "facts" else TOKENS)
+def _build(mode: str, notes: Path, tmp: Path, key: Path,
+           options: dict[str, Any] | None = None) -> tuple[BuildConfig, BuildSummary]:
+    config = make_config(None, {**(FACTS if mode == "facts" else TOKENS), **(options or {})})
     runner = LocalRunner(NoLLM() if mode == "facts" else tiny_llm(), HashEmbedder())
     summary = run_build(notes, tmp / "out", config, state_dir=tmp / "state", signing_key=key,
                         runner=runner, corpus_ledger=False)
@@ -520,3 +531,240 @@ def test_the_suite_covers_each_kind_of_fault_in_both_modes() -> None:
     assert {m.effect for m in MUTATIONS.values()} == {"under", "over", "same"}
     # the ledger's noise check stops an understated sensitivity in each mode
     assert {m.mode for m in MUTATIONS.values() if m.refused} == {"facts", "tokens"}
+
+
+# ---------------------------------------------------------------------- refused by the build
+# Four kinds of wrong code that sign a certificate verify cannot fault (issue 58, item 2): each
+# records exactly the honest parameters, so the certificate is the honest one, while the
+# mechanism's true cost is higher. The build itself must refuse each one before anything is
+# written, with a one-line error naming the problem.
+def _fact_cluster_cap_above_l(mp: pytest.MonkeyPatch) -> None:
+    """The facts mode's membership rule caps a document at L + 1 anchored clusters while the
+    group declares L (and the fact histograms are charged for L)."""
+    from dpsynrag.facts import fact_clusters
+
+    real = fact_clusters.anchor_clusters
+    mp.setattr(facts_stages, "anchor_clusters",
+               lambda doc_items, anchors, L, **kwargs: real(doc_items, anchors, L + 1, **kwargs))
+
+
+def _token_cluster_cap_above_l(mp: pytest.MonkeyPatch) -> None:
+    """Stage (b)'s soft clustering caps a document at L + 1 clusters while the group declares
+    L (stages (c) and (d) charged for L)."""
+    real = token_stages.clusters_of
+    mp.setattr(token_stages, "clusters_of",
+               lambda doc_keywords, top_words, L: real(doc_keywords, top_words, L + 1))
+
+
+def _roles_two_cells_per_term(mp: pytest.MonkeyPatch) -> None:
+    """The role histogram fed two cells per term (its role's and the next role's): one
+    document adds up to 2 K_e ones while sqrt(K_e) is charged."""
+    from dpsynrag.facts import roles
+
+    real = roles.role_cells
+
+    def two_cells(document: Any, row: Any, column: Any) -> list[int]:
+        width = len(column)
+        return [c for cell in real(document, row, column)
+                for c in (cell, cell - cell % width + (cell % width + 1) % width)]
+
+    mp.setattr(roles, "role_cells", two_cells)
+
+
+def _every_gaussian_at_half_sigma(mp: pytest.MonkeyPatch) -> None:
+    """Every discrete Gaussian drawn at sigma / 2 while sigma is declared (to the ledger's
+    check) and recorded (in every charge)."""
+    from dpsynrag.accounting import noise
+
+    real = noise.discrete_gaussian_noise
+    mp.setattr(noise, "discrete_gaussian_noise",
+               lambda size, sigma, rng: real(size, sigma / 2, rng))
+
+
+def _selection_below_threshold(mp: pytest.MonkeyPatch) -> None:
+    """Partition selection releasing the noisy counts >= tau_A - 1 while tau_A is recorded:
+    the release as it was written before the ledger applied the threshold, its draw keeping
+    what it chose through ``Ledger.release``."""
+    from dpsynrag.accounting import partition_selection as ps
+
+    def release(ledger: Any, key: str, counts: dict[str, int], *, max_items: int,
+                sigma: float, delta: float, stage: str = ps.STAGE) -> dict[str, int]:
+        tau = ps.selection_threshold(sigma, max_items, delta)
+        charge = Charge(stage=stage, mechanism=ps.MECHANISM,
+                        params={"sigma": sigma, "max_items": max_items, "threshold": tau,
+                                "delta": float(delta)},
+                        sensitivity=max_items ** 0.5, sensitivity_norm="l2")
+        phrases = sorted(counts)
+        values = np.asarray([counts[p] for p in phrases], dtype=np.int64)
+
+        def draw(rng: Any) -> dict[str, int]:
+            noisy = discrete_gaussian(values, sigma, rng, sensitivity=max_items ** 0.5)
+            return {p: int(v) for p, v in zip(phrases, noisy, strict=True) if v >= tau - 1}
+
+        return dict(ledger.release(key, charge, draw))
+
+    mp.setattr(ps, "release_partitions", release)
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """A fault the build refuses: ``error`` is what the build raises, ``message`` a fragment
+    of its one-line message (which names the problem)."""
+
+    mode: str
+    apply: Callable[[pytest.MonkeyPatch], None]
+    error: type[Exception]
+    message: str
+    options: tuple[tuple[str, Any], ...] = ()  # the build's options, over the mode's
+
+
+REFUSED_BY_THE_BUILD = {
+    # L = 1: most notes hold two released terms, and few hold three (and which terms pass
+    # the selection is random)
+    "fact-cluster-cap-above-L": Refusal(
+        "facts", _fact_cluster_cap_above_l, ContributionError,
+        "a unit is in more than L=1 clusters, the overlap its parallel group declares",
+        (("L", 1), ("facts_items", "terms"))),
+    # L = 1: of the three top words, many documents hold two (few hold all three)
+    "cluster-cap-above-L": Refusal(
+        "tokens", _token_cluster_cap_above_l, ContributionError,
+        "a unit is in more than L=1 clusters, the overlap its parallel group declares",
+        (("L", 1),)),
+    "role-histogram-two-cells-per-term": Refusal(
+        "facts", _roles_two_cells_per_term, ContributionError,
+        "the role histogram: a unit adds more than 1 ones to one row",
+        (("facts_items", "terms"),)),
+    "every-gaussian-at-half-sigma": Refusal(
+        "facts", _every_gaussian_at_half_sigma, SamplerCheckError,
+        "the discrete Gaussian sampler does not draw at the sigma"),
+    "every-gaussian-at-half-sigma-tokens": Refusal(
+        "tokens", _every_gaussian_at_half_sigma, SamplerCheckError,
+        "the discrete Gaussian sampler does not draw at the sigma"),
+    "selection-below-threshold": Refusal(
+        "facts", _selection_below_threshold, SelectionThresholdError,
+        "goes through Ledger.release_selection", (("facts_items", "terms"),)),
+}
+
+
+def _private_words(notes: Path, vocabulary: PublicVocabulary) -> set[str]:
+    """The notes' names (words written only capitalised and in no public list: patients,
+    doctors, diseases, drugs) and their runs of three words: none may appear in an error."""
+    rows = [json.loads(line)["text"] for line in notes.read_text(encoding="utf-8").splitlines()]
+    public = set(vocabulary.words)
+    written = [w for text in rows for w in re.findall(r"[\w'-]+", text)]
+    lower = {w for w in written if w.islower()}
+    private = {w.lower() for w in written
+               if w[:1].isupper() and w.lower() not in lower and w.lower() not in public}
+    for text in rows:
+        words = re.findall(r"[\w'-]+", text.lower())
+        private.update(" ".join(words[i:i + 3]) for i in range(len(words) - 2))
+    return private
+
+
+def _complete_outputs(out: Path) -> list[str]:
+    """What in ``out`` a reader could take for a built corpus."""
+    names = ("certificate.json", "manifest.json", "corpus.parquet", "index.faiss")
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.name in names) \
+        if out.exists() else []
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_BY_THE_BUILD))
+def test_the_build_refuses_wrong_code_that_verify_cannot_see(
+        name: str, notes: Path, tmp_path: Path, key: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build stops at the faulty count, draw or selection, before any output file is
+    written: the error's class and message name the problem, and the message holds none of
+    the notes' private words."""
+    refusal = REFUSED_BY_THE_BUILD[name]
+    refusal.apply(monkeypatch)
+    with pytest.raises(refusal.error) as error:
+        _build(refusal.mode, notes, tmp_path, key, dict(refusal.options))
+    message = str(error.value)
+    assert refusal.message in message and "\n" not in message
+    assert _complete_outputs(tmp_path / "out") == []
+    lowered = message.lower()
+    assert not [w for w in _private_words(notes, public_vocabulary()) if
+                re.search(rf"(?<![\w'-]){re.escape(w)}(?![\w'-])", lowered)]
+
+
+@pytest.mark.parametrize("name", ["every-gaussian-at-half-sigma", "selection-below-threshold",
+                                  "role-histogram-two-cells-per-term"])
+def test_build_corpus_says_the_refusal_in_one_line_and_exits_non_zero(
+        name: str, notes: Path, tmp_path: Path, key: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the command line: one line on stderr naming the problem, a non-zero exit,
+    no corpus, no manifest and no certificate in the output directory."""
+    refusal = REFUSED_BY_THE_BUILD[name]
+    monkeypatch.setattr(build, "make_runner",
+                        lambda *_a, **_k: LocalRunner(NoLLM(), HashEmbedder()))
+    refusal.apply(monkeypatch)
+    capsys.readouterr()
+    code = build_corpus_main([
+        str(notes), "-o", str(tmp_path / "out"), "--runner", "local", "--generate", "facts",
+        "--L", "2", "--unit-column", "unit", "--epsilon", "10", "--facts-items", "terms",
+        "--state-dir",
+        str(tmp_path / "state"), "--corpus-ledger", str(tmp_path / "corpus.sqlite"),
+        "--signing-key", str(key), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0
+    assert len(err) == 1 and err[0].startswith("build-corpus: error: "), err
+    assert type(refusal.error).__name__ in err[0] or refusal.error.__name__ in err[0]
+    assert refusal.message in err[0]
+    assert _complete_outputs(tmp_path / "out") == []
+
+
+def _unchecked_counts(units: Any, cells: Any, size: int, **_bounds: Any) -> np.ndarray:
+    return np.bincount(np.asarray(cells, dtype=np.int64), minlength=size).astype(np.int64)
+
+
+def _unchecked_memberships(clusters: Any, n_units: int, max_overlap: int, *,
+                           what: str) -> tuple[np.ndarray, np.ndarray]:
+    from dpsynrag.accounting.contributions import membership_pairs
+
+    return membership_pairs(clusters, n_units, max(len(clusters), 1), what=what)
+
+
+def _counts_unchecked(mp: pytest.MonkeyPatch) -> None:
+    from dpsynrag.facts import fact_clusters, roles
+
+    for module in (fact_clusters, roles):
+        mp.setattr(module, "bounded_counts", _unchecked_counts)
+    for module in (fact_clusters, token_stages):
+        mp.setattr(module, "membership_pairs", _unchecked_memberships)
+
+
+CHECKS_OFF: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
+    "fact-cluster-cap-above-L": _counts_unchecked,
+    "cluster-cap-above-L": _counts_unchecked,
+    "role-histogram-two-cells-per-term": _counts_unchecked,
+    "every-gaussian-at-half-sigma": lambda mp: mp.setattr(
+        ledger_module, "check_sampler", lambda *args: None),
+    "every-gaussian-at-half-sigma-tokens": lambda mp: mp.setattr(
+        ledger_module, "check_sampler", lambda *args: None),
+    "selection-below-threshold": lambda mp: mp.setattr(
+        ledger_module, "_check_selected", lambda *args: None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_BY_THE_BUILD))
+def test_with_its_check_switched_off_the_wrong_build_signs_its_certificate(
+        name: str, notes: Path, tmp_path: Path, key: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each refusal comes from its own check: with that one switched off, the same wrong
+    build runs to the end and signs a certificate of the honest parameters (which is why the
+    build must refuse it: verify reads only the certificate)."""
+    refusal = REFUSED_BY_THE_BUILD[name]
+    refusal.apply(monkeypatch)
+    CHECKS_OFF[name](monkeypatch)
+    config, summary = _build(refusal.mode, notes, tmp_path, key, dict(refusal.options))
+    assert (tmp_path / "out" / "certificate.json").is_file()
+    assert summary.rho_spent == pytest.approx(make_plan(config).rho_total, rel=1e-9)
+
+
+def test_the_refusals_cover_the_four_kinds_of_issue_58() -> None:
+    """A membership cap, a cell count, the sampler's scale and a selection threshold; the
+    membership cap and the sampler in both modes."""
+    kinds = {r.error for r in REFUSED_BY_THE_BUILD.values()}
+    assert kinds == {ContributionError, SamplerCheckError, SelectionThresholdError}
+    caps = [r.mode for n, r in REFUSED_BY_THE_BUILD.items() if "cap-above-L" in n]
+    assert sorted(caps) == ["facts", "tokens"]

@@ -51,6 +51,13 @@ from dpsynrag.accounting import composition
 from dpsynrag.accounting.composition import Repeated, Sequential, compose
 from dpsynrag.accounting.conversions import Conversion, epsilon_for
 from dpsynrag.accounting.mechanisms import Mechanism, from_record
+from dpsynrag.accounting.noise import (
+    PROBE_DRAWS,
+    PROBE_MIN_SIGMA,
+    PROBE_REFUSAL_BOUND,
+    PROBE_TOLERANCE,
+    probe_sampler,
+)
 from dpsynrag.accounting.rng import NoiseDeclaration, RandomSource, secure_rng
 from dpsynrag.accounting.sqlite_store import (
     connect,
@@ -112,6 +119,102 @@ def check_drawn_noise(key: str, charge: Charge,
             raise NoiseMismatchError(
                 f"release {key!r} drew Gaussian noise with sigma/sensitivity "
                 f"{noise.scale / unit:g}, but is charged for {charged:g}")
+
+
+class SamplerCheckError(NoiseMismatchError):
+    """The Gaussian sampler does not draw at the sigma it declares (a bug): a public probe of
+    it at that sigma failed (``check_sampler``). Nothing of the release is stored."""
+
+
+class SelectionThresholdError(LedgerError):
+    """A partition selection's draw chose what passes its threshold, or released a count
+    below the threshold its charge records (a bug): nothing of it is stored or returned."""
+
+
+#: The mechanisms that release only what passes a threshold recorded in their charge: the
+#: ledger applies it (``Ledger.release_selection``), never the draw.
+SELECTION_MECHANISMS = frozenset({"partition_selection"})
+
+
+def check_sampler(key: str, declared: Sequence[NoiseDeclaration], probed: set[float]) -> None:
+    """Refuse a draw whose Gaussian sampler does not draw at the sigma it declares.
+
+    ``check_drawn_noise`` compares the declared sigma with the charge; this compares what
+    the sampler returns with the declared sigma. For each declared sigma >=
+    ``noise.PROBE_MIN_SIGMA`` not in ``probed`` (each ledger probes a sigma once), a public
+    probe of ``noise.PROBE_DRAWS`` draws of the discrete Gaussian sampler at that sigma
+    (``noise.probe_sampler``: zeros, a fresh CSPRNG source, draws discarded) must have a mean
+    square within (1 +- ``noise.PROBE_TOLERANCE``) of the exact variance; an exact sampler is
+    refused with probability below ``noise.PROBE_REFUSAL_BOUND`` = 1e-9 per sigma
+    (``noise.probe_refusal_bound``: below 1e-16 for every sigma >= 0.75), a sampler at
+    sigma / 2 passes with probability below 1e-300. Raises ``SamplerCheckError``. What this
+    cannot see: a sampler that is wrong only on some inputs (a size, a seed, a sigma below
+    the minimum), or noise added outside the sampler.
+    """
+    for noise in declared:
+        scale = float(noise.scale)
+        if noise.kind != "gaussian" or scale < PROBE_MIN_SIGMA or scale in probed:
+            continue
+        ratio = probe_sampler(scale)
+        if abs(ratio - 1.0) > PROBE_TOLERANCE:
+            raise SamplerCheckError(
+                f"release {key!r}: the discrete Gaussian sampler does not draw at the sigma "
+                f"{scale:g} it declares: a public probe of {PROBE_DRAWS} draws at that sigma "
+                f"has a mean square of {ratio:.3f} x its variance, outside 1 +- "
+                f"{PROBE_TOLERANCE:g} (an exact sampler fails this with probability below "
+                f"{PROBE_REFUSAL_BOUND:g})")
+        probed.add(scale)
+
+
+def _selection_threshold(charge: Charge) -> int:
+    """The threshold a selection charge records, read from its typed mechanism."""
+    threshold = getattr(charge.event, "threshold", None)
+    if isinstance(threshold, bool) or not isinstance(threshold, int):
+        raise SelectionThresholdError(f"{charge.mechanism} records no integer threshold")
+    return threshold
+
+
+def apply_threshold(key: str, charge: Charge, candidates: Sequence[str],
+                    noisy: Any) -> dict[str, int]:
+    """{candidate: noisy count} of the candidates whose noisy count reaches the threshold
+    ``charge`` records: the rule of ``Ledger.release_selection``, applied by the ledger.
+
+    ``noisy`` must hold one integer per candidate, in the order of ``candidates`` (what the
+    draw returns: every candidate's noisy count, none left out); else
+    ``SelectionThresholdError``. The message names no candidate and no count."""
+    values = np.asarray(noisy)
+    if values.shape != (len(candidates),) or (values.size and not np.issubdtype(
+            values.dtype, np.integer)):
+        raise SelectionThresholdError(
+            f"release {key!r}: a selection draw must return one integer noisy count per "
+            f"candidate ({len(candidates)}), not its own choice of them")
+    threshold = _selection_threshold(charge)
+    return {str(c): int(v) for c, v in zip(candidates, values.tolist(), strict=True)
+            if v >= threshold}
+
+
+def _check_selected(key: str, charge: Charge, value: Any) -> None:
+    """A selection released through ``release``/``release_many``/``draw_many`` (not
+    ``release_selection``): refused if it releases anything, for a uniform selection, and,
+    for a weighted one (``weight_scale`` recorded; until it adopts ``release_selection``),
+    if it releases a count below its charge's threshold or anything but integer counts."""
+    if not isinstance(value, Mapping):
+        raise SelectionThresholdError(f"release {key!r}: a selection releases a mapping of "
+                                      "counts")
+    if not value:
+        return  # nothing released: nothing below any threshold
+    if charge.params.get("weight_scale") is None:
+        raise SelectionThresholdError(
+            f"release {key!r}: a partition selection that releases anything goes through "
+            "Ledger.release_selection, which applies the threshold its charge records; its "
+            "draw chose what passes")
+    threshold = _selection_threshold(charge)
+    for count in value.values():
+        if isinstance(count, bool) or not isinstance(count, int | np.integer) \
+                or count < threshold:
+            raise SelectionThresholdError(
+                f"release {key!r}: the selection's draw released a count below the "
+                f"threshold {threshold} its charge records")
 
 
 @dataclass(frozen=True)
@@ -267,6 +370,7 @@ class Ledger:
         self._init_meta(rho_budget, seeded)
         self._totals = self._load_totals()
         self._awaiting_value: set[str] = set()  # drawn by draw_many, not yet stored
+        self._probed: set[float] = set()  # the sigmas whose sampler this ledger probed
 
     # ------------------------------------------------------------------ set-up
     def _init_meta(self, rho_budget: float | None, seeded: bool) -> None:
@@ -417,6 +521,25 @@ class Ledger:
         """
         return self.release_many([(key, charge, draw)])[0]
 
+    def release_selection(self, key: str, charge: Charge, candidates: Sequence[str],
+                          draw: Callable[[RandomSource], Any]) -> dict[str, int]:
+        """A partition selection: charge ``charge``, draw every candidate's noisy count with
+        ``draw(self.rng)`` (one integer per candidate, in the order of ``candidates``), keep
+        those at or above the threshold ``charge`` records, store them and return them.
+
+        The threshold is the charge's own (its typed mechanism, re-read from the record: the
+        delta the ledger composes is derived from it), applied here (``apply_threshold``): the
+        draw cannot choose what passes. A resumed build gets the stored selection back,
+        nothing drawn or charged. ``candidates`` must be distinct strings."""
+        if charge.mechanism not in SELECTION_MECHANISMS:
+            raise LedgerError(f"release {key!r}: {charge.mechanism} is not a selection")
+        chosen = list(candidates)
+        if len(set(chosen)) != len(chosen) or not all(isinstance(c, str) for c in chosen):
+            raise LedgerError(f"release {key!r}: the candidates must be distinct strings")
+        stored = self._charge_and_draw([(key, charge, draw)], store=True,
+                                       selections={key: chosen})
+        return {str(c): int(v) for c, v in dict(stored[0][1]).items()}
+
     def release_many(
         self, requests: Sequence[tuple[str, Charge, Callable[[RandomSource], Any]]]
     ) -> list[Any]:
@@ -462,7 +585,7 @@ class Ledger:
 
     def _charge_and_draw(
         self, requests: Sequence[tuple[str, Charge, Callable[[RandomSource], Any]]], *,
-        store: bool
+        store: bool, selections: Mapping[str, Sequence[str]] | None = None
     ) -> list[tuple[bool, Any]]:
         with self._lock:
             again = [key for key, _charge, _draw in requests if key in self._awaiting_value]
@@ -491,6 +614,11 @@ class Ledger:
                         finally:
                             declared = self.rng.stop_noise_log()
                         check_drawn_noise(key, charge, declared)
+                        check_sampler(key, declared, self._probed)
+                        if selections is not None and key in selections:
+                            value = apply_threshold(key, charge, selections[key], value)
+                        elif charge.mechanism in SELECTION_MECHANISMS:
+                            _check_selected(key, charge, value)
                         if store:
                             self._store_value(key, value)
                         results.append((False, value))

@@ -8,6 +8,7 @@ Theorem 14 for the multivariate discrete Gaussian). See ``costs.gaussian_rho``.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -119,3 +120,85 @@ def gaussian(x: np.ndarray, sigma: float, rng: RandomSource) -> np.ndarray:
     return values + sigma * rng.standard_normal(values.shape if values.shape else 1).reshape(
         values.shape
     )
+
+
+# ---------------------------------------------------------------------- the sampler's probe
+#: The public probe of ``probe_sampler``: this many draws of ``discrete_gaussian`` at the
+#: declared sigma, from a fresh CSPRNG source, on zeros (no data, nothing stored or released).
+PROBE_DRAWS = 2000
+#: The probe refuses when the draws' mean square is off the exact variance of N_Z(0, sigma^2)
+#: by more than this fraction of it. A sampler drawing at sigma / 2 has a mean square of
+#: about 0.25 of it, one at sigma / sqrt(2) about 0.5.
+PROBE_TOLERANCE = 0.3
+#: Below this sigma the probe is not run (the exact discrete Gaussian is then too far from
+#: its variance's concentration for 2,000 draws to bound a refusal by PROBE_REFUSAL_BOUND).
+PROBE_MIN_SIGMA = 0.75
+#: What the probe's refusal of an exact sampler may have as probability, at most, for every
+#: sigma >= PROBE_MIN_SIGMA (``probe_refusal_bound``; tests/test_noise_probe.py evaluates it
+#: on a grid of sigma and finds it below 1e-16).
+PROBE_REFUSAL_BOUND = 1e-9
+
+
+def _log_theta(s: float) -> float:
+    """log sum_{x in Z} exp(-x^2 / (2 s^2)): directly for s < 30, else by Poisson summation,
+    sqrt(2 pi) s (1 + 2 sum_k exp(-2 pi^2 k^2 s^2)), whose correction is below 1e-7000."""
+    if s >= 30.0:
+        return math.log(math.sqrt(2.0 * math.pi) * s)
+    x = np.arange(1, math.ceil(40.0 * s) + 2, dtype=np.float64)
+    return math.log1p(2.0 * float(np.sum(np.exp(-(x * x) / (2.0 * s * s)))))
+
+
+def discrete_gaussian_variance(sigma: float) -> float:
+    """The exact variance of N_Z(0, sigma^2): sum x^2 p(x) (below sigma^2, by a relative
+    amount under 1e-7 for sigma >= 1 and under 1e-300 for sigma >= 30)."""
+    _check_sigma(sigma)
+    s = float(sigma)
+    if s >= 30.0:
+        return s * s
+    x = np.arange(1, math.ceil(40.0 * s) + 2, dtype=np.float64)
+    w = np.exp(-(x * x) / (2.0 * s * s))
+    return float(2.0 * np.sum(x * x * w) / (1.0 + 2.0 * np.sum(w)))
+
+
+def probe_refusal_bound(sigma: float, draws: int = PROBE_DRAWS,
+                        tolerance: float = PROBE_TOLERANCE) -> float:
+    """An upper bound on the probability that an exact N_Z(0, sigma^2) sampler is refused by
+    the probe (``draws`` draws, mean square outside (1 +- ``tolerance``) x the variance v).
+
+    Chernoff's bound with the exact moment generating function of X^2: E exp(u X^2) =
+    theta(s_u) / theta(sigma), theta(s) = sum_x exp(-x^2 / (2 s^2)) and 1 / s_u^2 =
+    1 / sigma^2 - 2 u, for u < 1 / (2 sigma^2). So P(sum X^2 <= n a) <= min over l > 0 of
+    (exp(l a) E exp(-l X^2))^n and P(sum X^2 >= n b) <= min over 0 < u < 1 / (2 sigma^2) of
+    (exp(-u b) E exp(u X^2))^n, with a = (1 - tolerance) v and b = (1 + tolerance) v; any l
+    and u give a bound, and the minimum is taken over a grid. Returns their sum."""
+    _check_sigma(sigma)
+    s = float(sigma)
+    v = discrete_gaussian_variance(s)
+    base = _log_theta(s)
+    low, high = (1.0 - tolerance) * v, (1.0 + tolerance) * v
+    best_low = best_high = 0.0
+    for c in np.geomspace(1e-3, 1e3, 121):  # l = c / (2 sigma^2)
+        lam = float(c) / (2.0 * s * s)
+        s_l = 1.0 / math.sqrt(1.0 / (s * s) + 2.0 * lam)
+        best_low = min(best_low, lam * low + _log_theta(s_l) - base)
+    for f in np.linspace(0.005, 0.995, 199):  # u = f / (2 sigma^2)
+        u = float(f) / (2.0 * s * s)
+        s_u = 1.0 / math.sqrt(1.0 / (s * s) - 2.0 * u)
+        best_high = min(best_high, -u * high + _log_theta(s_u) - base)
+    return math.exp(draws * best_low) + math.exp(draws * best_high)
+
+
+def probe_sampler(sigma: float, draws: int = PROBE_DRAWS) -> float:
+    """The mean square of ``draws`` draws of :func:`discrete_gaussian` at ``sigma`` on zeros,
+    as a multiple of the exact variance of N_Z(0, sigma^2) (about 1 for an exact sampler).
+
+    A public probe: its random source is a fresh CSPRNG source of its own (not a build's:
+    a seeded build's draws stay what they were), its input is zeros, and its draws are
+    discarded. It calls the very sampler every release calls (looked up when it runs), so a
+    sampler that draws at another scale than it declares shows here (``Ledger.release``
+    refuses the release, ``ledger.check_sampler``)."""
+    _check_sigma(sigma)
+    # the module's own sampler, looked up now: what every release calls
+    noisy = discrete_gaussian(np.zeros(int(draws), dtype=np.int64), float(sigma), RandomSource())
+    values = noisy.astype(np.float64)
+    return float(np.mean(values * values)) / discrete_gaussian_variance(float(sigma))

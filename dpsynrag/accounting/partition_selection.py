@@ -97,7 +97,10 @@ def release_partitions(
     (``phrase_counts`` builds such counts and checks it). Every
     phrase present gets exact discrete Gaussian noise N_Z(0, sigma^2) (drawn in sorted phrase
     order from the ledger's random source); tau = ``selection_threshold(sigma, max_items,
-    delta)``; only phrases present in ``counts`` can be released.
+    delta)`` is recorded in the charge and applied by the ledger
+    (``Ledger.release_selection``: the draw returns every candidate's noisy count, the ledger
+    keeps those >= the recorded tau), so the released phrases are those the recorded delta_A
+    is about; only phrases present in ``counts`` can be released.
 
     Privacy: one ledger release (mechanism ``partition_selection``, l2 sensitivity
     sqrt(max_items)) that is delta_A-approximately rho-zCDP with rho = max_items /
@@ -123,9 +126,8 @@ def release_partitions(
                     sensitivity=math.sqrt(max_items), sensitivity_norm="l2")
     values = np.asarray(exact, dtype=np.int64)
 
-    def draw(rng: RandomSource) -> dict[str, int]:
-        noisy = discrete_gaussian(values, sigma, rng, sensitivity=math.sqrt(max_items))
-        return {p: int(v) for p, v in zip(phrases, noisy, strict=True) if v >= threshold}
+    def draw(rng: RandomSource) -> np.ndarray:
+        # every candidate's noisy count; the ledger keeps those at the charge's threshold
+        return discrete_gaussian(values, sigma, rng, sensitivity=math.sqrt(max_items))
 
-    released = ledger.release(key, charge, draw)
-    return {str(p): int(v) for p, v in dict(released).items()}
+    return ledger.release_selection(key, charge, phrases, draw)

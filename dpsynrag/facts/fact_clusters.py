@@ -62,6 +62,11 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
+from dpsynrag.accounting.contributions import (
+    bounded_counts,
+    declared_overlap,
+    membership_pairs,
+)
 from dpsynrag.accounting.ledger import Charge, Ledger
 from dpsynrag.accounting.noise import discrete_gaussian
 from dpsynrag.accounting.rng import RandomSource
@@ -216,34 +221,43 @@ def _doc_indices(doc_items: Sequence[Sequence[str]], domain: Sequence[str],
     return rows
 
 
-def _check_clusters(clusters: Sequence[Sequence[int]], n_docs: int, L: int) -> None:
-    membership = np.zeros(n_docs, dtype=np.int64)
-    for members in clusters:
-        ids = np.asarray(members, dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= n_docs):
-            raise ValueError("a cluster member is not a document index")
-        if np.unique(ids).size != ids.size:
-            raise ValueError("a cluster lists the same document twice")
-        membership[ids] += 1
-    if membership.size and membership.max() > L:
-        raise ValueError(f"a document is in more than L={L} clusters; the parallel "
-                         "composition would not hold")
-
-
 def fact_counts(clusters: Sequence[Sequence[int]], doc_items: Sequence[Sequence[str]],
-                domain: Sequence[str], max_items: int) -> np.ndarray:
+                domain: Sequence[str], max_items: int, *, max_overlap: int | None = None
+                ) -> np.ndarray:
     """Exact h_r[v] for every cluster r and domain item v (private; int64, clusters x |D|).
 
-    Raises ``ValueError`` if a document holds more than ``max_items`` distinct domain items.
+    The table is built by ``contributions.bounded_counts`` from each document's cells (its
+    clusters x its distinct domain items) and nothing else, which refuses
+    (``ContributionError``, a ``ValueError``) a document that adds more than ``max_items``
+    ones to one cluster's row or, with ``max_overlap`` (the L of the clusters' parallel
+    group), touches more than ``max_overlap`` rows: checked on the very table whose rows are
+    noised. Also refuses a document holding more than ``max_items`` distinct domain items, a
+    cluster member that is no document and a cluster listing a document twice.
     """
     k = _positive_int(max_items, "max_items")
     rows = _doc_indices(doc_items, domain, k)
-    counts = np.zeros((len(clusters), len(domain)), dtype=np.int64)
-    for r, members in enumerate(clusters):
-        held = [rows[int(d)] for d in members]
-        if held:
-            counts[r] = np.bincount(np.concatenate(held), minlength=len(domain))
-    return counts
+    width = len(domain)
+    n_rows = len(clusters)
+    overlap = max(n_rows, 1) if max_overlap is None else _positive_int(max_overlap, "max_overlap")
+    # a member in more than L clusters is refused even where it holds no item (the token
+    # writer, --writer tokens, reads the same clusters in the same group)
+    member, joined = membership_pairs(clusters, len(doc_items), overlap,
+                                      what="the fact histograms")
+    if n_rows == 0 or width == 0:
+        return np.zeros((n_rows, width), dtype=np.int64)
+    # every (membership, item) pair of a document: its cells of the clusters x D table
+    held = np.asarray([ids.size for ids in rows], dtype=np.int64)
+    items = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    first = np.cumsum(held) - held
+    repeats = held[member]
+    units = np.repeat(member, repeats)
+    within = np.arange(int(repeats.sum())) - np.repeat(np.cumsum(repeats) - repeats, repeats)
+    cells = np.repeat(joined, repeats) * width + items[np.repeat(first[member], repeats)
+                                                       + within]
+    counts = bounded_counts(units, cells, n_rows * width,
+                            row_size=width, max_rows=overlap, max_per_row=k,
+                            what="the fact histograms")
+    return counts.reshape(n_rows, width)
 
 
 def release_fact_histograms(
@@ -266,8 +280,10 @@ def release_fact_histograms(
     ``cluster/RRRRR/facts`` in the parallel group ``group`` with max_overlap ``L`` (declared
     here; a different L for an existing group is refused). Total <= L max_items / (2 sigma^2).
 
-    Refuses (``ValueError``, nothing charged) a document with more than ``max_items`` distinct
-    domain items, and clusters in which a document appears more than ``L`` times in all.
+    Refuses (``ValueError``, nothing charged or drawn) a document with more than
+    ``max_items`` distinct domain items, and clusters in which a document appears more than
+    L times in all, L read back from the ledger's declaration of ``group``
+    (``contributions.declared_overlap``) and checked on the table that is noised.
     Releases go in ledger transactions of ``batch_size`` clusters; ``progress(n)`` is called
     after each with the number of clusters done. Already released clusters (a resumed build)
     come back from the ledger unchanged, uncharged and undrawn.
@@ -277,9 +293,11 @@ def release_fact_histograms(
     step = _positive_int(batch_size, "batch_size")
     if not (isinstance(sigma, int | float) and math.isfinite(sigma) and sigma > 0):
         raise ValueError("sigma must be a finite positive number")
-    _check_clusters(clusters, len(doc_items), overlap)
-    counts = fact_counts(clusters, doc_items, domain, k)
     ledger.declare_parallel_group(group, overlap, GROUP_DESCRIPTION)
+    # memberships checked against the L the ledger composes the group with, on the table
+    # whose rows are noised (contributions.bounded_counts)
+    counts = fact_counts(clusters, doc_items, domain, k,
+                         max_overlap=declared_overlap(ledger, group))
 
     def draw(exact: np.ndarray) -> Callable[[RandomSource], np.ndarray]:
         # Privacy: exact discrete Gaussian on every entry, rho = max_items / (2 sigma^2).

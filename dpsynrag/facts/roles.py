@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from dpsynrag.accounting.contributions import bounded_counts
 from dpsynrag.accounting.ledger import Charge, Ledger
 from dpsynrag.accounting.noise import discrete_gaussian
 from dpsynrag.accounting.rng import RandomSource
@@ -35,31 +36,54 @@ from dpsynrag.facts.fact_clusters import domain_fingerprint
 from dpsynrag.facts.fact_writer import absolute_threshold
 from dpsynrag.facts.terms import ROLE_RANK, ROLES, UNANNOUNCED_RANK, DocumentTerms
 
-__all__ = ["KEY", "MECHANISM", "OWN_ORDER_PRIORITIES", "STAGE", "release_roles", "role_charge",
-           "role_counts", "role_priority", "term_roles"]
+__all__ = ["KEY", "MECHANISM", "OWN_ORDER_PRIORITIES", "STAGE", "release_roles", "role_cells",
+           "role_charge", "role_counts", "role_priority", "term_roles"]
 
 KEY = "roles"
 STAGE = "f-roles"
 MECHANISM = "discrete_gaussian"
 
 
+def role_cells(document: DocumentTerms, row: Mapping[str, int], column: Mapping[str, int]
+               ) -> list[int]:
+    """The cells of the role table (flattened, row-major: term row x |ROLES| + role column)
+    that ``document`` adds 1 to: one per (term, role) pair whose term is released and whose
+    role is in ``ROLES``. A rule of the document and released values."""
+    width = len(column)
+    return [row[term] * width + column[role]
+            for term, role in zip(document.terms, document.roles, strict=True)
+            if term in row and role in column]
+
+
 def role_counts(documents: Sequence[DocumentTerms], released: Sequence[str], K_e: int
                 ) -> np.ndarray:
     """Exact h[t, j] over the released terms x ROLES (private; int64).
 
-    Raises ``ValueError`` if a document holds more than ``K_e`` terms or a term twice (the
-    sensitivity sqrt(K_e) would not hold)."""
+    The table is built from each document's cells (``role_cells``) by
+    ``contributions.bounded_counts``, which refuses (``ContributionError``, a ``ValueError``)
+    a document that adds a cell twice, more than one cell to a term's row or cells in more
+    than ``K_e`` rows: the very table that is noised then changes by a 0/1 table with at most
+    K_e ones when one document comes or goes, the sensitivity sqrt(K_e) its charge records.
+    Also refuses a document listing more than ``K_e`` terms or one twice (the rule's input)."""
     row = {term: i for i, term in enumerate(released)}
+    if len(row) != len(released):
+        raise ValueError("the released terms must be distinct")
     column = {role: j for j, role in enumerate(ROLES)}
-    counts = np.zeros((len(released), len(ROLES)), dtype=np.int64)
-    for document in documents:
+    units: list[int] = []
+    cells: list[int] = []
+    for d, document in enumerate(documents):
         if len(document.terms) > K_e or len(set(document.terms)) != len(document.terms):
             raise ValueError(f"a document holds more than K_e={K_e} distinct terms; the role "
                              "histogram's sensitivity sqrt(K_e) would not hold")
-        for term, role in zip(document.terms, document.roles, strict=True):
-            if term in row and role in column:
-                counts[row[term], column[role]] += 1
-    return counts
+        added = role_cells(document, row, column)
+        units.extend([d] * len(added))
+        cells.extend(added)
+    size = len(released) * len(ROLES)
+    if size == 0:
+        return np.zeros((0, len(ROLES)), dtype=np.int64)
+    counts = bounded_counts(units, cells, size, row_size=len(ROLES), max_rows=K_e,
+                            max_per_row=1, what="the role histogram")
+    return counts.reshape(len(released), len(ROLES))
 
 
 def role_charge(*, sigma: float, K_e: int, released: Sequence[str]) -> Charge:

@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dpsynrag.accounting.contributions import declared_overlap, membership_pairs
 from dpsynrag.pipeline.context import BuildContext, StageResult
 from dpsynrag.transforms.clustering import soft_clusters as clusters_of
 from dpsynrag.transforms.histogram import released_top_keywords
 from dpsynrag.transforms.keywords import statistical_keywords
-from dpsynrag.transforms.retrieval import retrieve_cluster
+from dpsynrag.transforms.retrieval import GROUP, retrieve_cluster
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
 if TYPE_CHECKING:
@@ -98,6 +99,13 @@ def soft_clusters(ctx: BuildContext, doc_keywords: list[list[str]], top_words: l
         stage=SECONDS_B)
 
 
+def check_overlap(ctx: BuildContext, clusters: list[list[int]], n_docs: int, what: str) -> None:
+    """Refuse (``contributions.ContributionError``) member lists in which a document is in
+    more than the L that the ledger's group ``clusters`` declares (the L its releases are
+    composed with), on the very lists whose members' embeddings and logits are summed."""
+    membership_pairs(clusters, n_docs, declared_overlap(ctx.ledger, GROUP), what=what)
+
+
 # ---------------------------------------------------------------------- (c)
 def retrieval(ctx: BuildContext, texts: list[str], clusters: list[list[int]]
               ) -> list[list[int]]:
@@ -105,6 +113,7 @@ def retrieval(ctx: BuildContext, texts: list[str], clusters: list[list[int]]
 
     The documents' embeddings are a private cache (``embeddings.npy``, 0600) until the
     selections are stored, so a run killed mid-stage does not embed again."""
+    check_overlap(ctx, clusters, len(texts), "(c) the noisy sums")
     selected = ctx.state.checkpoint("selected", lambda: _select(ctx, texts, clusters),
                                     stage=SECONDS_C)
     _embeddings_path(ctx).unlink(missing_ok=True)
@@ -150,6 +159,7 @@ def private_prediction(ctx: BuildContext, texts: list[str], selected: list[list[
                        top_words: list[str]) -> dict[str, list[Any]]:
     """(d): one synthetic text per cluster and its count of released tokens (checkpoint
     ``synthetic``: ``{"texts": [...], "tokens": [...]}``)."""
+    check_overlap(ctx, selected, len(texts), "(d) the summed logits")
     return ctx.state.checkpoint("synthetic", lambda: _predict(ctx, texts, selected, top_words),
                                 stage=SECONDS_D)
 
