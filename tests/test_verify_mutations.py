@@ -556,6 +556,16 @@ def _token_cluster_cap_above_l(mp: pytest.MonkeyPatch) -> None:
                lambda doc_keywords, top_words, L: real(doc_keywords, top_words, L + 1))
 
 
+def _span_cluster_cap_above_l(mp: pytest.MonkeyPatch) -> None:
+    """The n-gram mode's clusters (on each document's rarest released spans) cap a document
+    at L + 1 clusters while the group declares L."""
+    from dpsynrag.facts import fact_clusters, span_corpus
+
+    real = fact_clusters.anchor_clusters
+    mp.setattr(span_corpus, "anchor_clusters",
+               lambda items, anchors, L, **kwargs: real(items, anchors, L + 1, **kwargs))
+
+
 def _roles_two_cells_per_term(mp: pytest.MonkeyPatch) -> None:
     """The role histogram fed two cells per term (its role's and the next role's): one
     document adds up to 2 K_e ones while sqrt(K_e) is charged."""
@@ -625,6 +635,10 @@ REFUSED_BY_THE_BUILD = {
         "facts", _fact_cluster_cap_above_l, ContributionError,
         "a unit is in more than L=1 clusters, the overlap its parallel group declares",
         (("L", 1), ("facts_items", "terms"))),
+    "span-cluster-cap-above-L": Refusal(
+        "facts", _span_cluster_cap_above_l, ContributionError,
+        "a unit is in more than L=1 clusters, the overlap its parallel group declares",
+        (("L", 1), ("facts_items", "ngrams"))),
     # L = 1: of the three top words, many documents hold two (few hold all three)
     "cluster-cap-above-L": Refusal(
         "tokens", _token_cluster_cap_above_l, ContributionError,
@@ -634,9 +648,10 @@ REFUSED_BY_THE_BUILD = {
         "facts", _roles_two_cells_per_term, ContributionError,
         "the role histogram: a unit adds more than 1 ones to one row",
         (("facts_items", "terms"),)),
-    "every-gaussian-at-half-sigma": Refusal(
+    "every-gaussian-at-half-sigma": Refusal(  # in the default n-gram mode
         "facts", _every_gaussian_at_half_sigma, SamplerCheckError,
-        "the discrete Gaussian sampler does not draw at the sigma"),
+        "the discrete Gaussian sampler does not draw at the sigma",
+        (("facts_items", "ngrams"),)),
     "every-gaussian-at-half-sigma-tokens": Refusal(
         "tokens", _every_gaussian_at_half_sigma, SamplerCheckError,
         "the discrete Gaussian sampler does not draw at the sigma"),
@@ -736,6 +751,7 @@ def _counts_unchecked(mp: pytest.MonkeyPatch) -> None:
 CHECKS_OFF: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "fact-cluster-cap-above-L": _counts_unchecked,
     "cluster-cap-above-L": _counts_unchecked,
+    "span-cluster-cap-above-L": _counts_unchecked,
     "role-histogram-two-cells-per-term": _counts_unchecked,
     "every-gaussian-at-half-sigma": lambda mp: mp.setattr(
         ledger_module, "check_sampler", lambda *args: None),
@@ -767,4 +783,5 @@ def test_the_refusals_cover_the_four_kinds_of_issue_58() -> None:
     kinds = {r.error for r in REFUSED_BY_THE_BUILD.values()}
     assert kinds == {ContributionError, SamplerCheckError, SelectionThresholdError}
     caps = [r.mode for n, r in REFUSED_BY_THE_BUILD.items() if "cap-above-L" in n]
-    assert sorted(caps) == ["facts", "tokens"]
+    assert sorted(caps) == ["facts", "facts", "tokens"]
+    assert set(CHECKS_OFF) == set(REFUSED_BY_THE_BUILD)

@@ -8,7 +8,12 @@ commits, all before returning it. The ledger owns the only random source of a bu
 cannot be drawn around it; a seeded source marks the ledger ``seeded`` (not for release).
 Each Gaussian sampler declares its sigma and its query's sensitivity to that source before
 drawing, and the ledger refuses a release whose declared sigma / sensitivity is not the
-charged one (``check_drawn_noise``; docs/mechanisms.md section 8.5).
+charged one (``check_drawn_noise``; docs/mechanisms.md section 8.5), and the first time it
+sees a sigma it probes the sampler at that sigma (``check_sampler``: a public draw on zeros
+whose mean square must match the variance), so a sampler that declares one sigma and draws at
+another is refused. A partition selection goes through ``Ledger.release_selection``: its draw
+returns every candidate's noisy count and the ledger keeps those at the threshold the charge
+records, so no draw chooses its own threshold (section 8.6).
 Asking again for a key that is already released returns the stored value and charges
 nothing: a resumed build spends exactly what an uninterrupted one spends, and released noise
 is never redrawn. Asking with different parameters is refused.

@@ -11,7 +11,11 @@ or removing it changes h by a 0/1 table with at most K_e ones: l2 sensitivity sq
 table is released with exact discrete Gaussian noise N_Z(0, sigma_R^2) on every cell (zero
 cells included), so the release is rho_R = K_e / (2 sigma_R^2) zCDP (Canonne, Kamath &
 Steinke 2020, Thm 14), charged once under the ledger key ``roles`` (stage ``f-roles``), never
-redrawn on resume. The cost is conditional on A (adaptive composition with its charge).
+redrawn on resume. The table is built from each document's cells (``role_cells``) by
+``accounting.contributions.bounded_counts``, which refuses a document adding more than one
+cell to a term's row or cells in more than K_e rows: the bound is checked on the table that is
+noised, not on the number of terms the document lists. The cost is conditional on A
+(adaptive composition with its charge).
 
 **The roles (post-processing, free).** Term t gets role j* = argmax_j noisy h[t, j] if that
 count reaches ``role_threshold(sigma_R, |A| x |ROLES|)``: a count that no document holds passes
