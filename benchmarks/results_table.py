@@ -61,6 +61,16 @@ def _rules(entry: dict[str, Any]) -> set[int]:
             if (run.get("code") or {}).get("facts_rules") is not None}
 
 
+def _set_name(record: dict[str, Any]) -> str:
+    """A report's data set: a generated set's name, or a folder set's last two path parts
+    (``.data/sets/movielens/report`` is ``movielens/report``: every real set's halves are
+    folders named tune and report)."""
+    given = str((record.get("settings") or {}).get("dataset") or "")
+    if "/" in given:
+        return "/".join(Path(given).parts[-2:])
+    return str((record.get("dataset") or {}).get("name", "?"))
+
+
 def collect(folder: Path = CURRENT) -> list[DataSet]:
     """Every (data set, method, epsilon) of the reports under ``folder``, in name order."""
     sets: dict[str, DataSet] = {}
@@ -70,7 +80,7 @@ def collect(folder: Path = CURRENT) -> list[DataSet]:
     for path in reports:
         record = json.loads(path.read_text(encoding="utf-8"))
         dataset = record.get("dataset") or {}
-        name = str(dataset.get("name", "?"))
+        name = _set_name(record)
         data = sets.setdefault(name, DataSet(name, dataset.get("queries", "?")))
         rules = {}
         for entry in record.get("methods") or []:

@@ -108,12 +108,12 @@ def test_markdown_has_the_paper_shaped_tables(tmp_path) -> None:
     assert lines[recall + 6] == "| dp-synrag | – | 30.00 ± 14.14 | 60.00 ± 10.00 |"
     # Table 2: leakage, one row per (method, epsilon)
     assert ("| Method | ε | Leaks (benign) | Leaks (attack) | Names in corpus | Verbatim spans | "
-            "Verbatim spans of one note |" in lines)
+            "Verbatim spans of one note | … within one span |" in lines)
     # runs without the one-note count (reports from before it) show a dash there
-    assert "| RAG | no DP | 4.00 | 85.00 | 40.00 | 30.00 | – |" in lines
-    assert ("| dp-synrag | 10 | 1.00 ± 1.00 | 2.00 ± 1.00 | 0.00 ± 0.00 | 2.00 ± 2.00 | – |"
+    assert "| RAG | no DP | 4.00 | 85.00 | 40.00 | 30.00 | – | – |" in lines
+    assert ("| dp-synrag | 10 | 1.00 ± 1.00 | 2.00 ± 1.00 | 0.00 ± 0.00 | 2.00 ± 2.00 | – | – |"
             in lines)
-    assert "| non-RAG | no DP | – | – | – | – | – |" in lines
+    assert "| non-RAG | no DP | – | – | – | – | – | – |" in lines
     # budget and wall time
     assert "| dp-synth | 10 | 1.0000 | 0.0000 | 0.0000 | 1.0000 |" in lines
     assert "| RAG | no DP | – | – | – | – |" not in lines  # no budget row without rho

@@ -219,8 +219,25 @@ def statistics(real: RealSet) -> dict[str, Any]:
     }
 
 
+#: each set's reader prompt (``reader.json`` in both halves, read by ``dpsynrag eval``): what
+#: the reader is asked after the question, and the public start of its reply
+READERS: dict[str, dict[str, str]] = {
+    "movielens": {"instruction": "Answer with the title of one film only, with its year.",
+                  "answer_prefix": "The answer is"},
+    "mtsamples": {"instruction": "Answer with the name of the medical specialty only.",
+                  "answer_prefix": "The answer is"},
+    "cfpb": {"instruction": "Answer with the name of the issue only.",
+             "answer_prefix": "The answer is"},
+    "news": {"instruction": "Answer with the missing name only.",
+             "answer_prefix": "The answer is"},
+    "searchqa": {"instruction": "Answer with a short phrase only.",
+                 "answer_prefix": "The answer is"},
+}
+
+
 def write_set(real: RealSet, out: Path) -> dict[str, Any]:
-    """Write ``tune/``, ``report/`` and ``SOURCE.json``; return the statistics."""
+    """Write ``tune/``, ``report/`` (each with ``reader.json`` where ``READERS`` has the
+    set) and ``SOURCE.json``; return the statistics."""
     check_set(real)
     tune, report = split_queries(real.queries)
     stats = statistics(real)
@@ -236,6 +253,9 @@ def write_set(real: RealSet, out: Path) -> dict[str, Any]:
         with (folder / "queries.jsonl").open("w", encoding="utf-8") as handle:
             for q in queries:
                 handle.write(json.dumps(q.record(), ensure_ascii=False) + "\n")
+        if real.name in READERS:
+            (folder / "reader.json").write_text(json.dumps(READERS[real.name], indent=2) + "\n",
+                                                encoding="utf-8")
     source = dict(real.source)
     source["set"] = real.name
     source["statistics"] = stats

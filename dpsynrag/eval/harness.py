@@ -84,6 +84,7 @@ from dpsynrag.facts.fact_clusters import anchor_clusters, fact_counts, fact_doma
 from dpsynrag.facts.fact_writer import FactRule, select_facts, write_notes
 from dpsynrag.facts.phrases import document_phrases
 from dpsynrag.facts.roles import OWN_ORDER_PRIORITIES, role_priority
+from dpsynrag.facts.spans import SPAN_SEPARATOR
 from dpsynrag.facts.term_choice import (
     CANDIDATES,
     anchor_terms,
@@ -376,6 +377,12 @@ def measure_corpus(texts: Sequence[str] | None, data: EvalData, models: LazyMode
         # many notes share, e.g. two released list items side by side, is not one unit's)
         result["verbatim_spans_one_note"] = verbatim_spans(texts, data.notes, 8,
                                                            max_private_frequency=1)
+        # the same within the spans an n-gram note writes between its " … " junctions (what
+        # the note asserts was written as one run; two spans side by side across a junction
+        # can match one note's list by the order alone)
+        pieces = [piece for text in texts for piece in text.split(SPAN_SEPARATOR)]
+        result["verbatim_spans_one_note_in_spans"] = verbatim_spans(
+            pieces, data.notes, 8, max_private_frequency=1)
         result["corpus_size"] = len(texts)
     return result
 

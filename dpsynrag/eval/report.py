@@ -48,7 +48,7 @@ __all__ = [
 UTILITY_METRICS = ("accuracy", "recall_at_k", "recall_at_k_weighted", "accuracy_supported",
                    "recall_at_k_supported", "span_share")
 LEAKAGE_METRICS = ("leaks_benign", "leaks_attack", "names_in_corpus", "verbatim_spans",
-                   "verbatim_spans_one_note")
+                   "verbatim_spans_one_note", "verbatim_spans_one_note_in_spans")
 STAGES = ("histogram", "retrieval", "prediction", "phrases", "roles", "cluster_facts", "writer")
 _LABELS = {
     "accuracy": "Accuracy",
@@ -62,6 +62,7 @@ _LABELS = {
     "names_in_corpus": "Names in corpus",
     "verbatim_spans": "Verbatim spans",
     "verbatim_spans_one_note": "Verbatim spans of one note",
+    "verbatim_spans_one_note_in_spans": "… within one span",
 }
 _DASH = "–"
 #: A run's records that are not metrics: the code it ran (``eval.provenance``).
