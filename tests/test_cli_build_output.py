@@ -119,7 +119,7 @@ def test_the_dry_run_says_merged_and_warns_as_the_build_does(
     monkeypatch.setattr(dry_run, "LocalRunner", lambda *_a: LocalRunner(NoLLM(), HashEmbedder()))
     base = [str(notes), "-o", str(tmp_path / "out"), "--runner", "local", "--state-dir",
             str(tmp_path / "state"), "--corpus-ledger", str(tmp_path / "corpus.sqlite"),
-            "--unit-column", "unit", "--dry-run"]
+            "--unit-column", "unit", "--dry-run", "--verbose"]  # counts: --verbose only
     assert build_corpus_main(base) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "10 documents (one per privacy unit), 30 records skipped" in out

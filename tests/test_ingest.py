@@ -294,7 +294,7 @@ def test_ingest_cli_says_merged_for_concat_and_warns_when_pick_leaves_out_most(
                                           "unit": f"p{i % 2}"}) + "\n" for i in range(6)))
     report = tmp_path / "report.json"
     assert main(["ingest", str(source), "-o", str(tmp_path / "pick"), "--unit-column", "unit",
-                 "--report-json", str(report)]) == 0
+                 "--report-json", str(report), "--verbose"]) == 0  # counts: --verbose only
     err = capsys.readouterr().err
     assert "skipped (unit_bound): 4" in err
     warning = ("WARNING: --unit-bound pick kept one record per privacy unit and left out 4 of "
@@ -302,7 +302,7 @@ def test_ingest_cli_says_merged_for_concat_and_warns_when_pick_leaves_out_most(
     assert warning in err and "--unit-bound concat" in err
     assert json.loads(report.read_text())["warnings"][0] in err
     assert main(["ingest", str(source), "-o", str(tmp_path / "concat"), "--unit-column", "unit",
-                 "--unit-bound", "concat"]) == 0
+                 "--unit-bound", "concat", "--verbose"]) == 0
     err = capsys.readouterr().err
     assert "merged (unit_bound concat): 4" in err and "WARNING" not in err
 

@@ -132,7 +132,7 @@ def test_dry_run_plans_checks_and_estimates_spending_nothing(
         notes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _build(notes, tmp_path, "--dry-run") == 0
     out = capsys.readouterr().out
-    assert "DP-SynRAG facts budget" in out and "tau_A" in out
+    assert "DP-SynRAG facts budget" in out and "n-gram levels: 1-grams K 128 tau" in out
     for check in ("input", "signing key", "output directory", "state directory",
                   "corpus ledger", "embedder"):
         assert f"ok    {check}" in out, check
@@ -149,7 +149,7 @@ def test_dry_run_plans_checks_and_estimates_spending_nothing(
     assert _nothing_spent(tmp_path)
     # facts with the token writer: the model is loaded and timed, the estimate names it
     assert _build(notes, tmp_path, "--dry-run", "--writer", "tokens", "--T", "8",
-                  "--batch-rows", "8") == 0
+                  "--batch-rows", "8", "--facts-items", "terms", "--verbose") == 0  # estimate
     out = " ".join(capsys.readouterr().out.split())
     assert "ok language model" in out and "the token writer ~" in out
     assert "(f) token writer" in out

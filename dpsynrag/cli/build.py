@@ -12,7 +12,7 @@ import argparse
 import json
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dpsynrag import __version__
@@ -74,7 +74,7 @@ def run_build_command(args: argparse.Namespace) -> int:
             print(f"WARNING: {warning}")
         return dry_run(args.input, args.out, config, state_dir=args.state_dir,
                        signing_key=args.signing_key, corpus_ledger=args.corpus_ledger,
-                       force=args.force)
+                       force=args.force, say=dry_run_say(args.verbose))
     if args.summary_json is not None:  # before anything is spent, not after the build
         problem = check_private_text_location(args.summary_json, "--summary-json")
         if problem:
@@ -113,6 +113,35 @@ def run_build_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return ExitCode.EMPTY
     return ExitCode.OK
+
+
+#: What the dry run says by default instead of its lines that hold the input's exact counts
+DRY_RUN_WITHHELD = {
+    "  ok    input": "  ok    input: read and valid; its exact counts (documents, records "
+                     "skipped or merged) are withheld; --verbose prints them",
+    "  WARNING": "  (a warning about the input's exact counts is withheld; --verbose prints it)",
+    "estimate": "estimate: withheld, it is computed from the input's exact size; --verbose "
+                "prints it",
+}
+
+
+def dry_run_say(verbose: bool, say: Callable[[str], None] = print) -> Callable[[str], None]:
+    """The dry run's output: every line with ``verbose``; otherwise its lines that hold the
+    input's exact counts (the input check's detail, the warnings that name them, the
+    wall-time estimate computed from them) are replaced by a line that says so, as the
+    build's summary keeps its counts off stderr without --verbose (stdout is often a log
+    too). A failed check's line (``FAIL``) is for the operator and passes unchanged."""
+    if verbose:
+        return say
+
+    def count_free(line: str) -> None:
+        for prefix, instead in DRY_RUN_WITHHELD.items():
+            if line.startswith(prefix):
+                say(instead)
+                return
+        say(line)
+
+    return count_free
 
 
 def _write_state_summary(state_dir: Path, text: str) -> Path | None:

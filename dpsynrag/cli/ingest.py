@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +73,24 @@ def add_parser(subparsers: Any) -> None:
                              "DataflowRunner, ...")
     parser.add_argument("--beam-options", help="Beam pipeline flags as one string")
     parser.add_argument("--force", action="store_true", help="replace an existing OUT")
-    parser.add_argument("--report-json", type=Path, help="also write the report here")
+    parser.add_argument("--report-json", type=Path, help="also write the report here (0600)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print the exact counts (records read, documents written, each "
+                             "skip reason, bad rows) and any warning about them on stderr; by "
+                             "default stderr says where they are (OUT/_ingest/report.json)")
     parser.set_defaults(handler=run_ingest_command)
 
 
 def run_ingest_command(args: argparse.Namespace) -> int:
     """Run the ingest job and print its report (on stderr).
 
-    A bad input row (``InputError``) exits 2 through the table of ``cli.errors``."""
+    The exact counts (files, records read, documents written, skips, bad rows, the pick
+    warning that names them) are not differentially private: only ``--verbose`` prints them;
+    by default one line says where they are (``OUT/_ingest/report.json``, ``--report-json``),
+    as ``build-corpus`` does (stderr is often a shared log). A bad input row
+    (``InputError``) exits 2 through the table of ``cli.errors``."""
     # lazy: the ingest job loads Apache Beam and pyarrow, seconds of imports
+    from dpsynrag.cli.build_report import write_private_text
     from dpsynrag.io.documents import pick_warning, skip_label
     from dpsynrag.pipeline.beam_ingest import parse_beam_options, run_ingest
     from dpsynrag.transforms.ingest import IngestSettings
@@ -103,7 +113,7 @@ def run_ingest_command(args: argparse.Namespace) -> int:
     report = run_ingest(args.input, args.out, settings, shards=args.shards,
                         runner=args.beam_runner, beam_options=options,
                         on_bad_row=args.on_bad_row, force=args.force,
-                        log=lambda message: print(message, file=sys.stderr))
+                        log=_log(args.verbose))
     summary = report.as_dict()
     lines = [f"documents written: {report.documents} in {report.shards} shard(s) at "
              f"{report.output}", f"records read: {report.records_read}"]
@@ -122,7 +132,30 @@ def run_ingest_command(args: argparse.Namespace) -> int:
         lines.append(f"lines decoded with {args.fallback_encoding}: "
                      f"{report.decoded_with_fallback}")
     lines.append(f"wall time: {report.seconds:.1f} s")
+    if not args.verbose:
+        lines = [withheld_note(report.output, report.shards, args.report_json),
+                 f"wall time: {report.seconds:.1f} s"]
     print("\n".join(lines), file=sys.stderr)
     if args.report_json is not None:
-        args.report_json.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        write_private_text(args.report_json,
+                           json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return ExitCode.OK
+
+
+def _log(verbose: bool) -> Callable[[str], None]:
+    """The job's progress lines (they name the number of input files, which is a record
+    count for a directory of .txt files): on stderr with ``verbose`` only."""
+    if verbose:
+        return lambda message: print(message, file=sys.stderr)
+    return lambda _message: None
+
+
+def withheld_note(output: str, shards: int, report_json: Path | None) -> str:
+    """The default report line: where the shards and the exact counts are, no count (the
+    number of shards is the public ``--shards``)."""
+    where = f"{output.rstrip('/')}/_ingest/report.json"
+    if report_json is not None:
+        where += f" and {report_json}"
+    return (f"ingest: wrote {shards} shard(s) at {output}; the exact counts (records read, "
+            "documents written, each skip reason, bad rows) and any warning about them are "
+            f"in {where} (private); --verbose prints them here")
