@@ -89,9 +89,11 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                    "--max-chars")
     g.add_argument("--ingest", choices=["inline", "beam"], help="read the input in this "
                    "process (default) or with the Apache Beam ingest job (see 'dpsynrag ingest')")
-    g.add_argument("--beam-runner", help="Beam runner for --ingest beam: direct (default, in "
-                   "process), FlinkRunner, SparkRunner, DataflowRunner, ...")
-    g.add_argument("--beam-options", help="Beam pipeline flags for --ingest beam, one string, "
+    g.add_argument("--beam-runner", help="Beam runner for --ingest beam and --runner beam: "
+                   "direct (default, on this machine), PortableRunner, FlinkRunner, "
+                   "SparkRunner, DataflowRunner, ...")
+    g.add_argument("--beam-options", help="Beam pipeline flags for --ingest beam and --runner "
+                   "beam, one string, "
                    "e.g. \"--flink_master=host:8081 --parallelism=8\"")
     g.add_argument("--on-bad-row", choices=["fail", "skip"], help="--ingest beam: refuse an "
                    "input with a bad row (default) or drop bad rows and count them")
@@ -266,13 +268,17 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when present")
     g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                    help="default: bfloat16 on cuda, float32 on cpu")
-    g.add_argument("--runner", choices=["auto", "ray", "local"], help="ray (model actors on "
-                   "a Ray cluster), local (one process, no Ray) or auto (default): ray when the "
+    g.add_argument("--runner", choices=["auto", "ray", "local", "beam"], help="ray (model "
+                   "actors on a Ray cluster), local (one process, no Ray), beam (the default "
+                   "n-gram facts build's per-document work and counts on Apache Beam: "
+                   "--beam-runner, --beam-options, --workers; runbooks/beam-cluster.md) or "
+                   "auto (default): ray when the "
                    "build runs the language model (--generate tokens, --writer tokens) or is "
                    "given a Ray cluster (--ray-address, RAY_ADDRESS), else local")
     g.add_argument("--ray-address", help="attach to a Ray cluster (default: start a local one)")
     g.add_argument("--workers", type=positive_int, help="model actors (default: one per free GPU, "
-                   "else 1); CPU actors share one node's free CPUs (runbooks/ray-cluster.md)")
+                   "else 1); CPU actors share one node's free CPUs (runbooks/ray-cluster.md); "
+                   "with --runner beam: Beam worker processes (default one per core)")
     g.add_argument("--batch-rows", type=positive_int, help="tokens (and facts with --writer "
                    "tokens): rows decoded together per worker, and the most rows that hold a KV "
                    "cache at once whatever a cluster's size (default 128 on CPU; on GPU sized "

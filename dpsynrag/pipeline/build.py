@@ -128,7 +128,9 @@ def make_runner(config: BuildConfig, llm: LLM | None = None,
     ``state_dir`` is the build's private state directory: a local Ray cluster keeps its
     session files (object spills, logs) under it, never in a shared ``/tmp``. A seeded (test)
     build answers its Ray actors in turn, so that its draws do not depend on their timing."""
-    if config.resolved_runner == "local" or llm is not None or embedder is not None:
+    # --runner beam: the n-gram stages run on Beam (pipeline.beam_ngrams); the embedder of
+    # the output, in this process
+    if config.resolved_runner in ("local", "beam") or llm is not None or embedder is not None:
         return LocalRunner(llm if llm is not None else config.model,
                            embedder if embedder is not None else config.embedder,
                            config.device, config.dtype)

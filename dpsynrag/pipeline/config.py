@@ -148,7 +148,7 @@ class BuildConfig:
     dtype: str | None = None
     seed: int | None = None
     ray_address: str | None = None
-    runner: str = "auto"  # "ray", "local", or "auto": resolved_runner
+    runner: str = "auto"  # "ray", "local", "beam" (n-gram facts), or "auto": resolved_runner
     workers: int | None = None
     batch_rows: int | None = None
     # where each private-prediction token is computed from the ledger's uniform: "host" (the
@@ -311,8 +311,13 @@ class BuildConfig:
         if self.on_bad_row == "skip" and self.ingest != "beam":
             raise ConfigError("--on-bad-row skip needs --ingest beam (the in-process reader "
                               "stops at the first bad row)")
-        if self.runner not in ("auto", "ray", "local"):
-            raise ConfigError(f"--runner must be 'auto', 'ray' or 'local', got {self.runner!r}")
+        if self.runner not in ("auto", "ray", "local", "beam"):
+            raise ConfigError(f"--runner must be 'auto', 'ray', 'local' or 'beam', got "
+                              f"{self.runner!r}")
+        if self.runner == "beam" and not (self.generate == "facts"
+                                          and self.facts_items == "ngrams"):
+            raise ConfigError("--runner beam runs the n-gram stages of --generate facts "
+                              "--facts-items ngrams (the default build) only")
         if self.workers is not None and self.workers < 1:
             raise ConfigError("--workers must be a positive integer")
         for name in ("rephrase_prompt", "filter_prompt"):

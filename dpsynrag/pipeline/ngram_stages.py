@@ -61,8 +61,18 @@ def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
     with ctx.state.timed("n_ngram_stages"), \
             ctx.progress("(n) n-gram levels and span histograms",
                          len(settings.lengths)) as advance:
-        corpus = span_corpus(texts, settings, releases, stop=stop,
-                             progress=advance)
+        if config.runner == "beam":  # the same stages on Apache Beam (pipeline.beam_ngrams)
+            from dpsynrag.pipeline.beam_ingest import parse_beam_options
+            from dpsynrag.pipeline.beam_ngrams import SCRATCH, beam_span_corpus
+
+            corpus = beam_span_corpus(texts, settings, releases, stop=stop,
+                                      scratch=ctx.state.directory / SCRATCH,
+                                      runner=config.beam_runner,
+                                      beam_options=parse_beam_options(config.beam_options),
+                                      workers=config.workers, progress=advance)
+        else:
+            corpus = span_corpus(texts, settings, releases, stop=stop,
+                                 progress=advance)
     notes = corpus.notes
     return StageResult(texts=[note.text for note in notes],
                        tokens=[sum(len(s) for s in note.spans) for note in notes],
