@@ -312,8 +312,8 @@ class BuildConfig:
             raise ConfigError("--on-bad-row skip needs --ingest beam (the in-process reader "
                               "stops at the first bad row)")
         if self.runner not in ("auto", "ray", "local", "beam"):
-            raise ConfigError(f"--runner must be 'auto', 'ray', 'local' or 'beam', got "
-                              f"{self.runner!r}")
+            raise ConfigError(f"--runner must be 'auto', 'ray' or 'local' (or 'beam' for the "
+                              f"n-gram facts build), got {self.runner!r}")
         if self.runner == "beam" and not (self.generate == "facts"
                                           and self.facts_items == "ngrams"):
             raise ConfigError("--runner beam runs the n-gram stages of --generate facts "
