@@ -59,10 +59,19 @@ def print_facts_plan(p: FactsBudgetPlan, console: Console | None = None) -> None
                            zip(p.ngram_lengths, p.ngram_items, p.ngram_thresholds,
                                strict=True))
         console.print(f"sigma_A = {p.sigma_A:.4f} (every level)   sigma_C = {p.sigma_C:.4f}")
+        if p.ngram_weight_scale:  # weighted: tau is in weight units W / sqrt(m) per document
+            w = p.ngram_weight_scale
+            few = max(math.ceil(t / w) for t in p.ngram_thresholds)
+            many = p.docs_to_release
+            who = (f"tau counts weights (W = {w}, each of a document's m n-grams weighs "
+                   f"W/sqrt(m)): an n-gram is released once about {few} documents offering "
+                   f"only it, or {many} offering their full cap, write it")
+        else:
+            who = "an n-gram is released once about tau documents offer it"
         console.print(
-            f"n-gram levels: {levels}; an n-gram is released once about tau documents offer "
-            f"it; one document's own n-grams appear with probability <= delta_A = "
-            f"{p.delta_A:.3g} (planned delta_phrases {p.delta_phrases:g})")
+            f"n-gram levels: {levels}; {who}; one document's own n-grams appear with "
+            f"probability <= delta_A = {p.delta_A:.3g} (planned delta_phrases "
+            f"{p.delta_phrases:g})")
     else:
         console.print(
             f"sigma_h = {p.sigma_h:.4f}   sigma_A = {p.sigma_A:.4f}   tau_A = {p.tau_A}   "

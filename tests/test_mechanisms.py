@@ -272,9 +272,11 @@ def _configs() -> list[BuildConfig]:
         configs.append(BuildConfig(generate="tokens", epsilon=eps, L=L, T=T, clip=clip))
         configs.append(BuildConfig(generate="tokens", epsilon=eps, L=L, T=T, clip=clip,
                                    no_retrieval=True))
-        configs.append(BuildConfig(generate="facts", epsilon=eps, L=L, T=T, clip=clip))
-        configs.append(BuildConfig(generate="facts", epsilon=eps, L=L, T=T, clip=clip,
-                                   writer="tokens"))
+        # the legacy list knows the lexicon pack's facts plan (the n-gram plan came later)
+        configs.append(BuildConfig(generate="facts", facts_items="terms", epsilon=eps, L=L,
+                                   T=T, clip=clip))
+        configs.append(BuildConfig(generate="facts", facts_items="terms", epsilon=eps, L=L,
+                                   T=T, clip=clip, writer="tokens"))
     return configs
 
 

@@ -141,3 +141,26 @@ def test_the_weighted_plan_charges_w_per_level_and_spends_its_rho() -> None:
     with pytest.raises(PlanError, match="--ngram-weights"):
         plan_facts(PlanRequest(epsilon=3, delta=1e-3, generate="facts", L=1,
                                ngram_lengths=(1, 2), ngram_weights="sqrt"))
+
+
+@pytest.mark.parametrize("lengths", ["1", "1,2,4,8"])
+def test_verify_checks_each_level_against_the_plans_caps_and_weight_scale(lengths: str) -> None:
+    from dpsynrag.accounting.certificate import _check_facts_plan
+    from dpsynrag.accounting.composition import records
+    from dpsynrag.pipeline.build import make_plan
+    from dpsynrag.pipeline.config import make_config
+
+    for weights in ("weighted", "uniform"):
+        plan = make_plan(make_config(None, {"ngram_lengths": lengths, "ngram_weights": weights}))
+        # one entry per release, as a certificate lists them (records() groups repeats)
+        honest = [dict(e, count=1) for e in records(plan.events())
+                  for _ in range(int(e.get("count", 1)))]
+        problems: list[str] = []
+        _check_facts_plan(plan.as_dict(), honest, [], problems)
+        assert problems == []  # a single level is n-gram mode too, not the terms' K_e
+        wrong = [dict(e) for e in honest]
+        level = next(e for e in wrong if e["mechanism"] == "partition_selection")
+        level["params"] = {**level["params"], "weight_scale": 4096}
+        problems = []
+        _check_facts_plan(plan.as_dict(), wrong, [], problems)
+        assert "plan: an n-gram level's weight_scale is not the planned one" in problems

@@ -872,8 +872,9 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
                 "max_items": _plan_number(plan, "K_e")}
     planned_delta = _plan_number(plan, "delta_phrases")
     lengths = plan.get("ngram_lengths")
+    ngrams = isinstance(lengths, list) and bool(lengths)
     # a facts build releases its phrases once, or once per n-gram level
-    levels = len(lengths) if isinstance(lengths, list) and lengths else 1
+    levels = len(lengths) if ngrams else 1
     if planned_delta is not None:
         planned_delta /= levels
     selections = [e for e in sequential
@@ -881,9 +882,13 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
     if len(selections) != levels:
         problems.append(f"plan: {len(selections)} phrase releases, the facts plan has "
                         f"{levels}")
-    if levels > 1:  # n-gram levels: one sigma, each level its own cap and threshold
+    if ngrams:  # n-gram levels: one sigma, each level its own cap and threshold
         expected.pop("threshold")
         expected.pop("max_items")
+        # weighted contributions: every level at the plan's weight scale W (None: uniform)
+        scale = plan.get("ngram_weight_scale") or None
+        if any(_params_of(e).get("weight_scale") != scale for e in selections):
+            problems.append("plan: an n-gram level's weight_scale is not the planned one")
         planned = sorted(zip(plan.get("ngram_items") or [], plan.get("ngram_thresholds") or [],
                              strict=False))
         found = sorted((_params_of(e).get("max_items"), _params_of(e).get("threshold"))

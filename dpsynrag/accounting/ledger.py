@@ -200,26 +200,17 @@ def apply_threshold(key: str, charge: Charge, candidates: Sequence[str],
 
 def _check_selected(key: str, charge: Charge, value: Any) -> None:
     """A selection released through ``release``/``release_many``/``draw_many`` (not
-    ``release_selection``): refused if it releases anything, for a uniform selection, and,
-    for a weighted one (``weight_scale`` recorded; until it adopts ``release_selection``),
-    if it releases a count below its charge's threshold or anything but integer counts."""
+    ``release_selection``): refused if it releases anything (uniform or weighted): its draw
+    would have chosen what passes."""
     if not isinstance(value, Mapping):
         raise SelectionThresholdError(f"release {key!r}: a selection releases a mapping of "
                                       "counts")
     if not value:
         return  # nothing released: nothing below any threshold
-    if charge.params.get("weight_scale") is None:
-        raise SelectionThresholdError(
-            f"release {key!r}: a partition selection that releases anything goes through "
-            "Ledger.release_selection, which applies the threshold its charge records; its "
-            "draw chose what passes")
-    threshold = _selection_threshold(charge)
-    for count in value.values():
-        if isinstance(count, bool) or not isinstance(count, int | np.integer) \
-                or count < threshold:
-            raise SelectionThresholdError(
-                f"release {key!r}: the selection's draw released a count below the "
-                f"threshold {threshold} its charge records")
+    raise SelectionThresholdError(
+        f"release {key!r}: a partition selection that releases anything goes through "
+        "Ledger.release_selection, which applies the threshold its charge records; its "
+        "draw chose what passes")
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,8 @@ def release_weighted_partitions(
 
     ``counts`` are ``weighted_counts`` (integers >= 1 of phrases present in the data);
     ``sigma`` is in weight units (W times the unit-scale sigma). One ledger release,
-    mechanism ``partition_selection`` with ``weight_scale`` (module docstring); a resumed
+    mechanism ``partition_selection`` with ``weight_scale`` (module docstring), through
+    ``Ledger.release_selection``, which applies the threshold the charge records; a resumed
     build gets the stored value back, uncharged. Never log the result next to ``counts``.
     """
     max_items = _check_int(max_items, "max_items", 1)
@@ -128,9 +129,10 @@ def release_weighted_partitions(
     charge = Charge.of(stage, event)
     values = np.asarray(exact, dtype=np.int64)
 
-    def draw(rng: RandomSource) -> dict[str, int]:
-        noisy = discrete_gaussian(values, sigma, rng, sensitivity=float(scale))
-        return {p: int(v) for p, v in zip(phrases, noisy, strict=True) if v >= threshold}
+    def draw(rng: RandomSource) -> np.ndarray:
+        # every candidate's noisy count: the ledger keeps those at or above the threshold its
+        # charge records (``Ledger.release_selection``), the draw cannot choose
+        noisy: np.ndarray = discrete_gaussian(values, sigma, rng, sensitivity=float(scale))
+        return noisy
 
-    released = ledger.release(key, charge, draw)
-    return {str(p): int(v) for p, v in dict(released).items()}
+    return ledger.release_selection(key, charge, phrases, draw)
