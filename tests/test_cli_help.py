@@ -80,7 +80,7 @@ def test_no_help_names_an_issue_number() -> None:
 
 
 def test_the_budget_table_names_no_issue_number(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["budget", "--writer", "tokens"]) == 0
+    assert main(["budget", "--writer", "tokens", "--facts-items", "terms"]) == 0
     shown = capsys.readouterr().out
     assert "token writer" in shown and not re.search(r"issue \d", shown, re.IGNORECASE)
 
