@@ -1,7 +1,11 @@
 """Benchmark of the DP-SynRAG build: wall time and peak memory against the number of notes.
 
 Run ``python benchmarks/build_scaling.py [--quick] [--runner local|ray] [--scale-clusters]``;
-see benchmarks/README.md. Each size is built in a fresh subprocess (``--child`` mode) from a
+see benchmarks/README.md. ``--generate facts`` measures the default build instead (n-gram
+facts, no language model) with ``--runner local`` or ``--runner beam`` (issue 59), one size or
+several per call, the runs merged into one JSON by (size, runner, workers).
+
+Each size is built in a fresh subprocess (``--child`` mode) from a
 fictitious clinic generated with a fixed seed (setup, not measured), with the packaged models
 on CPU and the same DP hyperparameters for every size. Nothing is downloaded.
 """
@@ -80,9 +84,11 @@ def child_main(spec_path: Path) -> int:
         ray.get([w.llm_identity.remote() for w in workers]
                 + [w.embedder_identity.remote() for w in workers])
     else:
-        runner.llm_identity()
+        if config.uses_llm:  # a facts build (the default) loads the embedder only
+            runner.llm_identity()
         runner.embedder_identity()
-    public_vocabulary()
+    if config.generate == "tokens" or config.facts_items != "ngrams":
+        public_vocabulary()
     model_load = time.perf_counter() - t0
     rss_after_models = psutil.Process().memory_info().rss
     counter = CountingRunner(runner)
@@ -107,6 +113,7 @@ def child_main(spec_path: Path) -> int:
         "self_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "torch_threads": torch.get_num_threads(),
         "ray_workers": len(workers) if workers is not None else None,
+        "resolved_runner": config.resolved_runner,
     }
     spec_path.with_suffix(".result.json").write_text(json.dumps(figures), encoding="utf-8")
     return 0
@@ -293,8 +300,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=None,
                         help="comma-separated note counts (default 500,1000,2000,4000)")
     parser.add_argument("--quick", action="store_true", help="sizes 100,200 (a smoke test)")
-    parser.add_argument("--runner", choices=["local", "ray"], default="local")
-    parser.add_argument("--workers", type=int, default=None, help="Ray workers (ray only)")
+    parser.add_argument("--generate", choices=["tokens", "facts"], default="tokens",
+                        help="tokens (default: this benchmark's token-mode build) or facts "
+                             "(the default build: n-gram facts, --runner local or beam)")
+    parser.add_argument("--runner", choices=["local", "ray", "beam"], default="local",
+                        help="beam: --generate facts only")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="Ray workers (ray), Beam worker processes (beam; default one "
+                             "per core)")
     parser.add_argument("--scale-clusters", action="store_true",
                         help="R = N / --notes-per-cluster instead of a fixed --R")
     parser.add_argument("--notes-per-cluster", type=float, default=50.0)
@@ -316,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         return child_main(Path(args.child))
+    if args.generate == "facts":
+        return facts_main(args, parser)
+    if args.runner == "beam":
+        parser.error("--runner beam needs --generate facts")
 
     if args.sizes:
         sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -382,6 +399,176 @@ def main(argv: list[str] | None = None) -> int:
     print(f"log-log slope of build seconds vs N: {slope} ({result['cluster_mode']}); "
           f"JSON: {output}")
     return 0
+
+
+# ---------------------------------------------------------------------- facts (issue 59)
+FACTS_SIZES = (10_000, 100_000, 1_000_000)
+FACTS_STAGES = ("n_ngram_stages", "emit")
+FACTS_RESULTS = RESULTS / "build_scaling_facts.json"
+
+
+def facts_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The default build (facts, n-gram items) at a fixed seed; only the runner varies."""
+    return {"generate": "facts", "unit_column": "unit", "epsilon": args.epsilon,
+            "delta": args.delta, "seed": args.build_seed, "runner": args.runner,
+            "workers": args.workers, "device": "cpu"}
+
+
+def facts_data(n_notes: int, args: argparse.Namespace, work: Path) -> Path:
+    """The clinic of ``n_notes`` notes, generated once per work folder (setup)."""
+    from dpsynrag.eval.datasets import write_clinic_dataset
+
+    folder = work / f"data-n{n_notes}-d{args.diseases}-s{args.data_seed}"
+    notes = folder / "notes.jsonl"
+    if not notes.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        write_clinic_dataset(folder, n_notes=n_notes, n_diseases=args.diseases,
+                             seed=args.data_seed)
+    return notes
+
+
+def run_facts_size(n_notes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """One facts build in a fresh subprocess: wall time, stage times, the process tree's
+    peak memory (the build's process and every Beam worker process)."""
+    from dpsynrag.accounting.signing import generate_keypair
+
+    notes = facts_data(n_notes, args, work)
+    folder = work / f"n{n_notes}-{args.runner}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    generate_keypair(folder / "key.pem", folder / "key.pem.pub")
+    spec = {"notes": str(notes), "out": str(folder / "out"), "state": str(folder / "state"),
+            "key": str(folder / "key.pem"), "ledger": str(folder / "corpus-ledger.sqlite"),
+            "options": facts_options(args)}
+    spec_path = folder / "spec.json"
+    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "DPSYNRAG_CONFIG_DIR": str(work / "config"), "TOKENIZERS_PARALLELISM": "false"}
+    log = spec_path.with_suffix(".log")
+    with open(log, "wb") as stderr:
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child",
+                                 str(spec_path)], stdout=stderr, stderr=stderr, env=env)
+        with TreeRSS(proc.pid) as tree:
+            _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        tail = log.read_text(encoding="utf-8", errors="replace")[-3000:]
+        raise RuntimeError(f"facts build of {n_notes} notes failed (exit {code}):\n{tail}")
+    child = json.loads(spec_path.with_suffix(".result.json").read_text(encoding="utf-8"))
+    stages = {k: round(v, 3) for k, v in child["stage_seconds"].items()}
+    build_seconds = stages.get("total", sum(stages.get(s, 0.0) for s in FACTS_STAGES))
+    from dpsynrag.pipeline import beam_ngrams
+
+    shutil.rmtree(folder, ignore_errors=True)  # the corpus and the private state
+    return {
+        "n_notes": n_notes,
+        "runner": args.runner,
+        "workers": args.workers,
+        "beam_batch_documents": beam_ngrams.BATCH_DOCUMENTS if args.runner == "beam" else None,
+        "input_mib": round(notes.stat().st_size / MIB, 1),
+        "clusters": child["clusters"],
+        "build_seconds": round(build_seconds, 3),
+        "stage_seconds": stages,
+        "seconds_per_note": round(build_seconds / n_notes, 6),
+        "child_wall_seconds": round(wall, 3),
+        "model_load_seconds": round(child["model_load_seconds"], 3),
+        "import_seconds": round(child["import_seconds"], 3),
+        "peak_rss_mib": round(tree.peak / MIB, 1),
+        "peak_rss_source": "psutil tree sum",
+        "tree_peak_rss_mib": round(tree.peak / MIB, 1),
+        "tree_processes_at_peak": tree.peak_processes,
+        "child_maxrss_mib": round(usage.ru_maxrss * 1024 / MIB, 1),
+        "rss_after_models_mib": round(child["rss_after_models_bytes"] / MIB, 1),
+        "epsilon": child["epsilon"],
+        "rho_spent": child["rho_spent"],
+        "kept_texts": child["kept_texts"],
+        "load_average_before": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _run_key(run: dict[str, Any]) -> tuple[int, str, Any]:
+    return run["n_notes"], run["runner"], run.get("workers")
+
+
+def facts_comparison(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per size with both paths: Beam's build time over the local one's, both peaks (the
+    issue's targets: <= 1.5x at 10^5 with <= 2 GB; 10^6 in <= 15 min and <= 4 GB)."""
+    out: dict[str, Any] = {}
+    for n in sorted({r["n_notes"] for r in runs}):
+        local = [r for r in runs if r["n_notes"] == n and r["runner"] == "local"]
+        beam = [r for r in runs if r["n_notes"] == n and r["runner"] == "beam"]
+        entry: dict[str, Any] = {
+            "local_build_seconds": local[-1]["build_seconds"] if local else None,
+            "beam_build_seconds": beam[-1]["build_seconds"] if beam else None,
+            "local_peak_rss_mib": local[-1]["peak_rss_mib"] if local else None,
+            "beam_peak_rss_mib": beam[-1]["peak_rss_mib"] if beam else None,
+        }
+        if local and beam:
+            entry["beam_over_local_build_seconds"] = round(
+                beam[-1]["build_seconds"] / local[-1]["build_seconds"], 3)
+            entry["same_epsilon"] = beam[-1]["epsilon"] == local[-1]["epsilon"]
+        out[str(n)] = entry
+    return out
+
+
+def facts_main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``--generate facts``: each size once with ``--runner``, merged into ``--output``."""
+    if args.runner == "ray":
+        parser.error("--generate facts measures --runner local or --runner beam")
+    sizes = sorted(int(s) for s in args.sizes.split(",") if s.strip()) if args.sizes \
+        else list(FACTS_SIZES)
+    output = Path(args.output) if args.output else FACTS_RESULTS
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="build-scaling-"))
+    work.mkdir(parents=True, exist_ok=True)
+    previous: dict[str, Any] = {}
+    if output.exists():
+        previous = json.loads(output.read_text(encoding="utf-8"))
+    runs: list[dict[str, Any]] = list(previous.get("runs", []))
+    info = machine()
+    try:
+        for n in sizes:
+            run = run_facts_size(n, args, work)
+            run["machine"] = info | {"load_average_end": [round(x, 2)
+                                                          for x in os.getloadavg()]}
+            runs = [r for r in runs if _run_key(r) != _run_key(run)] + [run]
+            print(f"N={n} {args.runner}: build {run['build_seconds']:.1f} s, tree peak "
+                  f"{run['peak_rss_mib']:.0f} MiB", file=sys.stderr, flush=True)
+            _write_facts(output, runs, args)  # after every size: a long run keeps its figures
+    except BaseException:
+        print(f"scratch folder kept for inspection: {work}", file=sys.stderr)
+        raise
+    if not args.keep_workdir and not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    result = json.loads(output.read_text(encoding="utf-8"))
+    print(json.dumps(result["comparison"], indent=2))
+    print(f"JSON: {output}")
+    return 0
+
+
+def _write_facts(output: Path, runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    runs = sorted(runs, key=lambda r: (r["n_notes"], r["runner"], str(r.get("workers"))))
+    result = {
+        "benchmark": "build_scaling_facts",
+        "build": "the default build: --generate facts --facts-items ngrams, weighted n-gram "
+                 "release, template notes, the packaged embedder on CPU for index.faiss",
+        "options": {k: v for k, v in facts_options(args).items()
+                    if k not in ("runner", "workers", "device")},
+        "data": {"generator": "dpsynrag.eval.datasets.write_clinic_dataset",
+                 "diseases": args.diseases, "seed": args.data_seed},
+        "measures": {
+            "build_seconds": "run_build stage_seconds['total'] (the embedder loaded before)",
+            "peak_rss_mib": f"psutil: max over samples every {SAMPLE_SECONDS} s of the summed "
+                            "RSS of the build's process and all its descendants (Beam's "
+                            "worker processes); shared pages count once per process",
+            "child_maxrss_mib": "os.wait4 ru_maxrss of the build's process alone",
+        },
+        "runs": runs,
+        "comparison": facts_comparison(runs),
+    }
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
