@@ -71,6 +71,22 @@ def _set_name(record: dict[str, Any]) -> str:
     return str((record.get("dataset") or {}).get("name", "?"))
 
 
+def _merge(cell: Cell, row: dict[str, Any], report: str, what: str) -> None:
+    """A cell measured by two reports (recall over 3 runs in one, the reader's accuracy over
+    fewer in another): each metric comes from the report with more runs of it; the same
+    metric over as many runs in both is refused (the folder must say one thing)."""
+    metrics = dict(cell.row["metrics"])
+    for name, stats in row["metrics"].items():
+        if name not in metrics or stats["n"] > metrics[name]["n"]:
+            metrics[name] = stats
+        elif stats["n"] == metrics[name]["n"]:
+            raise TableError(f"{what} is in two reports ({cell.report}, {report}) that both "
+                             f"measure {name} over {stats['n']} runs: keep one")
+    cell.row = {**cell.row, "metrics": metrics,
+                "n_runs": max(cell.row["n_runs"], row["n_runs"])}
+    cell.report = f"{cell.report}, {report}"
+
+
 def collect(folder: Path = CURRENT) -> list[DataSet]:
     """Every (data set, method, epsilon) of the reports under ``folder``, in name order."""
     sets: dict[str, DataSet] = {}
@@ -89,9 +105,9 @@ def collect(folder: Path = CURRENT) -> list[DataSet]:
         for row in summarise(record):
             key = (row["method"], row["epsilon"])
             if key in data.cells:
-                raise TableError(
-                    f"{name}: {key[0]} at epsilon {key[1]} is in two reports "
-                    f"({data.cells[key].report}, {path.parent.name}): keep one")
+                _merge(data.cells[key], row, path.parent.name, f"{name}: {key[0]} at epsilon "
+                       f"{key[1]}")
+                continue
             data.cells[key] = Cell(row, path.parent.name, rules.get(key, set()))
     return [sets[name] for name in sorted(sets)]
 
@@ -170,8 +186,10 @@ def render_guide(sets: list[DataSet], *, link: str = "../benchmarks/results/curr
             if key[0] != RAG:
                 names = _mean(cell, "names_in_corpus")
                 spans = _mean(cell, "verbatim_spans_one_note")
+                inside = _mean(cell, "verbatim_spans_one_note_in_spans")
                 leaks = ("-" if names is None or spans is None
-                         else f"{names:g}, {spans:g}")
+                         else f"{names:g}, {spans:g}"
+                         + ("" if inside is None else f" ({inside:g} in spans)"))
             ratio = key[0] != RAG
             lines.append(
                 f"| {data.name if i == 0 else ''} | {key[0]} | {_epsilon(key[1])} | "
@@ -179,7 +197,8 @@ def render_guide(sets: list[DataSet], *, link: str = "../benchmarks/results/curr
                 f"{_ratio(cell, rag, 'recall_at_k') if ratio else ''} | "
                 f"{_percent(cell, 'recall_at_k_weighted')} | {_percent(cell, 'accuracy')} | "
                 f"{_ratio(cell, rag, 'accuracy') if ratio else ''} | {leaks} | "
-                f"[{cell.report}]({link}/{cell.report}/results.md) |")
+                + ", ".join(f"[{r}]({link}/{r}/results.md)" for r in cell.report.split(", "))
+                + " |")
     return "\n".join(lines)
 
 

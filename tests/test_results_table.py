@@ -76,6 +76,23 @@ def test_a_cell_measured_by_two_reports_is_refused(table: ModuleType, tmp_path: 
         table.collect(tmp_path)
 
 
+def test_a_cell_of_two_reports_takes_each_metric_from_the_one_with_more_runs(
+        table: ModuleType, tmp_path: Path) -> None:
+    recall = [{"recall_at_k": r, "code": {"facts_rules": 18}} for r in (0.5, 0.7, 0.6)]
+    _report(tmp_path, "recall", "films", [
+        {"method": "dp-synrag-facts", "epsilon": 1.0, "runs": recall}])
+    _report(tmp_path, "reader", "films", [
+        {"method": "dp-synrag-facts", "epsilon": 1.0, "runs": _runs((0.9, 0.3))}])
+    (data,) = table.collect(tmp_path)
+    cell = data.cells[("dp-synrag-facts", 1.0)]
+    assert cell.row["metrics"]["recall_at_k"]["n"] == 3  # the 3 runs, not the reader's 1
+    assert cell.row["metrics"]["recall_at_k"]["mean"] == pytest.approx(0.6)
+    assert cell.row["metrics"]["accuracy"]["mean"] == pytest.approx(0.3)
+    assert cell.report == "reader, recall"
+    guide = table.render_guide([data], link="r").splitlines()
+    assert _cells(guide[-1])[-1] == "[reader](r/reader/results.md), [recall](r/recall/results.md)"
+
+
 def test_only_the_block_between_the_markers_is_replaced(table: ModuleType) -> None:
     text = f"intro\n{table.START}\nold\n{table.END}\nrest\n"
     assert table.replace_block(text, "new") == f"intro\n{table.START}\nnew\n{table.END}\nrest\n"
