@@ -10,11 +10,12 @@ selection later keeps the terms that enough documents share.
 
 Privacy rests on one property: a document's terms and roles are a fixed public function of
 that document alone (its text, the public vocabulary V, the stopword list, ``wordfreq``'s
-shipped frequencies, the public role lexicon ``ROLE_CUES`` and ``K_e``). Adding or removing
+shipped frequencies, the public lexicon pack ``PACK`` and ``K_e``). Adding or removing
 one document adds or removes its own <= K_e (term, role) pairs and changes no other
 document's. Nothing here is released or logged.
 
-The rule (all constants public, below):
+The rule (all constants public, below; every word list, cue table and role table is read
+from the lexicon pack ``PACK``, ``dpsynrag/resources/packs/en``: ``facts.packs``):
 
 1. Tokens and clauses as in ``facts.phrases``: runs of letters/digits joined by inner
    apostrophes, hyphens, underscores or dots; a clause is a stretch of tokens separated by
@@ -170,27 +171,30 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dpsynrag.facts.packs import builtin_pack
 from dpsynrag.facts.person_names import given_names, surnames
 from dpsynrag.facts.phrases import _IDENT, _NAME, _classify, _Info, _zipf, scan_tokens
 from dpsynrag.transforms.keywords import _check_k, inflected_form
 from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
 
-__all__ = ["COMMON_ZIPF", "MAX_WORDS", "NAME_ARTICLES", "NAMING_ROLES", "NO_ROLE_RANK",
+__all__ = ["COMMON_ZIPF", "MAX_WORDS", "NAME_ARTICLES", "NAMING_ROLES", "NO_ROLE_RANK", "PACK",
            "ROLES", "ROLE_CUES", "ROLE_RANK", "UNANNOUNCED_RANK", "DocumentTerms", "cue_form",
            "cue_of", "document_terms"]
+
+#: The lexicon pack every word list, cue table and role table below is read from: the
+#: built-in English pack (``dpsynrag/resources/packs/en``, ``facts.packs``). Its files are
+#: named with their sha256 in a terms build's certificate (``accounting.public_data``).
+PACK = builtin_pack()
+_PACK = PACK
 
 #: Longest term, in tokens.
 MAX_WORDS = 4
 #: Verbs of saying or finding: the term right after one (past ``SAID_GLUE``) is what a record
 #: says something is, first among a record's uncued terms (rule 5; public).
-SAYING_VERBS = frozenset(("says", "said", "say", "reckons", "reckoned", "thinks", "thought",
-                          "spotted", "found", "concluded", "called", "confirmed", "declared",
-                          "believe", "believes", "believed", "told", "tells", "telling", "sez"))
-SAID_GLUE = frozenset(("it's", "its", "it", "is", "was", "that", "this", "a", "an", "me",
-                       "us", "him", "her", "them", "i", "you", "he", "she", "we", "they",
-                       "have", "has", "had"))
+SAYING_VERBS = _PACK.words("cues", "saying_verbs")
+SAID_GLUE = _PACK.words("grammar", "said_glue")
 #: Forms of "have": a role walk stops at one ("who has readings above 140/90", rule 4).
-POSSESSIVE_VERBS = frozenset(("has", "had", "have"))
+POSSESSIVE_VERBS = _PACK.words("grammar", "possessive_verbs")
 #: A lowercase word outside V of at most this many letters is no term alone: chat shorthand
 #: ("pls", "rn", "tbh"), not a name (public).
 SHORT_WORD = 3
@@ -204,97 +208,57 @@ CUE_REACH = 12
 #: The public role lexicon: cue word -> role. Roles are what a reader needs to tell which
 #: item answers which question; the lexicon covers clinical notes, support tickets and
 #: reviews. It is public (part of the package), never derived from data.
-ROLE_CUES: dict[str, str] = {
-    **dict.fromkeys(("diagnosed", "diagnosis", "diagnoses", "diagnose", "assessment",
-                     "impression", "consistent", "confirmed", "confirms", "suspected",
-                     "dx", "indication", "indications", "attests", "attested",
-                     "reckons", "reckoned", "suggestive", "indicative", "likely", "probable",
-                     "imp", "ddx", "attribute", "attributed", "attributable", "compatible"),
-                    "diagnosis"),
-    **dict.fromkeys(("presenting", "presented", "presents", "complains", "complained",
-                     "complaining", "complaint", "complaints", "reports", "reported",
-                     "reporting", "symptoms", "symptom", "experiencing", "experiences",
-                     "experienced", "noticed", "notices", "developed", "describes",
-                     "described", "signs", "including", "suffering", "suffers", "suffered",
-                     "hpi", "sx", "hx"),
-                    "symptom"),
-    **dict.fromkeys(("treated", "treatment", "treat", "prescribed", "prescription",
-                     "prescribe", "started", "starting", "plan", "recommended", "medication",
-                     "managed", "manage", "management", "given", "advised", "commenced",
-                     "course", "regimen",
-                     "therapy", "continue", "continued", "taking", "fix", "fixed", "workaround",
-                     "resolved", "resolve", "solution", "solved", "reinstall", "reinstalling",
-                     "patch", "remedy", "rx", "tx", "gave", "gives"), "treatment"),
-    **dict.fromkeys(("watched", "watching", "watch", "film", "movie", "titled",
-                     "called", "recommends", "saw", "streamed", "picked", "reviewed",
-                     "review", "favourite", "favorite", "rewatched"),
-                    "title"),
-    **dict.fromkeys(("product", "app", "application", "using", "uses", "software", "device",
-                     "version", "installed", "upgraded", "tool", "service", "feature",
-                     "subscription"), "product"),
-    **dict.fromkeys(("error", "code", "message", "fails", "failed", "failure", "crash",
-                     "crashes", "crashed", "exception", "shows", "displays"), "error"),
-    **dict.fromkeys(("directed", "director", "starring", "stars", "actor", "actress"),
-                    "credit"),
-}
+ROLE_CUES: dict[str, str] = _PACK.table("cues", "cues")
 #: Words of a record's status before what it names ("excluded, active kidney stones",
 #: "known asthma", "possible gout"): lowercase, they end a term (public).
-STATUS_WORDS = frozenset(("active", "current", "known", "possible", "presumed", "ongoing",
-                          "resolving", "resolved", "underlying", "existing", "previous",
-                          "pre-existing", "preexisting", "suspected", "confirmed", "probable",
-                          "long-standing", "longstanding"))
+STATUS_WORDS = _PACK.words("breaks", "status_words")
 #: Words of hesitation in speech ("it's um sinus infection", rule 7): a break in any case.
-FILLER_WORDS = frozenset(("um", "umm", "uh", "uhh", "er", "erm", "hmm", "hm", "ah", "eh"))
+FILLER_WORDS = _PACK.words("breaks", "filler_words")
 #: Lowercase words of elapsed time that end a term ("diagnosed with pneumonia last week",
 #: "at long last", "two days ago", rule 7; a capitalised "Last" may start a title).
-TIME_BREAKS = frozenset(("last", "ago"))
+TIME_BREAKS = _PACK.words("breaks", "time_breaks")
 #: Family words that name a person ("Things to tell Mum", rule 7): ranked like a person's
 #: name (public).
-KIN_WORDS = frozenset(("mum", "mom", "mummy", "mommy", "dad", "daddy", "nan", "nana", "gran",
-                       "granny", "grandma", "grandpa", "grandad", "granddad", "auntie",
-                       "aunty", "uncle"))
+KIN_WORDS = _PACK.words("names", "kin_words")
 #: Clinical shorthand for findings that are none ("NKDA", "NAD", "PRN", "PMHx: nil sig",
 #: rule 7; public): a break, never a term.
-CLINICAL_SHORTHAND = frozenset(("nkda", "nad", "prn", "pmhx", "dhx", "shx", "fhx", "pmh",
-                                "nil", "sig", "nfa", "tbc"))
+CLINICAL_SHORTHAND = _PACK.words("breaks", "clinical_shorthand")
 #: The naming cues that are nouns ("the film X", "error code E-4471", "Product: X"): they
 #: name only what follows them directly or after a colon, or their purpose after "for"/"of"
 #: ("a fix for X" is a verb cue's), never a term reached over a verb form or another
 #: preposition ("a horror film featuring a twin brother", "a film about a rival chef", "an
 #: error message from space"): there the term is what the film or message holds.
-NOUN_CUES = frozenset((
-    "film", "movie", "review", "favourite", "favorite", "product", "app", "application",
-    "software", "device", "version", "tool", "service", "feature", "subscription", "error",
-    "code", "message", "crash", "failure", "exception"))
+NOUN_CUES = _PACK.words("cues", "noun_cues")
 #: The tails of English contractions: a contraction of a stopword ("it's", "I'll", "that's",
 #: "we've", "don't") is a stopword too (it ends a term; a role walk passes it: "reckons
 #: it's hay fever").
-CONTRACTION_TAILS = frozenset(("s", "ll", "re", "ve", "d", "m", "t"))
+CONTRACTION_TAILS = _PACK.words("grammar", "contraction_tails")
+#: Bases of a negated contraction that are no stopword themselves ("don't", "won't",
+#: "can't", "shan't"): a stopword too.
+NEGATED_CONTRACTIONS = _PACK.words("grammar", "negated_contractions")
+#: Capital letters alone that are words, not a suffix ("hepatitis B"; "A" starting a
+#: sentence is the article).
+LETTER_WORDS = _PACK.words("grammar", "letter_words")
+#: Articles that may start the item of an unannounced list (rule 6).
+LIST_ARTICLES = _PACK.words("grammar", "list_articles")
+#: British spellings of verb endings, read as the American ones ("mobilising", rule 2).
+BRITISH_ENDINGS = _PACK.table("shapes", "british_endings")
 #: Endings of international nonproprietary drug names (the WHO's public stems, and a few
 #: common endings of drug names): a word of a term no cue announces that ends in one, is at
 #: least ``DRUG_MIN_LENGTH`` letters long and rarer than ``DRUG_ZIPF`` names a drug, so the
 #: term gets the treatment role ("currently on clarithromycin", "| nitrofurantoin |"): what a
 #: record is about is not the drug it names.
-DRUG_STEMS = (
-    "cillin", "mycin", "micin", "cycline", "floxacin", "azole", "tidine", "olol", "pril",
-    "sartan", "dipine", "statin", "parin", "xaban", "gatran", "grel", "semide", "thiazide",
-    "setron", "triptan", "oxetine", "pramine", "azepam", "zolam", "profen", "fenac", "coxib",
-    "caine", "sone", "olone", "terol", "amol", "vir", "formin", "gliptin", "gliflozin",
-    "glitazone", "lukast", "tadine", "izine", "osin", "verine", "toin", "clav", "oxine",
-    "histine", "chicine", "proxen", "cobalamin", "potriol", "afine", "phenicol", "tropium",
-    "dronate", "mab", "tinib", "zepine", "peridol", "apine", "idone", "oxacin", "nazole",
-    "conazole")
+DRUG_STEMS = _PACK.sequence("shapes", "drug_stems")
 DRUG_MIN_LENGTH = 7
 DRUG_ZIPF = 3.5
 #: The roles, in their public rank order (``ROLE_RANK``) and the column order of the role
 #: histogram (public). A note writes them in ``fact_writer.ROLE_LABELS``'s order.
-ROLES: tuple[str, ...] = ("diagnosis", "title", "product", "error", "treatment", "symptom",
-                          "credit")
+ROLES: tuple[str, ...] = _PACK.sequence("roles", "roles")
 #: The roles that name what a record is about (public): the answer a reader looks for. They
 #: share the first rank, in a document's choice of terms and in the clusters' anchor order,
 #: so that among them the more specific name comes first (an open-vocabulary error code
 #: before a template word tagged as a product: "restart the app", "the log shows error X").
-NAMING_ROLES = frozenset({"diagnosis", "title", "product", "error"})
+NAMING_ROLES = _PACK.words("roles", "naming")
 #: Each role's public rank (lower first): the naming roles share 0, the others their place
 #: in ``ROLES``; a term without a role ranks ``NO_ROLE_RANK``, after all of them (before
 #: the release a document's unannounced terms are mostly names of people and places and
@@ -320,136 +284,72 @@ PREFIX_RANK = NO_ROLE_RANK
 #: told friends", "finally caught X", "have begun ibuprofen"). Forms that are often
 #: adjectives or nouns of a term ("broken", "frozen", "stolen", "lost", "left", "cut", "shot",
 #: "set") are not listed.
-IRREGULAR_VERBS = frozenset((
-    "told", "tells", "caught", "catches", "built", "builds", "begun", "began", "begins",
-    "brought", "brings", "bought", "buys", "taught", "teaches", "sought", "seeks", "fought",
-    "spoke", "spoken", "speaks", "chose", "chosen", "chooses", "drove", "driven", "ate",
-    "eaten", "drank", "ran", "sang", "sung", "swam", "knew", "known", "knows", "grew",
-    "grown", "threw", "thrown", "flew", "drew", "showed", "shown", "became", "become",
-    "becomes", "meant", "means", "met", "meets", "paid", "pays", "sent", "sends", "spent",
-    "spends", "slept", "sold", "sells", "heard", "hears", "understood", "stood", "sat",
-    "won", "wore", "rode", "rose", "woke", "forgot", "forgotten", "forgave", "gotten",
-    "done", "did", "does", "gone", "seen", "held", "holds", "dealt", "dug", "hung", "fled",
-    "found", "finds", "put", "puts", "let", "lets", "led", "leads", "gives", "believe",
-    "believes", "agree", "agrees", "suggests", "indicates", "reveals", "mentions",
-    "explains", "adds", "states", "concludes", "decides", "rang", "rings", "rung",
-))
+IRREGULAR_VERBS = _PACK.words("breaks", "irregular_verbs")
 #: Adverbs of time and manner that end a term ("finally caught X", public).
-ADVERBS = frozenset((
-    "finally", "recently", "suddenly", "usually", "really", "previously", "currently",
-    "initially", "eventually", "actually", "apparently", "probably", "possibly",
-    "certainly", "clearly", "quickly", "slowly", "gradually", "immediately", "later",
-    "soon", "lately", "often", "sometimes", "always", "tonight", "well", "straight",
-    "away", "again", "anyway", "enough", "already", "instead", "together",
-))
+ADVERBS = _PACK.words("breaks", "adverbs")
 #: Common report verbs that end a term (public).
-REPORT_VERBS = frozenset((
-    "has", "had", "have", "is", "was", "were", "are", "came", "comes", "come", "went", "goes",
-    "saw", "sees", "says", "said", "notes", "denies", "returns", "returned", "takes", "took",
-    "gets", "got", "keeps", "kept", "feels", "felt", "seems", "visit", "visits", "agreed",
-    "thinks", "thought", "loved", "loves", "liked", "likes", "hated", "enjoyed", "wrote",
-    "writes", "asks", "asked", "tried", "tries", "wants", "needs", "made", "makes", "gave",
-    "send", "get", "give", "take", "make", "try", "let", "bring", "tell", "ask", "say", "go",
-    "sez",
-    "know", "think", "feel", "want", "need", "keep", "see",
-    *IRREGULAR_VERBS,
-))
+REPORT_VERBS = _PACK.words("breaks", "report_verbs") | IRREGULAR_VERBS
 #: Words that join the items of a list: a cue before the list holds for every item.
-LIST_JOINERS = frozenset(("and", "or"))
+LIST_JOINERS = _PACK.words("grammar", "list_joiners")
 #: Calendar words end a term (a date is no fact; public).
-DATE_WORDS = frozenset((
-    "january", "february", "march", "april", "may", "june", "july", "august", "september",
-    "october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug",
-    "sep", "sept", "oct", "nov", "dec", "monday", "tuesday", "wednesday", "thursday",
-    "friday", "saturday", "sunday", "today", "yesterday", "tomorrow",
-))
+DATE_WORDS = _PACK.words("breaks", "months") | _PACK.words("breaks", "days")
 #: The articles that may start a name run (rule 2: "return The Endless Highway"); after a
 #: lowercase one the name alone is offered too (rule 8), and ``facts.term_choice`` places
 #: that name where its form with the article stands.
-NAME_ARTICLES = ("the", "a")
+NAME_ARTICLES = _PACK.sequence("names", "name_articles")
 #: Month names: a number right before one is a day ("Crimson Roads 5 September", rule 7);
 #: one before "yesterday" or "tonight" stays a title's ("Blue Whistle 1980 yesterday").
-MONTH_WORDS = frozenset(w for w in DATE_WORDS if w not in (
-    "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "today",
-    "yesterday", "tomorrow"))
+MONTH_WORDS = _PACK.words("breaks", "months")
 #: Marks after which a field starts ("Translator: Javier Dubois", "| Quiet Ribbon |"): its
 #: first word is capitalised like a sentence's ("Honestly, ...", "Background: ...").
-LABEL_MARKS = (":", "|", "=")
+LABEL_MARKS = _PACK.sequence("grammar", "label_marks")
 #: Subject pronouns: a word in -s right after one is a verb ("that fits hay fever", "it
 #: seems"), and ends a term.
-SUBJECT_PRONOUNS = frozenset(("he", "she", "it", "that", "this", "which", "who", "what",
-                              "there"))
+SUBJECT_PRONOUNS = _PACK.words("grammar", "subject_pronouns")
 #: Lowercase stopwords that may stay between two name words ("Master of the House").
-NAME_GLUE = frozenset(("of", "the", "and", "a", "an", "de", "la", "von", "van"))
+NAME_GLUE = _PACK.words("names", "name_glue")
 #: Titles of people: a break, and the name run right after one is a person's, not a term.
-HONORIFICS = frozenset(("dr", "mr", "mrs", "ms", "miss", "mx", "prof", "professor", "sir",
-                        "dame", "nurse", "doctor"))
+HONORIFICS = _PACK.words("names", "honorifics")
 #: Dose forms and schedules end a term: "oseltamivir tablets twice a day" -> "oseltamivir"
 #: (public; the drug, not its form, is the fact that documents share).
-FORM_WORDS = frozenset((
-    "tablet", "tablets", "capsule", "capsules", "pill", "pills", "drops", "cream", "creams",
-    "ointment", "ointments", "injection", "injections", "spray", "sprays", "inhaler",
-    "inhalers", "syrup", "lotion", "gel", "patches", "dose", "doses", "mg", "ml", "mcg",
-    "daily", "twice", "nightly", "weekly", "hourly", "applied", "orally",
-))
+FORM_WORDS = _PACK.words("breaks", "form_words")
 #: Prepositions over which a role reaches past one object word ("diagnosed the patient with").
-OBJECT_PREPOSITIONS = frozenset(("with", "as", "for", "from"))
+OBJECT_PREPOSITIONS = _PACK.words("grammar", "object_prepositions")
 #: Prepositions that introduce a term (the first one met walking back from it, past the
 #: earlier items of its list, decides whether a cue's purpose role applies).
-PREPOSITIONS = frozenset(("with", "as", "for", "from", "of", "against", "on", "to", "in",
-                          "at", "by", "after", "before", "since", "about", "into"))
+PREPOSITIONS = _PACK.words("grammar", "prepositions")
 #: Prepositions after which a cue names its purpose, not its object ("treated for X").
-PURPOSE_PREPOSITIONS = frozenset(("for", "of", "against"))
+PURPOSE_PREPOSITIONS = _PACK.words("grammar", "purpose_prepositions")
 #: The role of a term a cue names as its purpose (public grammar of clinical and support
 #: writing): what is treated is a diagnosis ("treated for influenza", "metformin for type 2
 #: diabetes", "treatment of gout"), what is fixed is an error ("a workaround for E-4685"),
 #: and "symptoms of X" name the disease. Cues not listed keep their role after "for"/"of"
 #: ("a course of amoxicillin", "complains of a cough", "a review of Copper Lantern").
-PURPOSE_ROLES: dict[str, str] = {
-    **dict.fromkeys(("treated", "treatment", "treat", "prescribed", "prescribe", "started",
-                     "starting", "recommended", "medication", "managed", "manage",
-                     "management", "given", "advised", "commenced", "therapy", "continue",
-                     "continued", "taking"), "diagnosis"),
-    **dict.fromkeys(("fix", "fixed", "workaround", "resolved", "resolve", "solution",
-                     "solved", "reinstall", "reinstalling", "patch", "remedy"), "error"),
-    **dict.fromkeys(("symptoms", "symptom", "signs"), "diagnosis"),
-}
+PURPOSE_ROLES: dict[str, str] = _PACK.table("cues", "purpose")
 #: The role of a term that a passive cue acts on, where it differs from the cue's own: what
 #: is treated or managed is a diagnosis ("her migraine was managed with sumatriptan"); what
 #: "was fixed" may be a product as well as an error, so it gets no role; a drug that "was
 #: prescribed" keeps the treatment role.
-PASSIVE_ROLES: dict[str, str] = {
-    **dict.fromkeys(("treated", "managed"), "diagnosis"),
-    **dict.fromkeys(("fixed", "resolved", "solved", "patched"), ""),
-}
+PASSIVE_ROLES: dict[str, str] = _PACK.table("cues", "passive")
 #: Words of a visit that name its reason after "for" ("seen for kidney stones", "admitted
 #: for pneumonia", "follow-up for hay fever"): a diagnosis. Without "for" they give no role.
 #: Lowercase, they end a term ("routine checkup" is no fact).
-ENCOUNTER_WORDS = frozenset((
-    "seen", "admitted", "admission", "referred", "referral", "evaluated", "evaluation",
-    "visit", "visits", "visited", "visiting", "appointment", "consultation", "consult",
-    "follow-up", "followup", "checkup", "check-up", "attended", "attends", "returned"))
+ENCOUNTER_WORDS = _PACK.words("cues", "encounter_words")
 #: Words that name a diagnosis after "of" ("a case of shingles", "a flare of gout", "a
 #: history of asthma", "a bout of food poisoning"). Lowercase, they end a term.
-EPISODE_WORDS = frozenset((
-    "case", "cases", "bout", "bouts", "flare", "flares", "flare-up", "flare-ups", "history",
-    "recurrence", "relapse"))
+EPISODE_WORDS = _PACK.words("cues", "episode_words")
 #: The visit and episode words: lowercase, they end a term.
 VISIT_WORDS = ENCOUNTER_WORDS | EPISODE_WORDS
 #: Forms of "be" and "have" that make a cue after a term passive ("influenza was diagnosed",
 #: "her migraine has been managed with sumatriptan": the term is what the cue acts on).
-PASSIVE_AUXILIARIES = frozenset(("is", "was", "were", "are", "be", "been", "being", "has",
-                                 "have", "had", "got", "gets"))
+PASSIVE_AUXILIARIES = _PACK.words("grammar", "passive_auxiliaries")
 #: Longest symptom item, in tokens ("hair loss in circular patches", rule 6).
 MAX_ITEM_WORDS = 6
 #: Stopwords that may stay inside a symptom item ("ringing in the ears", "pain when chewing").
-ITEM_GLUE = frozenset(("in", "on", "at", "of", "the", "a", "an", "when", "after", "before",
-                       "behind", "under", "below", "above", "over", "around", "across",
-                       "along", "between", "during", "while", "into", "to", "from", "by",
-                       "near", "through", "upon", "within"))
+ITEM_GLUE = _PACK.words("grammar", "item_glue")
 #: The roles whose list items are kept whole (rule 6): descriptions, not names (a note writes
 #: them as released, lowercase: ``fact_writer.role_sentences``).
-ITEM_ROLES = frozenset(("symptom",))
+ITEM_ROLES = _PACK.words("roles", "items")
 
 
 @functools.cache
@@ -544,7 +444,7 @@ def document_terms(texts: Sequence[str], vocab: PublicVocabulary, K_e: int
         if inflected_form(canon, vocab.index) is not None:
             return True
         # British spelling: "mobilising", "recognised"
-        for british, american in (("ising", "izing"), ("ised", "ized")):
+        for british, american in BRITISH_ENDINGS.items():
             if canon.endswith(british):
                 return inflected_form(canon[:-len(british)] + american,
                                       vocab.index) is not None
@@ -562,7 +462,7 @@ TYPO_ZIPF = 2.0
 TYPO_NEIGHBOUR_ZIPF = 4.0
 #: Shortest misspelt word (rule 9): shorter ones have too many neighbours ("sez", "bak").
 TYPO_MIN_LETTERS = 4
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+_LETTERS = _PACK.text("shapes", "alphabet")
 
 
 def _misspelt(token: str, found: _Info, vocab: PublicVocabulary) -> str | None:
@@ -599,7 +499,7 @@ def _contracted_stopword(canon: str, stop: frozenset[str]) -> bool:
     if not mark:
         return False
     if tail == "t" and base.endswith("n"):
-        return base in stop or base[:-1] in stop or base in ("don", "won", "can", "shan")
+        return base in stop or base[:-1] in stop or base in NEGATED_CONTRACTIONS
     return base in stop and tail in CONTRACTION_TAILS
 
 
@@ -662,7 +562,7 @@ def _kind(token: str, tok: _Info, initial: bool, verb_form: Callable[[str], bool
     capital = token[:1].isupper()
     if canon in HONORIFICS:
         return _HONORK
-    if len(token) == 1 and capital and not initial and token not in ("I", "A"):
+    if len(token) == 1 and capital and not initial and token not in LETTER_WORDS:
         return _SUFFIXK  # "hepatitis B" ("A" starting a sentence is the article)
     if len(canon) <= 3 and canon[0].isalpha() and canon[1:].isdigit():
         return _SUFFIXK  # "B12", "D3"
@@ -911,7 +811,7 @@ def _word_part(part: str, whole: str) -> bool:
 HEADING_DEMOTION = 1
 PERSON_DEMOTION = 2
 #: The role of the words of an unannounced list's items (rule 6): a description.
-_DESCRIBED_ROLE = "symptom"
+_DESCRIBED_ROLE = _PACK.text("roles", "described")
 
 
 def _person_shaped(tokens: list[_Tok], piece: list[int], known: Callable[[str], bool]
@@ -980,11 +880,11 @@ def _said(tokens: list[_Tok], first: int) -> bool:
 #: A number with a unit of time, size, dose or age ("05m", "3h", "250mg", "6yo", "2wks"):
 #: a measurement, no term (rule 10; public).
 _MEASURE = re.compile(
-    r"\d+(?:[.,]\d+)?(?:h|hr|hrs|m|min|mins|s|sec|secs|ms|d|wk|wks|mo|mos|yr|yrs|y|yo|kg|g|"
-    r"mg|mcg|lb|lbs|oz|cm|mm|km|mi|ml|l|am|pm|st|nd|rd|th|k|x)")
+    r"\d+(?:[.,]\d+)?(?:"
+    + "|".join(re.escape(unit) for unit in _PACK.sequence("shapes", "measure_units")) + ")")
 #: Dashes that part a clinician's name from what follows (rule 9: "Examining physician:
 #: Dr. Roe - fit to dive" reports no act of hers).
-CLAUSE_DASHES = frozenset(("-", "\u2013", "\u2014"))
+CLAUSE_DASHES = _PACK.words("grammar", "clause_dashes")
 #: How many tokens a clinician's act may take between the name and the term (rule 7).
 CLINICIAN_REACH = 6
 
@@ -1271,7 +1171,7 @@ def _unannounced_lists(tokens: list[_Tok], segments: list[tuple[list[int], str]]
         while m >= 0:
             members.append(m)
             first = tokens[segments[m][0][0]]
-            if (first.info.stop and first.info.canon not in ("a", "an", "the")) \
+            if (first.info.stop and first.info.canon not in LIST_ARTICLES) \
                     or any(_leads_in(tokens, i) for i in segments[m][0]) \
                     or segments[m][1] != "," or (
                     m and tokens[segments[m - 1][0][0]].sentence != first.sentence):
