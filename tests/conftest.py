@@ -38,7 +38,8 @@ SPREAD_TESTS = ("tests/test_runbooks.py::test_runbook_runs_as_written[",)
 SLOW_FILES = ("tests/test_facts_build.py", "tests/test_build.py", "tests/test_ray_runner.py",
               "tests/test_ingest.py", "tests/test_eval_harness.py", "tests/test_step_resume.py",
               "tests/test_samplers_statistical.py", "tests/test_models.py",
-              "tests/test_preflight.py")
+              "tests/test_preflight.py", "tests/test_beam_ngrams.py",
+              "tests/test_verify_mutations.py")
 
 
 def unit_of(nodeid: str) -> str:
