@@ -51,9 +51,9 @@ def _resign(out: Path, key: Path, change) -> None:
 
 def test_each_mode_names_the_lists_it_reads() -> None:
     assert public_data.public_lists_for(TERMS) == ["stopwords", "word_frequency_prior",
-                                                   "given_names", "surnames"]
+                                                   "given_names", "surnames", "lexicon_pack"]
     assert public_data.public_lists_for({**TERMS, "facts_items": "open"}) == [
-        "stopwords", "word_frequency_prior"]
+        "stopwords", "word_frequency_prior", "lexicon_pack"]
     assert public_data.public_lists_for({"generate": "facts", "facts_items": "ngrams"}) == [
         "stopwords"]
     assert public_data.public_lists_for({"generate": "tokens", "keywords": "llm"}) == [
@@ -65,7 +65,8 @@ def test_each_mode_names_the_lists_it_reads() -> None:
 def test_the_certificate_hashes_what_the_terms_read(tmp_path: Path) -> None:
     out, key = _output(tmp_path, TERMS)
     recorded = load_certificate(out / "certificate.json")["public_data"]
-    assert set(recorded) == {"stopwords", "word_frequency_prior", "given_names", "surnames"}
+    assert set(recorded) == {"stopwords", "word_frequency_prior", "given_names", "surnames",
+                             "lexicon_pack"}
     names = "\n".join(sorted(person_names.surnames())).encode()
     assert recorded["surnames"]["sha256"] == hashlib.sha256(names).hexdigest()
     given = "\n".join(sorted(person_names.given_names())).encode()

@@ -12,7 +12,12 @@ tell exactly which lists those were, and ``verify`` hashes the installed ones ag
   facts mode's terms and phrases (rarity);
 * ``given_names`` and ``surnames``: Faker's person providers, every locale
   (``facts.person_names``): the facts mode's terms tell a person's name from a title of
-  ordinary words. Hashed as read: the sorted lowercase names, one a line.
+  ordinary words. Hashed as read: the sorted lowercase names, one a line;
+* ``lexicon_pack``: the terms mode's lexicon pack, ``dpsynrag/resources/packs/en``
+  (``facts.packs``: every word list, cue table and role table of ``facts.terms``; the roles
+  a note of a terms or open build writes). Each file is named with its sha256 (``files``:
+  ``pack.toml`` and the files it names) and ``sha256`` is the hash of those
+  ``sha256  file`` lines, sorted (``files_sha256``); verify names the files that differ.
 
 The public vocabulary V itself is the certificate's ``vocabulary_sha256``. Nothing here reads
 a document.
@@ -21,15 +26,20 @@ a document.
 from __future__ import annotations
 
 import hashlib
+import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from importlib.metadata import PackageNotFoundError, version
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PUBLIC_LISTS", "check_public_data", "public_data", "public_lists_for"]
+__all__ = ["LEXICON_PACK", "PUBLIC_LISTS", "check_public_data", "files_sha256", "pack_root",
+           "public_data", "public_lists_for"]
 
 STOPWORDS_FILE = "stopwords.txt"
+#: The lexicon pack of the terms mode (``facts.packs.BUILTIN_PACK``).
+LEXICON_PACK = "en"
 
 #: What each list shapes, in words (the certificate's ``shapes``).
 PUBLIC_LISTS = {
@@ -38,6 +48,8 @@ PUBLIC_LISTS = {
     "word_frequency_prior": "the rarity of a word: statistical keywords, terms and phrases",
     "given_names": "person names among a document's terms (given names)",
     "surnames": "person names among a document's terms (surnames)",
+    "lexicon_pack": "the terms mode's word lists, cue tables and role tables: a document's "
+                    "terms and their roles, the roles a note writes",
 }
 
 
@@ -50,6 +62,8 @@ def public_lists_for(config: Mapping[str, Any]) -> list[str]:
         names.append("word_frequency_prior")
     if generate == "facts" and items == "terms":
         names += ["given_names", "surnames"]
+    if generate == "facts" and items in ("terms", "open"):
+        names.append("lexicon_pack")
     return names
 
 
@@ -88,19 +102,60 @@ def _names(which: str) -> dict[str, str]:
             "sha256": _sha256_lines(names)}
 
 
-_IDENTITIES: dict[str, Callable[[], dict[str, str]]] = {
+def pack_root(name: str) -> Traversable:
+    """The folder of a lexicon pack shipped with the package (``resources/packs/NAME``)."""
+    return resources.files("dpsynrag.resources").joinpath("packs", name)
+
+
+def files_sha256(file_sha256: Mapping[str, str]) -> str:
+    """One hash of a pack's files: the sha256 of its ``sha256  file`` lines, sorted by file
+    (as ``sha256sum`` writes them)."""
+    lines = "".join(f"{digest}  {name}\n" for name, digest in sorted(file_sha256.items()))
+    return hashlib.sha256(lines.encode("utf-8")).hexdigest()
+
+
+def _lexicon_pack() -> dict[str, Any]:
+    """The installed lexicon pack's files, each with its sha256: ``pack.toml`` and the files
+    its ``[files]`` names (the pack's checks are ``facts.packs.load_pack``'s)."""
+    root = pack_root(LEXICON_PACK)
+    meta_bytes = root.joinpath("pack.toml").read_bytes()
+    meta = tomllib.loads(meta_bytes.decode("utf-8"))
+    files = meta.get("files")
+    if not isinstance(files, dict) or not all(isinstance(f, str) for f in files.values()):
+        raise ValueError("pack.toml names no files")
+    hashes = {"pack.toml": hashlib.sha256(meta_bytes).hexdigest()}
+    for name in sorted(set(files.values())):
+        hashes[name] = hashlib.sha256(root.joinpath(name).read_bytes()).hexdigest()
+    return {"source": f"dpsynrag/resources/packs/{LEXICON_PACK} (pack {meta.get('name')} "
+                      f"version {meta.get('version')}, language {meta.get('language')})",
+            "sha256": files_sha256(hashes), "files": hashes}
+
+
+_IDENTITIES: dict[str, Callable[[], dict[str, Any]]] = {
     "stopwords": _stopwords,
     "word_frequency_prior": _prior,
     "given_names": lambda: _names("given_names"),
     "surnames": lambda: _names("surnames"),
+    "lexicon_pack": _lexicon_pack,
 }
 
 
-def public_data(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+def public_data(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The certificate's ``public_data``: each list a build of ``config`` reads, with what it
     shapes, its source (package and version, or file) and the sha256 of what was read."""
     return {name: {"shapes": PUBLIC_LISTS[name], **_IDENTITIES[name]()}
             for name in public_lists_for(config)}
+
+
+def _files_differ(installed: Mapping[str, Any], entry: Mapping[str, Any]) -> str:
+    """For a pack: the files whose sha256 differs between the installed pack and the
+    certificate's entry (", files that differ: cues.toml"); "" for a list of one file."""
+    here, there = installed.get("files"), entry.get("files")
+    if not isinstance(here, dict) or not isinstance(there, dict):
+        return ""
+    differ = sorted(name for name in set(here) | set(there)
+                    if here.get(name) != there.get(name))
+    return f" (files that differ: {', '.join(differ)})" if differ else ""
 
 
 def check_public_data(recorded: Any, config: Mapping[str, Any], *,
@@ -138,7 +193,7 @@ def check_public_data(recorded: Any, config: Mapping[str, Any], *,
             continue
         try:
             installed = identity()
-        except (ImportError, OSError, KeyError) as error:
+        except (ImportError, OSError, KeyError, ValueError) as error:
             problems.append(f"public data: {name} cannot be checked here ({type(error).__name__}"
                             f"); install the build's packages ({entry.get('source')})")
             continue
@@ -146,7 +201,8 @@ def check_public_data(recorded: Any, config: Mapping[str, Any], *,
             problems.append(f"public data: {name}: the installed list ({installed['source']}) "
                             f"does not match the build's ({entry.get('source')}): sha256 "
                             f"{installed['sha256'][:16]}... here, {entry['sha256'][:16]}... in "
-                            "the certificate; verify where the build's packages are installed")
+                            f"the certificate{_files_differ(installed, entry)}; verify where "
+                            "the build's packages are installed")
     if prior is not None and isinstance(recorded, dict) \
             and isinstance(recorded.get("word_frequency_prior"), dict) \
             and recorded["word_frequency_prior"].get("sha256") != prior:

@@ -31,18 +31,19 @@ import hashlib
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, NoReturn
+
+from dpsynrag.accounting.public_data import LEXICON_PACK, files_sha256, pack_root
 
 __all__ = ["BUILTIN_PACK", "PACK_FILE", "RULE_ROLES", "SCHEMA", "Entry", "Pack", "PackError",
            "builtin_pack", "builtin_pack_root", "load_pack"]
 
 #: The pack's own file: its name, language, version, description and ``[files]``.
 PACK_FILE = "pack.toml"
-#: The pack ``--facts-items terms`` reads.
-BUILTIN_PACK = "en"
+#: The pack ``--facts-items terms`` reads (the one its certificate names).
+BUILTIN_PACK = LEXICON_PACK
 #: The roles the terms rule names in its code (``facts.terms``: a drug's treatment role, a
 #: visit's diagnosis, a title's check): every pack's ``roles`` holds them.
 RULE_ROLES = ("diagnosis", "title", "treatment")
@@ -132,8 +133,9 @@ class Pack:
 
     @property
     def sha256(self) -> str:
-        """One hash of the whole pack: sha256 of its ``sha256  file`` lines, sorted."""
-        return pack_sha256(self.file_sha256)
+        """One hash of the whole pack: sha256 of its ``sha256  file`` lines, sorted (the
+        certificate's ``public_data.lexicon_pack.sha256``)."""
+        return files_sha256(self.file_sha256)
 
     def words(self, kind: str, name: str) -> frozenset[str]:
         return frozenset(self._get(kind, name, (WORDS, SEQUENCE)))
@@ -154,15 +156,9 @@ class Pack:
         return self.entries[kind][name]
 
 
-def pack_sha256(file_sha256: Mapping[str, str]) -> str:
-    """The sha256 of a pack's ``sha256  file`` lines (sorted by file, as ``sha256sum``)."""
-    lines = "".join(f"{digest}  {name}\n" for name, digest in sorted(file_sha256.items()))
-    return hashlib.sha256(lines.encode("utf-8")).hexdigest()
-
-
 def builtin_pack_root(name: str = BUILTIN_PACK) -> Traversable:
     """The folder of a pack shipped with the package (``dpsynrag/resources/packs/NAME``)."""
-    return resources.files("dpsynrag.resources").joinpath("packs", name)
+    return pack_root(name)
 
 
 @functools.cache
