@@ -209,3 +209,16 @@ def test_the_pack_hash_changes_when_a_pack_file_changes(
     assert "(files that differ: cues.toml)" in problems[0]
     monkeypatch.undo()
     assert verify_output(out, public) == []
+
+
+def test_the_pack_files_are_package_data() -> None:
+    """pyproject.toml's package-data puts every pack file in the wheel."""
+    import tomllib
+    from fnmatch import fnmatch
+
+    pyproject = Path(__file__).parent.parent / "pyproject.toml"
+    globs = tomllib.loads(pyproject.read_text("utf-8"))["tool"]["setuptools"]["package-data"][
+        "dpsynrag"]
+    package = PACK_DIR.parent.parent.parent
+    files = sorted(p.relative_to(package).as_posix() for p in PACK_DIR.iterdir())
+    assert files and all(any(fnmatch(f, g) for g in globs) for f in files), files
