@@ -11,7 +11,7 @@ tell exactly which lists those were, and ``verify`` hashes the installed ones ag
   the file ``zipf_frequency`` and ``get_frequency_dict`` load): statistical keywords and the
   facts mode's terms and phrases (rarity);
 * ``given_names`` and ``surnames``: Faker's person providers, every locale
-  (``facts.person_names``): the facts mode's terms tell a person's name from a title of
+  (``io.person_names``): the facts mode's terms tell a person's name from a title of
   ordinary words. Hashed as read: the sorted lowercase names, one a line;
 * ``lexicon_pack``: the terms mode's lexicon pack, ``dpsynrag/resources/packs/en``
   (``facts.packs``: every word list, cue table and role table of ``facts.terms``; the roles
@@ -94,7 +94,7 @@ def _prior() -> dict[str, str]:
 
 
 def _names(which: str) -> dict[str, str]:
-    from dpsynrag.facts.person_names import given_names, surnames
+    from dpsynrag.io.person_names import given_names, surnames
 
     names = given_names() if which == "given_names" else surnames()
     return {"source": f"{_package('faker')} person providers, every locale (lowercase, sorted, "

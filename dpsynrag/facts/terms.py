@@ -98,7 +98,7 @@ from the lexicon pack ``PACK``, ``dpsynrag/resources/packs/en``: ``facts.packs``
    sentence's first word alone, "Rebook in three months."; or a field's label of ordinary
    words right before its colon, "Score on the fridge whiteboard: 5") after the other terms, a
    *person's name* after the headings (``_person_shaped``: two or three name words, the
-   first a given name of ``facts.person_names`` or no word of V, the last a surname of those
+   first a given name of ``io.person_names`` or no word of V, the last a surname of those
    lists or no word of V; "Freya O."). In a document where no term has a naming role, its
    first uncued term that is neither (what a verb of saying or finding reports first:
    ``SAYING_VERBS``, "Dr. Doe says sleep apnea", "finally said it's pneumonia") takes
@@ -172,8 +172,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dpsynrag.facts.packs import builtin_pack
-from dpsynrag.facts.person_names import given_names, surnames
 from dpsynrag.facts.phrases import _IDENT, _NAME, _classify, _Info, _zipf, scan_tokens
+from dpsynrag.io.person_names import given_names, surnames
 from dpsynrag.transforms.keywords import _check_k, inflected_form
 from dpsynrag.transforms.vocabulary import PublicVocabulary, stopwords
 
@@ -817,7 +817,7 @@ _DESCRIBED_ROLE = _PACK.text("roles", "described")
 def _person_shaped(tokens: list[_Tok], piece: list[int], known: Callable[[str], bool]
                    ) -> bool:
     """Whether a term is a person's name (rule 5): two or three name words first, no
-    digit, the first a given name of the public lists (``facts.person_names``) or no word of
+    digit, the first a given name of the public lists (``io.person_names``) or no word of
     V, and the last
     (its possessive "'s" taken off) a surname of those lists or no word of V ("Oskar
     Lachance", "John Smith", "Pavel Haddad's distributor"), nothing after them but one word
