@@ -17,7 +17,7 @@ from dpsynrag.accounting.certificate import (
     write_certificate,
 )
 from dpsynrag.accounting.signing import generate_keypair, load_private_key, sign_document
-from dpsynrag.facts import person_names
+from dpsynrag.io import person_names
 from dpsynrag.io.output_files import output_file_hashes, sha256_file
 from dpsynrag.transforms.emit import write_output
 from dpsynrag.transforms.vocabulary import stopwords

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from dpsynrag.facts.fact_writer import ClusterFacts, write_note
-from dpsynrag.facts.person_names import given_names, surnames
 from dpsynrag.facts.terms import document_terms
+from dpsynrag.io.person_names import given_names, surnames
 from dpsynrag.transforms.vocabulary import public_vocabulary
 
 

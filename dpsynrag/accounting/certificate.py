@@ -872,7 +872,8 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
                 "max_items": _plan_number(plan, "K_e")}
     planned_delta = _plan_number(plan, "delta_phrases")
     lengths = plan.get("ngram_lengths")
-    ngrams = isinstance(lengths, list) and bool(lengths)
+    lengths = lengths if isinstance(lengths, list) else []
+    ngrams = bool(lengths)
     # a facts build releases its phrases once, or once per n-gram level
     levels = len(lengths) if ngrams else 1
     if planned_delta is not None:
