@@ -209,3 +209,14 @@ def test_budget_plans_the_ngram_levels_as_a_build_does(capsys: pytest.CaptureFix
     assert main(["budget", "--generate", "facts", "--facts-items", "terms", "--ngram-items",
                  "8,8"]) == 2
     assert "apply only to --facts-items ngrams" in capsys.readouterr().err
+
+
+def test_budget_plans_open_phrases_as_a_build_does(capsys: pytest.CaptureFixture[str]) -> None:
+    from dpsynrag.pipeline.build import make_plan
+    from dpsynrag.pipeline.config import make_config
+
+    assert main(["budget", "--facts-items", "open", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    build = make_plan(make_config(None, {"facts_items": "open"})).as_dict()
+    assert shown.get("share_roles") == build.get("share_roles")  # no role histogram
+    assert shown["sigma_C"] == build["sigma_C"] and shown["rho_A"] == build["rho_A"]

@@ -220,7 +220,8 @@ def _ngram_request(extra: dict[str, Any]) -> dict[str, Any]:
         if given:
             raise CliError("--ngram-lengths, --ngram-items, --share-ngrams and --ngram-weights "
                            "apply only to --facts-items ngrams")
-        return {}
+        # open phrases release no role histogram (as request_from_options plans a build)
+        return {} if items == "terms" else {"share_roles": 0.0}
     try:
         lengths = parse_int_list(given.get("ngram_lengths", BuildConfig.ngram_lengths),
                                  "--ngram-lengths")
