@@ -91,8 +91,9 @@ class ReadBackOnly:
 
 @pytest.mark.parametrize("options", [
     {**SMALL, "keywords": "llm", "seed": 21},
-    {"generate": "facts", "L": 2, "runner": "local", "unit_column": "unit", "epsilon": 10.0,
-     "writer": "tokens", "T": 3, "public_top_k": 5, "seed": 22}], ids=["tokens", "facts"])
+    {"generate": "facts", "facts_items": "terms", "L": 2, "runner": "local",
+     "unit_column": "unit", "epsilon": 10.0, "writer": "tokens", "T": 3, "public_top_k": 5,
+     "seed": 22}], ids=["tokens", "facts"])
 def test_a_finished_build_run_again_reads_every_stage_back(tmp_path: Path,
                                                            options: dict) -> None:
     data = write_clinic_dataset(tmp_path / "data", n_notes=160, n_diseases=4, seed=11)

@@ -53,9 +53,9 @@ def _identical_builds(tmp_path: Path, epsilon: float, generate: str
 
 
 @pytest.mark.parametrize(("generate", "epsilon", "builds", "after", "third"), [
-    ("facts", 10.0, 2, "15.9", "21.1"),
-    ("facts", 3.0, 3, "5.98", None),
-    ("facts", 1.0, 3, "1.94", None),
+    ("facts", 10.0, 2, "16", "21.3"),
+    ("facts", 3.0, 3, "5.99", None),
+    ("facts", 1.0, 3, "1.95", None),
     ("facts", 0.05, 2, None, None),  # the phrase deltas tip the third build over
     ("tokens", 10.0, 2, None, None),
     ("tokens", 3.0, 3, None, None),
@@ -79,7 +79,7 @@ def test_the_operations_guide_states_these_counts() -> None:
     section = text.split("## The corpus ledger and its lifetime cap", 1)[1].split("\n## ", 1)[0]
     flat = re.sub(r"\s+", " ", section)
     assert "ε_cap = 2ε at that build's δ" in flat
-    assert "**two at ε = 10** (they spend 15.9 of 20; a third would reach 21.1)" in flat
-    assert "**three at ε = 1 and at ε = 3** (1.94 of 2, 5.98 of 6)" in flat
+    assert "**two at ε = 10** (they spend 16.0 of 20; a third would reach 21.3)" in flat
+    assert "**three at ε = 1 and at ε = 3** (1.95 of 2, 5.99 of 6)" in flat
     assert "same counts at ε = 3 and 10" in flat and "such as 0.05" in flat
     assert "a third build is refused" not in flat  # the old, wrong rule

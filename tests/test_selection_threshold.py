@@ -131,9 +131,10 @@ def _weighted(scale: int = 64) -> Charge:
                                                      weight_scale=scale))
 
 
-def test_a_weighted_selection_through_release_releases_nothing_below_its_threshold() -> None:
-    """The weighted selection's draws still come through ``Ledger.release`` (until it adopts
-    ``release_selection``): a count below the recorded threshold is refused."""
+def test_a_weighted_selection_through_release_is_refused_if_it_releases_anything() -> None:
+    """A weighted selection goes through ``Ledger.release_selection`` as a uniform one does:
+    a draw through ``Ledger.release`` that releases anything chose what passes, and is
+    refused (even a count above the threshold); releasing nothing is accepted."""
     charge = _weighted()
     tau = int(charge.params["threshold"])
     sigma = float(charge.params["sigma"])
@@ -145,10 +146,11 @@ def test_a_weighted_selection_through_release_releases_nothing_below_its_thresho
             return value
         return draw
 
-    with pytest.raises(SelectionThresholdError, match=f"below the threshold {tau} its charge"):
-        ledger.release("n1", charge, returning({"a": tau + 3, "b": tau - 1}))
-    assert ledger.releases() == []
-    assert ledger.release("n1", charge, returning({"a": tau + 3})) == {"a": tau + 3}
+    for value in ({"a": tau + 3, "b": tau - 1}, {"a": tau + 3}):
+        with pytest.raises(SelectionThresholdError, match="goes through"):
+            ledger.release("n1", charge, returning(value))
+        assert ledger.releases() == []
+    assert ledger.release("n1", charge, returning({})) == {}
 
 
 def test_release_partitions_releases_exactly_the_noisy_counts_at_its_recorded_threshold(

@@ -216,9 +216,10 @@ def _build_in(notes_path: Path, tmp: Path, name: str, state: Path, runner: Any) 
 # ------------------------------------------------------------- the facts mode's writer (f4)
 # seed: one under which the killed run leaves a cluster half done (asserted below; the
 # seeded draws and the documents' terms decide which clusters end early)
-FACTS_WRITER = {"generate": "facts", "L": 2, "runner": "local", "unit_column": "unit",
-                "epsilon": 10.0, "writer": "tokens", "T": 4, "public_top_k": 5, "seed": 6,
-                "K_e": 3}  # the clusters this scenario was written for (K_e 3 was the default)
+FACTS_WRITER = {"generate": "facts", "facts_items": "terms", "L": 2, "runner": "local",
+                "unit_column": "unit", "epsilon": 10.0, "writer": "tokens", "T": 4,
+                # K_e 3: the clusters this scenario was written for (K_e 3 was the default)
+                "public_top_k": 5, "seed": 6, "K_e": 3}
 
 
 @pytest.fixture(scope="module")
