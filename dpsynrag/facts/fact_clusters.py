@@ -91,6 +91,7 @@ __all__ = [
     "facts_key",
     "partition_name",
     "release_fact_histograms",
+    "release_histogram_table",
 ]
 
 
@@ -298,6 +299,19 @@ def release_fact_histograms(
     # whose rows are noised (contributions.bounded_counts)
     counts = fact_counts(clusters, doc_items, domain, k,
                          max_overlap=declared_overlap(ledger, group))
+    return release_histogram_table(ledger, counts, domain, sigma=float(sigma), max_items=k,
+                                   group=group, batch_size=step, progress=progress)
+
+
+def release_histogram_table(ledger: Ledger, counts: np.ndarray, domain: Sequence[str], *,
+                            sigma: float, max_items: int, group: str = GROUP,
+                            batch_size: int = 32,
+                            progress: Callable[[int], None] | None = None) -> np.ndarray:
+    """Release the rows of a counted table (clusters x |D|, each document's contribution
+    already bounded to ``max_items`` items and the group's L: ``fact_counts`` or the Beam
+    path's checked sums) as ``release_fact_histograms`` describes, ``batch_size`` rows per
+    ledger transaction, ``group`` declared by the caller."""
+    k = _positive_int(max_items, "max_items")
 
     def draw(exact: np.ndarray) -> Callable[[RandomSource], np.ndarray]:
         # Privacy: exact discrete Gaussian on every entry, rho = max_items / (2 sigma^2).
@@ -305,8 +319,8 @@ def release_fact_histograms(
                                              sensitivity=math.sqrt(k))
 
     noisy = np.zeros_like(counts)
-    for start in range(0, len(clusters), step):
-        stop = min(start + step, len(clusters))
+    for start in range(0, counts.shape[0], batch_size):
+        stop = min(start + batch_size, counts.shape[0])
         values = ledger.release_many([
             (facts_key(r), fact_charge(r, sigma=sigma, max_items=k, domain=domain, group=group),
              draw(counts[r]))

@@ -61,6 +61,7 @@ __all__ = [
     "level_caps",
     "level_counts",
     "level_key",
+    "release_level_counts",
     "release_ngrams",
     "unit_choice",
 ]
@@ -87,19 +88,28 @@ def level_counts(choices: Sequence[Sequence[str]], max_items: int,
     return weighted_counts(choices, max_items, weight_scale)
 
 
+def release_level_counts(ledger: Ledger, key: str, counts: Mapping[str, int], max_items: int,
+                         *, sigma: float, delta: float,
+                         weight_scale: int | None = None) -> dict[str, int]:
+    """One level's counts (``level_counts``, or the Beam path's sums of them) through the
+    ledger: DP partition selection at ``sigma`` and ``delta``, uniform or weighted
+    (``weight_scale`` W; ``sigma`` then in weight units)."""
+    if weight_scale is None:
+        return release_partitions(ledger, key, counts, max_items=max_items, sigma=sigma,
+                                  delta=delta, stage=STAGE)
+    return release_weighted_partitions(ledger, key, counts, max_items=max_items,
+                                       scale=weight_scale, sigma=sigma, delta=delta,
+                                       stage=STAGE)
+
+
 def ledger_release(ledger: Ledger, *, sigma: float, delta: float,
                    weight_scale: int | None = None) -> CountRelease:
-    """Each level through the ledger: DP partition selection at ``sigma`` and ``delta``,
-    uniform (each chosen n-gram counts 1) or weighted (``weight_scale`` W; ``sigma`` then in
-    weight units)."""
+    """Each level through the ledger: each document's choices counted (``level_counts``,
+    which refuses a document over its bound), then ``release_level_counts``."""
     def release(key: str, choices: Sequence[Sequence[str]], max_items: int) -> dict[str, int]:
         counts = level_counts(choices, max_items, weight_scale)
-        if weight_scale is None:
-            return release_partitions(ledger, key, counts, max_items=max_items, sigma=sigma,
-                                      delta=delta, stage=STAGE)
-        return release_weighted_partitions(ledger, key, counts, max_items=max_items,
-                                           scale=weight_scale, sigma=sigma, delta=delta,
-                                           stage=STAGE)
+        return release_level_counts(ledger, key, counts, max_items, sigma=sigma, delta=delta,
+                                    weight_scale=weight_scale)
     return release
 
 

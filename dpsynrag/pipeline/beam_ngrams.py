@@ -54,26 +54,21 @@ from typing import Any
 import numpy as np
 
 from dpsynrag.accounting.contributions import ContributionError, declared_overlap
-from dpsynrag.accounting.noise import discrete_gaussian
-from dpsynrag.accounting.partition_selection import release_partitions
-from dpsynrag.accounting.rng import RandomSource
-from dpsynrag.accounting.weighted_selection import release_weighted_partitions
 from dpsynrag.facts.fact_clusters import (
     GROUP,
     GROUP_DESCRIPTION,
     anchor_clusters,
-    fact_charge,
     fact_counts,
-    facts_key,
+    release_histogram_table,
 )
 from dpsynrag.facts.ngrams import (
-    STAGE,
     _check_lengths,
     document_key,
     level_caps,
     level_choices,
     level_counts,
     level_key,
+    release_level_counts,
 )
 from dpsynrag.facts.span_corpus import (
     SpanCorpus,
@@ -292,45 +287,21 @@ def _write_input(texts: Iterable[str], folder: Path, batch_size: int, shards: in
 # ------------------------------------------------------------------ the releases
 def _release_level(releases: LedgerReleases, key: str, counts: Mapping[str, int],
                    max_items: int) -> dict[str, int]:
-    """One level through the ledger: what ``ngrams.ledger_release`` does with the counts
-    ``level_counts`` gave it."""
-    if releases.weight_scale is None:
-        return release_partitions(releases.ledger, key, counts, max_items=max_items,
-                                  sigma=releases.sigma_levels, delta=releases.level_delta,
-                                  stage=STAGE)
-    return release_weighted_partitions(releases.ledger, key, counts, max_items=max_items,
-                                       scale=releases.weight_scale,
-                                       sigma=releases.sigma_levels,
-                                       delta=releases.level_delta, stage=STAGE)
+    """One level through the ledger: the local build's own release of a level's counts
+    (``ngrams.release_level_counts``), here the workers' checked sums."""
+    return release_level_counts(releases.ledger, key, counts, max_items,
+                                sigma=releases.sigma_levels, delta=releases.level_delta,
+                                weight_scale=releases.weight_scale)
 
 
 def _release_histograms(releases: LedgerReleases, counts: np.ndarray, domain: Sequence[str],
                         max_items: int, progress: Callable[[int], None] | None) -> np.ndarray:
-    """Every cluster's span histogram through the ledger, as ``release_fact_histograms``
-    releases the table ``fact_counts`` gave it: discrete Gaussian on every entry, l2
-    sensitivity sqrt(max_items), ``HISTOGRAM_BATCH`` clusters per transaction."""
-    ledger, sigma, k = releases.ledger, float(releases.sigma_clusters), int(max_items)
-
-    def draw(exact: np.ndarray) -> Callable[[RandomSource], np.ndarray]:
-        # Privacy: exact discrete Gaussian on every entry, rho = max_items / (2 sigma^2).
-        return lambda rng: discrete_gaussian(exact, sigma, rng, sensitivity=math.sqrt(k))
-
-    n = counts.shape[0]
-    noisy = np.zeros_like(counts)
-    for start in range(0, n, HISTOGRAM_BATCH):
-        stop = min(start + HISTOGRAM_BATCH, n)
-        values = ledger.release_many([
-            (facts_key(r), fact_charge(r, sigma=sigma, max_items=k, domain=domain, group=GROUP),
-             draw(counts[r]))
-            for r in range(start, stop)])
-        for r, value in zip(range(start, stop), values, strict=True):
-            row = np.asarray(value, dtype=np.int64)
-            if row.shape != (len(domain),):
-                raise ValueError("a stored fact histogram has another size than the domain")
-            noisy[r] = row
-        if progress is not None:
-            progress(stop - start)
-    return noisy
+    """Every cluster's span histogram through the ledger: the local build's own release of a
+    counted table (``fact_clusters.release_histogram_table``), ``HISTOGRAM_BATCH`` clusters
+    per transaction."""
+    return release_histogram_table(releases.ledger, counts, domain,
+                                   sigma=float(releases.sigma_clusters), max_items=max_items,
+                                   group=GROUP, batch_size=HISTOGRAM_BATCH, progress=progress)
 
 
 # ------------------------------------------------------------------ the stages
