@@ -146,6 +146,18 @@ def partition_selection_delta(sigma: float, max_items: int, threshold: int) -> f
     return result
 
 
+def _delta_bound(delta: float, max_items: int) -> tuple[Fraction, float]:
+    """The requested delta as an exact rational, and the standard normal quantile of
+    1 - delta / max_items (where a threshold search starts)."""
+    if isinstance(delta, bool) or not (isinstance(delta, int | float) and math.isfinite(delta)
+                                       and 0 < delta < 1):
+        raise ValueError(f"delta must lie strictly between 0 and 1, got {delta!r}")
+    per_item = float(delta) / max_items
+    quantile = NormalDist().inv_cdf(1.0 - per_item) if per_item > 1e-15 \
+        else math.sqrt(2.0 * math.log(1.0 / per_item))
+    return Fraction(float(delta)), quantile
+
+
 def selection_threshold(sigma: float, max_items: int, delta: float) -> int:
     """The smallest integer tau >= 2 with max_items * P(1 + Z >= tau) <= delta.
 
@@ -155,18 +167,12 @@ def selection_threshold(sigma: float, max_items: int, delta: float) -> int:
     """
     sigma = _check_sigma(sigma)
     max_items = _check_int(max_items, "max_items", 1)
-    if isinstance(delta, bool) or not (isinstance(delta, int | float) and math.isfinite(delta)
-                                       and 0 < delta < 1):
-        raise ValueError(f"delta must lie strictly between 0 and 1, got {delta!r}")
-    bound = Fraction(float(delta))
+    bound, quantile = _delta_bound(delta, max_items)
 
     def fits(tau: int) -> bool:
         return max_items * Fraction(discrete_gaussian_tail(sigma, tau - 1)) <= bound
 
     # Start near the continuous-Gaussian answer, then bracket [low fails, high fits] exactly.
-    per_item = float(delta) / max_items
-    quantile = NormalDist().inv_cdf(1.0 - per_item) if per_item > 1e-15 \
-        else math.sqrt(2.0 * math.log(1.0 / per_item))
     guess = max(2, 1 + round(sigma * quantile))
     width = 1
     if fits(guess):
@@ -230,17 +236,11 @@ def weighted_selection_threshold(sigma: float, max_items: int, scale: int,
     sigma = _check_sigma(sigma)
     max_items = _check_int(max_items, "max_items", 1)
     scale = _check_int(scale, "scale", 1)
-    if isinstance(delta, bool) or not (isinstance(delta, int | float) and math.isfinite(delta)
-                                       and 0 < delta < 1):
-        raise ValueError(f"delta must lie strictly between 0 and 1, got {delta!r}")
-    bound = Fraction(float(delta))
+    bound, quantile = _delta_bound(delta, max_items)
 
     def fits(tau: int) -> bool:
         return _weighted_bound(sigma, max_items, scale, tau) <= bound
 
-    per_item = float(delta) / max_items
-    quantile = NormalDist().inv_cdf(1.0 - per_item) if per_item > 1e-15 \
-        else math.sqrt(2.0 * math.log(1.0 / per_item))
     low = 1  # tau = 1 is below every allowed threshold
     high = max(2, scale + math.ceil(sigma * quantile))  # the one-item unit's bound
     while not fits(high):
