@@ -90,11 +90,29 @@ def test_a_resumed_ngram_build_draws_and_charges_nothing(built, profiles: Path) 
     assert again == first
 
 
+def test_a_second_pass_at_one_length_is_its_own_release_and_verifies(
+        profiles: Path, tmp_path: Path) -> None:
+    """--ngram-lengths 1,1,2: the second pass offers the unigrams the first did not release
+    (a document's weight then goes to fewer, rarer ones); its own ledger key and charge."""
+    config, summary = _build(profiles, tmp_path, ngram_lengths="1,1,2", ngram_items="24,24,24")
+    plan = make_plan(config)
+    assert plan.ngram_lengths == (1, 1, 2) and len(plan.ngram_thresholds) == 3
+    assert verify_output(tmp_path / "out", tmp_path / "key.pem.pub", allow_seeded=True) == []
+    ledger = Ledger(tmp_path / "state-out" / "ledger.sqlite")
+    keys = [r.key for r in ledger.releases() if r.key.startswith("ngrams/")]
+    assert keys == ["ngrams/01", "ngrams/01-2", "ngrams/02"]
+    first, second = (ledger.released_value(k) for k in keys[:2])
+    assert first and not set(first) & set(second)  # the second pass releases only new ones
+    assert summary.rho_spent == pytest.approx(plan.rho_total, rel=1e-9)
+
+
 def test_ngram_options_are_checked() -> None:
     with pytest.raises(ConfigError, match="ngram-items"):
         make_config(None, {**FACTS, **NGRAMS, "ngram_items": "8,8"})
     with pytest.raises(ConfigError, match="ngram-lengths"):
         make_config(None, {**FACTS, **NGRAMS, "ngram_lengths": "1,3"})
+    with pytest.raises(ConfigError, match="ngram-lengths"):
+        make_config(None, {**FACTS, **NGRAMS, "ngram_lengths": "2,1"})
     with pytest.raises(ConfigError, match="ngram-lengths"):
         make_config(None, {**FACTS, **NGRAMS, "ngram_lengths": "one,two"})
     with pytest.raises(ConfigError, match="writer tokens"):

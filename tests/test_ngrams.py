@@ -140,11 +140,13 @@ def test_a_unit_listing_more_than_k_ngrams_is_refused() -> None:
         phrase_counts([["a", "b", "c"]], 2)
 
 
-def test_lengths_must_grow_by_at_most_double() -> None:
+def test_lengths_must_grow_by_at_most_double_and_never_shrink() -> None:
     with pytest.raises(ValueError):
         release_ngrams([("a",)], (1, 3), max_items=2, release=exact_release())
     with pytest.raises(ValueError):
-        release_ngrams([("a",)], (2, 2), max_items=2, release=exact_release())
+        release_ngrams([("a",)], (2, 1), max_items=2, release=exact_release())
+    # a repeated length is a second pass (test_a_second_pass_offers_what_the_first_did_not_...)
+    release_ngrams([("a",)], (2, 2), max_items=2, release=exact_release())
 
 
 # ---------------------------------------------------------------------- ledger and delta
@@ -206,3 +208,19 @@ def test_a_lone_ngram_passes_the_threshold_no_more_often_than_delta() -> None:
     # binomial upper tail: 4 standard deviations above the bound
     assert hits / trials <= bound + 4 * math.sqrt(bound * (1 - bound) / trials)
     assert np.isfinite(bound)
+
+
+def test_a_second_pass_offers_what_the_first_did_not_release() -> None:
+    from dpsynrag.facts.ngrams import level_keys, merge_pass
+
+    tokens = ("rare", "word", "common", "word", "common")
+    first = {"common": 50}
+    again = level_candidates(tokens, 1, first, 1)
+    assert again == {"rare": 1, "word": 2}  # counted as at a first level, released ones out
+    assert level_keys((1, 1, 2, 4, 4)) == ["ngrams/01", "ngrams/01-2", "ngrams/02",
+                                           "ngrams/04", "ngrams/04-2"]
+    assert merge_pass(first, {"rare": 9}) == {"common": 50, "rare": 9}
+    docs = [("a", "b", "c")] * 12 + [("a", "d")] * 3
+    levels = release_ngrams(docs, (1, 1, 2), max_items=4, release=exact_release(10))
+    assert set(levels.released[1]) == {"a", "b", "c"}  # d (3 holders) passes in neither
+    assert "a b" in levels.released[2]

@@ -204,8 +204,8 @@ class PlanRequest:
     def _validate_ngrams(self) -> None:
         lengths = self.ngram_lengths
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in lengths) \
-                or any(b <= a or b > 2 * a for a, b in itertools.pairwise(lengths)):
-            raise PlanError(f"--ngram-lengths must be increasing positive integers, each at "
+                or any(b < a or b > 2 * a for a, b in itertools.pairwise(lengths)):
+            raise PlanError(f"--ngram-lengths must be non-decreasing positive integers, each at "
                             f"most twice the one before, got {list(lengths)!r}")
         if not (isinstance(self.share_ngrams, int | float) and 0 < self.share_ngrams < 1):
             raise PlanError(f"--share-ngrams must lie strictly between 0 and 1, got "

@@ -152,7 +152,8 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                         "codes, no roles)")
     g.add_argument("--ngram-lengths", metavar="N,N,...",
                    help="facts with ngrams: the n-gram lengths released level by level, "
-                        "each at most twice the one before (default 1,2,4,8)")
+                        "each at most twice the one before (default 1,2,4,8); a repeated "
+                        "length is a second pass over the n-grams the first did not release")
     g.add_argument("--share-ngrams", type=open_unit_float,
                    help="facts with ngrams: the n-gram levels' share of the total rho; the "
                         "clusters' span histograms get the rest (default 0.6)")

@@ -522,14 +522,14 @@ def _ngram_ceiling_texts(texts: Sequence[str], plan: Any, config: BuildConfig) -
     (``facts.span_releases.ExactReleases``): each level keeps the n-grams that at least its
     planned threshold tau_j of units chose (``plan`` is the reference plan at epsilon 10), the
     span histograms are exact. NOT private."""
-    from dpsynrag.facts.ngrams import level_key
+    from dpsynrag.facts.ngrams import level_keys
     from dpsynrag.facts.span_corpus import span_corpus
     from dpsynrag.facts.span_releases import ExactReleases, SpanReleases
     from dpsynrag.pipeline.ngram_stages import ngram_settings
     from dpsynrag.transforms.vocabulary import stopwords
 
-    exact = ExactReleases({level_key(n): tau for n, tau in
-                           zip(plan.ngram_lengths, plan.ngram_thresholds, strict=True)},
+    exact = ExactReleases(dict(zip(level_keys(plan.ngram_lengths), plan.ngram_thresholds,
+                                   strict=True)),
                           weight_scale=plan.ngram_weight_scale or None)
     # SpanReleases declares sigma_clusters as a plain (settable) attribute, the frozen
     # dataclass has it read-only: the same source, typed as the protocol it implements

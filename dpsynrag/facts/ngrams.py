@@ -61,6 +61,8 @@ __all__ = [
     "level_caps",
     "level_counts",
     "level_key",
+    "level_keys",
+    "merge_pass",
     "release_level_counts",
     "release_ngrams",
     "unit_choice",
@@ -73,9 +75,21 @@ DEFAULT_LENGTHS = (1, 2, 3, 4, 6, 8)
 CountRelease = Callable[[str, Sequence[Sequence[str]], int], dict[str, int]]
 
 
-def level_key(length: int) -> str:
-    """The ledger key of the release of the n-grams of ``length`` tokens."""
-    return f"ngrams/{int(length):02d}"
+def level_key(length: int, occurrence: int = 1) -> str:
+    """The ledger key of the release of the n-grams of ``length`` tokens (``occurrence`` 2
+    and on: a second pass at that length, ``ngrams/01-2``)."""
+    key = f"ngrams/{int(length):02d}"
+    return key if occurrence == 1 else f"{key}-{int(occurrence)}"
+
+
+def level_keys(lengths: Sequence[int]) -> list[str]:
+    """The ledger key of every level of ``lengths``, a repeated length counted."""
+    seen: Counter[int] = Counter()
+    keys = []
+    for n in lengths:
+        seen[n] += 1
+        keys.append(level_key(n, seen[n]))
+    return keys
 
 
 def level_counts(choices: Sequence[Sequence[str]], max_items: int,
@@ -137,6 +151,12 @@ class NgramLevels:
         return merged
 
 
+def merge_pass(before: Mapping[str, int] | None, level: Mapping[str, int]) -> dict[str, int]:
+    """A length's released n-grams after one more pass: those of the passes before and this
+    one's (disjoint: a pass's candidates are what the passes before did not release)."""
+    return {**(before or {}), **level}
+
+
 def level_caps(max_items: int | Sequence[int], levels: int) -> tuple[int, ...]:
     """The cap of each level: one integer for all, or one per level."""
     caps = (max_items,) * levels if isinstance(max_items, int) else tuple(max_items)
@@ -149,8 +169,8 @@ def level_caps(max_items: int | Sequence[int], levels: int) -> tuple[int, ...]:
 
 def _check_lengths(lengths: Sequence[int]) -> tuple[int, ...]:
     values = tuple(int(n) for n in lengths)
-    if not values or values[0] < 1 or any(b <= a for a, b in itertools.pairwise(values)):
-        raise ValueError("n-gram lengths must be increasing positive integers")
+    if not values or values[0] < 1 or any(b < a for a, b in itertools.pairwise(values)):
+        raise ValueError("n-gram lengths must be non-decreasing positive integers")
     if any(b > 2 * a for a, b in itertools.pairwise(values)):
         raise ValueError("each n-gram length must be at most twice the one before it (its "
                          "windows of the previous length must cover it)")
@@ -168,7 +188,9 @@ def level_candidates(tokens: Sequence[str], length: int, previous: Mapping[str, 
     support: at the first level (``previous`` None) all of them with their count in the
     document; later, those whose every window of ``previous_length`` tokens was released,
     with the smallest released count among those windows. A function of the document and
-    released values only.
+    released values only. A level of the same length as the one before
+    (``previous_length == length``) is a second pass: its candidates are the document's
+    n-grams of that length that the pass before did not release, counted as at a first level.
 
     ``public(token)`` marks the tokens of a public list (punctuation, stopwords): an n-gram
     of public tokens only is public, never a candidate, and counts as released (support
@@ -181,10 +203,12 @@ def level_candidates(tokens: Sequence[str], length: int, previous: Mapping[str, 
     def all_public(start: int, size: int) -> bool:
         return all(is_public[start:start + size])
 
-    if previous is None:
-        counts = Counter(ngram_key(tokens[i:i + length])
-                         for i in range(len(tokens) - length + 1)
-                         if not all_public(i, length))
+    if previous is None or previous_length == length:
+        # the first level, or a second pass at the same length: every n-gram not released yet
+        counts = Counter(key for key in (ngram_key(tokens[i:i + length])
+                                         for i in range(len(tokens) - length + 1)
+                                         if not all_public(i, length))
+                         if previous is None or key not in previous)
         return dict(counts)
     assert previous_length is not None
     unbounded = len(tokens) + 2**62
@@ -228,8 +252,9 @@ def level_choices(docs_tokens: Sequence[Sequence[str]], length: int,
                   max_items: int, keys: Sequence[bytes],
                   public: Callable[[str], bool] = _no_public_token) -> list[list[str]]:
     """Every document's chosen candidates of one level (private)."""
+    first = previous is None or previous_length == length  # counted as at a first level
     return [unit_choice(level_candidates(tokens, length, previous, previous_length, public),
-                        max_items, key, first_level=previous is None)
+                        max_items, key, first_level=first)
             for tokens, key in zip(docs_tokens, keys, strict=True)]
 
 
@@ -250,12 +275,12 @@ def release_ngrams(docs_tokens: Sequence[Sequence[str]], lengths: Sequence[int],
     released: dict[int, dict[str, int]] = {}
     previous: dict[str, int] | None = None
     previous_length: int | None = None
-    for length, cap in zip(levels, caps, strict=True):
+    for length, cap, key in zip(levels, caps, level_keys(levels), strict=True):
         choices = level_choices(docs_tokens, length, previous, previous_length, cap, keys,
                                 public)
         # every level is released (charged) even when no document has a candidate: the
         # charges never depend on the data; the release refuses > cap per document
-        level = release(level_key(length), choices, cap)
+        level = merge_pass(released.get(length), release(key, choices, cap))
         released[length] = level
         previous, previous_length = level, length
         if progress is not None:

@@ -67,7 +67,8 @@ from dpsynrag.facts.ngrams import (
     level_caps,
     level_choices,
     level_counts,
-    level_key,
+    level_keys,
+    merge_pass,
     release_level_counts,
 )
 from dpsynrag.facts.span_corpus import (
@@ -337,11 +338,12 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
         released: dict[int, dict[str, int]] = {}
         previous: dict[str, int] | None = None
         previous_length: int | None = None
-        for index, (length, cap) in enumerate(zip(lengths, caps, strict=True)):
+        for index, (length, cap, key) in enumerate(zip(lengths, caps, level_keys(lengths),
+                                                       strict=True)):
             count = functools.partial(level_batch_counts, length=length, previous=previous,
                                       previous_length=previous_length, cap=cap,
                                       weight_scale=releases.weight_scale, stop=stop)
-            name = f"counts-{length:02d}"
+            name = f"counts-{index:02d}"
 
             def level_pass(pipeline: Any, first: bool = index == 0,
                            count: Callable[..., Any] = count, name: str = name) -> None:
@@ -363,7 +365,7 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
 
             passes.run(f"n-gram level {length}", level_pass)
             counts = dict(passes.read_pairs(name))
-            level = _release_level(releases, level_key(length), counts, cap)
+            level = merge_pass(released.get(length), _release_level(releases, key, counts, cap))
             del counts
             released[length] = level
             previous, previous_length = level, length

@@ -195,8 +195,8 @@ class BuildConfig:
         if not (isinstance(lengths, tuple) and lengths
                 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
                         for n in lengths)
-                and all(a < b <= 2 * a for a, b in itertools.pairwise(lengths))):
-            raise ConfigError(f"--ngram-lengths must be increasing positive integers, each at "
+                and all(a <= b <= 2 * a for a, b in itertools.pairwise(lengths))):
+            raise ConfigError(f"--ngram-lengths must be non-decreasing positive integers, each at "
                               f"most twice the one before, got {lengths!r}")
         items = self.ngram_items
         if not (isinstance(items, tuple) and all(
