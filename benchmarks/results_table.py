@@ -36,6 +36,12 @@ FACTS, RAG, CEILING = "dp-synrag-facts", "rag", "facts-ceiling"
 COMMAND = ".venv/bin/python benchmarks/results_table.py"
 
 
+#: the metrics the tables show (a cell's other metrics, wall times say, are not compared)
+SHOWN = frozenset({"recall_at_k", "recall_at_k_weighted", "recall_at_k_supported", "accuracy",
+                   "names_in_corpus", "verbatim_spans_one_note",
+                   "verbatim_spans_one_note_in_spans"})
+
+
 class TableError(ValueError):
     """The current reports cannot make one table (a cell measured twice, no report)."""
 
@@ -74,11 +80,14 @@ def _set_name(record: dict[str, Any]) -> str:
 def _merge(cell: Cell, row: dict[str, Any], report: str, what: str) -> None:
     """A cell measured by two reports (recall over 3 runs in one, the reader's accuracy over
     fewer in another): each metric comes from the report with more runs of it; the same
-    metric over as many runs in both is refused (the folder must say one thing)."""
+    metric over as many runs in both is refused unless both say the same (the folder must
+    say one thing)."""
     metrics = dict(cell.row["metrics"])
     for name, stats in row["metrics"].items():
         if name not in metrics or stats["n"] > metrics[name]["n"]:
             metrics[name] = stats
+        elif stats == metrics[name] or name not in SHOWN:
+            continue  # the same figure twice (private RAG is deterministic), or none shown
         elif stats["n"] == metrics[name]["n"]:
             raise TableError(f"{what} is in two reports ({cell.report}, {report}) that both "
                              f"measure {name} over {stats['n']} runs: keep one")
@@ -146,9 +155,13 @@ def _caption(sets: list[DataSet]) -> str:
     runs = sorted({cell.row["n_runs"] for cell in cells})
     queries = sorted({str(data.queries) for data in sets})
     shown = ", ".join(str(r) for r in rules) if rules else "not recorded"
+    reader = sorted({cell.row["metrics"]["accuracy"]["n"] for cell in cells
+                     if "accuracy" in cell.row["metrics"]})
+    accuracy = (f" (accuracy: {' or '.join(str(r) for r in reader)}, where shown)"
+                if reader and reader != runs else "")
     return (f"{' or '.join(queries)} queries per set; {' or '.join(str(r) for r in runs)} "
-            f"runs per ε, mean ± sample standard deviation; × RAG: the mean divided by "
-            f"private RAG's (code: facts rules {shown}, as every run recorded).")
+            f"runs per ε{accuracy}, mean ± sample standard deviation; × RAG: the mean "
+            f"divided by private RAG's (code: facts rules {shown}, as every run recorded).")
 
 
 def _ratios(data: DataSet, rag: Cell | None, metric: str) -> str:

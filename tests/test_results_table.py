@@ -69,11 +69,21 @@ def test_rows_take_the_reports_means_and_the_ratio_to_rag(table: ModuleType,
 
 
 def test_a_cell_measured_by_two_reports_is_refused(table: ModuleType, tmp_path: Path) -> None:
-    for name in ("a", "b"):
+    for name, recall in (("a", 0.5), ("b", 0.6)):
         _report(tmp_path, name, "films", [
-            {"method": "dp-synrag-facts", "epsilon": 1.0, "runs": _runs((0.5, 0.1))}])
+            {"method": "dp-synrag-facts", "epsilon": 1.0, "runs": _runs((recall, 0.1))}])
     with pytest.raises(table.TableError, match="two reports"):
         table.collect(tmp_path)
+
+
+def test_the_same_figure_in_two_reports_is_one_figure(table: ModuleType,
+                                                      tmp_path: Path) -> None:
+    for name, seconds in (("a", 10.0), ("b", 12.0)):  # private RAG twice; wall time not shown
+        _report(tmp_path, name, "films", [
+            {"method": "rag", "epsilon": None,
+             "runs": [{"recall_at_k": 0.8, "wall_seconds": seconds}]}])
+    (data,) = table.collect(tmp_path)
+    assert data.cells[("rag", None)].row["metrics"]["recall_at_k"]["mean"] == 0.8
 
 
 def test_a_cell_of_two_reports_takes_each_metric_from_the_one_with_more_runs(
