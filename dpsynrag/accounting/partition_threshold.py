@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from statistics import NormalDist
 
@@ -146,6 +147,18 @@ def partition_selection_delta(sigma: float, max_items: int, threshold: int) -> f
     return result
 
 
+def _smallest_fit(fits: Callable[[int], bool], low: int, high: int) -> int:
+    """The smallest tau in (low, high] with ``fits(tau)``, by bisection: ``fits(high)`` holds,
+    ``low`` does not fit (or is below every allowed threshold), and ``fits`` is monotone."""
+    while high - low > 1:
+        mid = (low + high) // 2
+        if fits(mid):
+            high = mid
+        else:
+            low = mid
+    return high
+
+
 def _delta_bound(delta: float, max_items: int) -> tuple[Fraction, float]:
     """The requested delta as an exact rational, and the standard normal quantile of
     1 - delta / max_items (where a threshold search starts)."""
@@ -185,13 +198,7 @@ def selection_threshold(sigma: float, max_items: int, delta: float) -> int:
         while not fits(high):
             low, width = high, 2 * width
             high = low + width
-    while high - low > 1:
-        mid = (low + high) // 2
-        if fits(mid):
-            high = mid
-        else:
-            low = mid
-    return high
+    return _smallest_fit(fits, low, high)
 
 
 # ------------------------------------------------- weighted contributions (policy weights)
@@ -245,10 +252,4 @@ def weighted_selection_threshold(sigma: float, max_items: int, scale: int,
     high = max(2, scale + math.ceil(sigma * quantile))  # the one-item unit's bound
     while not fits(high):
         low, high = high, 2 * high
-    while high - low > 1:
-        mid = (low + high) // 2
-        if fits(mid):
-            high = mid
-        else:
-            low = mid
-    return high
+    return _smallest_fit(fits, low, high)
