@@ -131,12 +131,12 @@ def add_parser(subparsers: Any) -> None:
                         help="facts with ngrams: the n-gram lengths (default 1,2,4,8)")
     parser.add_argument("--ngram-items", metavar="K,K,...", default=None,
                         help="facts with ngrams: n-grams per document at each level "
-                             "(default 32 each)")
+                             "(default 128 each, 32 with --ngram-weights uniform)")
     parser.add_argument("--share-ngrams", type=open_unit_float, default=None,
                         help="facts with ngrams: the levels' share of rho (default 0.6)")
     parser.add_argument("--ngram-weights", choices=["uniform", "weighted"], default=None,
-                        help="facts with ngrams: chosen n-grams count 1 each ('uniform') or "
-                             "1/sqrt(m) each ('weighted')")
+                        help="facts with ngrams: chosen n-grams weigh 1/sqrt(m) each "
+                             "('weighted', default) or count 1 each ('uniform')")
     parser.add_argument("--units", type=positive_int, default=None, metavar="N",
                         help="a public upper bound on the number of privacy units (people) "
                              "in the corpus: warns when delta > 1/N (a delta that large lets "
