@@ -30,8 +30,8 @@ import numpy as np
 if TYPE_CHECKING:
     from dpsynrag.accounting.ledger import Ledger
 
-__all__ = ["ContributionError", "bounded_counts", "declared_overlap", "membership_pairs",
-           "unit_memberships"]
+__all__ = ["ContributionError", "bounded_cells", "bounded_counts", "declared_overlap",
+           "membership_pairs", "unit_memberships"]
 
 
 class ContributionError(ValueError):
@@ -69,6 +69,30 @@ def bounded_counts(units: np.ndarray | Sequence[int], cells: np.ndarray | Sequen
     Vectorised: one sort of the cells, whatever the number of units.
     """
     size = _positive(size, "size")
+    cell = _checked_cells(units, cells, size, row_size=row_size, max_rows=max_rows,
+                          max_per_row=max_per_row, what=what)
+    counts: np.ndarray = np.bincount(cell, minlength=size).astype(np.int64)
+    return counts
+
+
+def bounded_cells(units: np.ndarray | Sequence[int], cells: np.ndarray | Sequence[int],
+                  size: int, *, row_size: int | None = None, max_rows: int = 1,
+                  max_per_row: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """``bounded_counts`` without the dense array: (the distinct cells any unit adds,
+    ascending; the number of units adding each), both int64. The same checks on the same
+    array (every cell of ``[0, size)`` that is not listed counts 0), so a table built from
+    them is the table ``bounded_counts`` would build, at the memory of its non-zero cells."""
+    size = _positive(size, "size")
+    cell = _checked_cells(units, cells, size, row_size=row_size, max_rows=max_rows,
+                          max_per_row=max_per_row, what=what)
+    distinct, counts = np.unique(cell, return_counts=True)
+    return distinct.astype(np.int64), counts.astype(np.int64)
+
+
+def _checked_cells(units: np.ndarray | Sequence[int], cells: np.ndarray | Sequence[int],
+                   size: int, *, row_size: int | None, max_rows: int, max_per_row: int,
+                   what: str) -> np.ndarray:
+    """The cells (int64), once every unit's contribution is checked (``bounded_counts``)."""
     max_rows = _positive(max_rows, "max_rows")
     max_per_row = _positive(max_per_row, "max_per_row")
     width = size if row_size is None else _positive(row_size, "row_size")
@@ -77,7 +101,7 @@ def bounded_counts(units: np.ndarray | Sequence[int], cells: np.ndarray | Sequen
     if unit.shape != cell.shape:
         raise ValueError("units and cells must have the same length")
     if cell.size == 0:
-        return np.zeros(size, dtype=np.int64)
+        return cell
     if cell.min() < 0 or cell.max() >= size or unit.min() < 0:
         raise ContributionError(f"{what}: a unit adds a cell outside the noised array")
     rows_total = -(-size // width)
@@ -95,8 +119,7 @@ def bounded_counts(units: np.ndarray | Sequence[int], cells: np.ndarray | Sequen
     if _longest_run(touched // rows_total) > max_rows:
         raise ContributionError(f"{what}: a unit touches more than {max_rows} rows; the "
                                 "recorded sensitivity would not hold")
-    counts: np.ndarray = np.bincount(cell, minlength=size).astype(np.int64)
-    return counts
+    return cell
 
 
 def membership_pairs(clusters: Sequence[Sequence[int]], n_units: int, max_overlap: int, *,

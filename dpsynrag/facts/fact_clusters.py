@@ -59,10 +59,13 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from dpsynrag.accounting.contributions import (
+    bounded_cells,
     bounded_counts,
     declared_overlap,
     membership_pairs,
@@ -81,6 +84,8 @@ __all__ = [
     "GROUP",
     "MECHANISM",
     "STAGE",
+    "KeptCounts",
+    "SparseCounts",
     "anchor_clusters",
     "anchor_order",
     "domain_fingerprint",
@@ -89,9 +94,13 @@ __all__ = [
     "fact_domain",
     "fact_histogram_rho",
     "facts_key",
+    "kept_entries",
     "partition_name",
     "release_fact_histograms",
     "release_histogram_table",
+    "release_kept_counts",
+    "release_span_histograms",
+    "sparse_fact_counts",
 ]
 
 
@@ -222,6 +231,35 @@ def _doc_indices(doc_items: Sequence[Sequence[str]], domain: Sequence[str],
     return rows
 
 
+def _fact_cells(clusters: Sequence[Sequence[int]], doc_items: Sequence[Sequence[str]],
+                domain: Sequence[str], max_items: int, max_overlap: int | None
+                ) -> tuple[np.ndarray, np.ndarray, int, int, int, int]:
+    """Every (document, flat cell r |D| + j) a document adds to the clusters x D table, with
+    the number of rows, the width, the overlap and the cap they are checked against."""
+    k = _positive_int(max_items, "max_items")
+    rows = _doc_indices(doc_items, domain, k)
+    width = len(domain)
+    n_rows = len(clusters)
+    overlap = max(n_rows, 1) if max_overlap is None else _positive_int(max_overlap, "max_overlap")
+    # a member in more than L clusters is refused even where it holds no item (the token
+    # writer, --writer tokens, reads the same clusters in the same group)
+    member, joined = membership_pairs(clusters, len(doc_items), overlap,
+                                      what="the fact histograms")
+    if n_rows == 0 or width == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, n_rows, width, overlap, k
+    # every (membership, item) pair of a document: its cells of the clusters x D table
+    held = np.asarray([ids.size for ids in rows], dtype=np.int64)
+    items = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    first = np.cumsum(held) - held
+    repeats = held[member]
+    units = np.repeat(member, repeats)
+    within = np.arange(int(repeats.sum())) - np.repeat(np.cumsum(repeats) - repeats, repeats)
+    cells = np.repeat(joined, repeats) * width + items[np.repeat(first[member], repeats)
+                                                       + within]
+    return units, cells, n_rows, width, overlap, k
+
+
 def fact_counts(clusters: Sequence[Sequence[int]], doc_items: Sequence[Sequence[str]],
                 domain: Sequence[str], max_items: int, *, max_overlap: int | None = None
                 ) -> np.ndarray:
@@ -234,31 +272,80 @@ def fact_counts(clusters: Sequence[Sequence[int]], doc_items: Sequence[Sequence[
     group), touches more than ``max_overlap`` rows: checked on the very table whose rows are
     noised. Also refuses a document holding more than ``max_items`` distinct domain items, a
     cluster member that is no document and a cluster listing a document twice.
+    ``sparse_fact_counts`` is the same table without its zeros.
     """
-    k = _positive_int(max_items, "max_items")
-    rows = _doc_indices(doc_items, domain, k)
-    width = len(domain)
-    n_rows = len(clusters)
-    overlap = max(n_rows, 1) if max_overlap is None else _positive_int(max_overlap, "max_overlap")
-    # a member in more than L clusters is refused even where it holds no item (the token
-    # writer, --writer tokens, reads the same clusters in the same group)
-    member, joined = membership_pairs(clusters, len(doc_items), overlap,
-                                      what="the fact histograms")
+    units, cells, n_rows, width, overlap, k = _fact_cells(clusters, doc_items, domain,
+                                                          max_items, max_overlap)
     if n_rows == 0 or width == 0:
         return np.zeros((n_rows, width), dtype=np.int64)
-    # every (membership, item) pair of a document: its cells of the clusters x D table
-    held = np.asarray([ids.size for ids in rows], dtype=np.int64)
-    items = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
-    first = np.cumsum(held) - held
-    repeats = held[member]
-    units = np.repeat(member, repeats)
-    within = np.arange(int(repeats.sum())) - np.repeat(np.cumsum(repeats) - repeats, repeats)
-    cells = np.repeat(joined, repeats) * width + items[np.repeat(first[member], repeats)
-                                                       + within]
     counts = bounded_counts(units, cells, n_rows * width,
                             row_size=width, max_rows=overlap, max_per_row=k,
                             what="the fact histograms")
     return counts.reshape(n_rows, width)
+
+
+@dataclass(frozen=True)
+class SparseCounts:
+    """A clusters x |D| table of exact counts, its non-zero cells only (private), by rows:
+    row r's cells are ``indices[indptr[r]:indptr[r + 1]]`` (ascending) with counts
+    ``values[...]`` (CSR, int64). Memory: the non-zero cells, never clusters x |D|."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    width: int
+
+    @property
+    def rows(self) -> int:
+        return int(self.indptr.size) - 1
+
+    @classmethod
+    def from_cells(cls, cells: np.ndarray, counts: np.ndarray, n_rows: int,
+                   width: int) -> SparseCounts:
+        """The table whose flat cell ``cells[i]`` (r |D| + j, distinct) holds ``counts[i]``;
+        cells not listed hold 0."""
+        flat = np.asarray(cells, dtype=np.int64).reshape(-1)
+        value = np.asarray(counts, dtype=np.int64).reshape(-1)
+        if flat.shape != value.shape:
+            raise ValueError("cells and counts must have the same length")
+        order = np.argsort(flat, kind="stable")
+        flat, value = flat[order], value[order]
+        if flat.size and (flat[0] < 0 or flat[-1] >= n_rows * max(width, 1)):
+            raise ValueError("a counted cell lies outside the clusters x domain table")
+        if flat.size > 1 and bool(np.any(flat[1:] == flat[:-1])):
+            raise ValueError("a counted cell is listed twice")
+        row = flat // max(width, 1)
+        indptr = np.searchsorted(row, np.arange(n_rows + 1), side="left").astype(np.int64)
+        return cls(indptr, flat % max(width, 1), value, int(width))
+
+    def dense(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start`` to ``stop`` as a dense int64 (stop - start) x |D| table."""
+        out = np.zeros((stop - start, self.width), dtype=np.int64)
+        lo, hi = int(self.indptr[start]), int(self.indptr[stop])
+        rows = np.repeat(np.arange(stop - start), np.diff(self.indptr[start:stop + 1]))
+        out[rows, self.indices[lo:hi]] = self.values[lo:hi]
+        return out
+
+    def to_dense(self) -> np.ndarray:
+        """The whole table (for tests and small tables only: clusters x |D|)."""
+        return self.dense(0, self.rows)
+
+
+def sparse_fact_counts(clusters: Sequence[Sequence[int]], doc_items: Sequence[Sequence[str]],
+                       domain: Sequence[str], max_items: int, *,
+                       max_overlap: int | None = None) -> SparseCounts:
+    """``fact_counts`` without its zeros: the same cells, the same checks
+    (``contributions.bounded_cells``, the sparse form of ``bounded_counts`` on the very
+    table whose rows are noised), memory of the non-zero cells only."""
+    units, cells, n_rows, width, overlap, k = _fact_cells(clusters, doc_items, domain,
+                                                          max_items, max_overlap)
+    if n_rows == 0 or width == 0 or cells.size == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return SparseCounts(np.zeros(n_rows + 1, dtype=np.int64), empty, empty, width)
+    distinct, counts = bounded_cells(units, cells, n_rows * width, row_size=width,
+                                     max_rows=overlap, max_per_row=k,
+                                     what="the fact histograms")
+    return SparseCounts.from_cells(distinct, counts, n_rows, width)
 
 
 def release_fact_histograms(
@@ -333,3 +420,195 @@ def release_histogram_table(ledger: Ledger, counts: np.ndarray, domain: Sequence
         if progress is not None:
             progress(stop - start)
     return noisy
+
+
+# ---------------------------------------------------------------------- step 4, bounded memory
+@dataclass(frozen=True)
+class KeptCounts:
+    """Every cluster's released span histogram, post-processed to what the notes read: the
+    domain entries whose noisy count reaches ``floor``, highest noisy count first (ties by
+    the domain item), with their noisy counts. Row r is ``indices[indptr[r]:indptr[r + 1]]``
+    and ``values[...]`` (int64). A deterministic function of the released rows and public
+    values (post-processing: free); memory of the kept entries, never clusters x |D|."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    width: int
+    floor: float
+
+    @property
+    def rows(self) -> int:
+        return int(self.indptr.size) - 1
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def row(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """(domain indices, noisy counts) of cluster ``r``'s kept entries, highest first."""
+        lo, hi = int(self.indptr[r]), int(self.indptr[r + 1])
+        return self.indices[lo:hi], self.values[lo:hi]
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[Sequence[int]]], width: int,
+                  floor: float) -> KeptCounts:
+        """From each cluster's ``[[j, noisy count], ...]`` (``kept_entries``)."""
+        builder = _KeptBuilder()
+        builder.add(rows)
+        return builder.finish(width, floor)
+
+    @classmethod
+    def from_sparse(cls, counts: SparseCounts, domain: Sequence[str],
+                    floor: float) -> KeptCounts:
+        """The entries of a (noiseless) sparse table at or above ``floor`` (> 0), in the
+        order ``kept_entries`` gives: for the evaluation's ceiling only."""
+        if not floor > 0:
+            raise ValueError("floor must be positive (zero entries are not listed)")
+        rank = np.empty(len(domain), dtype=np.int64)
+        rank[np.argsort(np.asarray(domain, dtype=object), kind="stable")] = np.arange(len(domain))
+        row = np.repeat(np.arange(counts.rows), np.diff(counts.indptr))
+        keep = counts.values >= floor
+        row, index, value = row[keep], counts.indices[keep], counts.values[keep]
+        order = np.lexsort((rank[index], -value, row))
+        sizes = np.bincount(row, minlength=counts.rows)
+        indptr = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        return cls(indptr, index[order].astype(np.int64), value[order].astype(np.int64),
+                   counts.width, float(floor))
+
+
+class _KeptBuilder:
+    """Collects kept rows batch by batch as int64 arrays (never one Python list of all)."""
+
+    def __init__(self) -> None:
+        self.sizes: list[np.ndarray] = []
+        self.pairs: list[np.ndarray] = []
+
+    def add(self, rows: Sequence[Sequence[Sequence[int]]]) -> None:
+        self.sizes.append(np.asarray([len(r) for r in rows], dtype=np.int64))
+        self.pairs.append(np.asarray([p for r in rows for p in r],
+                                     dtype=np.int64).reshape(-1, 2))
+
+    def finish(self, width: int, floor: float) -> KeptCounts:
+        sizes = np.concatenate(self.sizes) if self.sizes else np.zeros(0, dtype=np.int64)
+        pairs = (np.concatenate(self.pairs) if self.pairs
+                 else np.zeros((0, 2), dtype=np.int64))
+        indptr = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        return KeptCounts(indptr, pairs[:, 0].copy(), pairs[:, 1].copy(), int(width),
+                          float(floor))
+
+
+def kept_entries(noisy: np.ndarray, domain: Sequence[str], floor: float) -> list[list[int]]:
+    """``[[j, noisy[j]], ...]`` for the entries of one noisy row at or above ``floor``,
+    highest first, ties by ``domain[j]`` (post-processing of the row; the order of
+    ``span_notes.kept_spans``)."""
+    row = np.asarray(noisy)
+    chosen = np.flatnonzero(row >= floor).tolist()
+    chosen.sort(key=lambda j: (-int(row[j]), domain[j]))
+    return [[int(j), int(row[j])] for j in chosen]
+
+
+def _kept_value(noisy: np.ndarray, domain: Sequence[str], floor: float) -> dict[str, Any]:
+    """What the ledger stores of one released row (JSON): its kept entries, the floor they
+    are kept at and the domain's size."""
+    return {"floor": float(floor), "size": len(domain), "kept": kept_entries(noisy, domain,
+                                                                             floor)}
+
+
+def _read_kept(value: Any, domain: Sequence[str], floor: float) -> list[list[int]]:
+    """The kept entries at ``floor`` of a stored release: a stored ``_kept_value`` (kept at a
+    floor no higher), or a whole noisy row stored by an earlier version (post-processed
+    here, the same function of the same release)."""
+    if isinstance(value, dict):
+        if int(value.get("size", -1)) != len(domain):
+            raise ValueError("a stored fact histogram has another size than the domain")
+        if float(value["floor"]) > floor:
+            raise ValueError("a stored span histogram keeps fewer entries than this build "
+                             "reads (a higher floor); use a fresh state directory")
+        kept = [[int(j), int(v)] for j, v in value["kept"]]
+        if any(not 0 <= j < len(domain) for j, _ in kept):
+            raise ValueError("a stored span histogram names an entry outside the domain")
+        return [pair for pair in kept if pair[1] >= floor]
+    row = np.asarray(value, dtype=np.int64)
+    if row.shape != (len(domain),):
+        raise ValueError("a stored fact histogram has another size than the domain")
+    return kept_entries(row, domain, floor)
+
+
+def release_kept_counts(ledger: Ledger, counts: SparseCounts, domain: Sequence[str], *,
+                        sigma: float, max_items: int, floor: float, group: str = GROUP,
+                        batch_size: int = 32,
+                        progress: Callable[[int], None] | None = None) -> KeptCounts:
+    """Release the rows of a counted table as ``release_fact_histograms`` does -- the same
+    charges, keys, order and noise: exact discrete Gaussian on EVERY entry of D, zero
+    counts included -- and keep of each noisy row its entries at or above ``floor``
+    (``KeptCounts``).
+
+    ``counts`` is sparse (``sparse_fact_counts``, or the Beam path's checked sums), each
+    document's contribution already bounded to ``max_items`` items and the group's L;
+    ``group`` declared by the caller. ``batch_size`` rows per ledger transaction: only those
+    rows are made dense (batch x |D|), drawn, and post-processed at once, so memory is
+    about batch x |D| plus the sparse counts plus the kept entries (``floor`` a few sigma:
+    about |D| P(Z >= floor) kept per row beside the members' entries).
+
+    Privacy: the ledger stores, and a resumed build gets back undrawn, the kept entries of
+    each row (a deterministic function of the released row and public values: post-
+    processing, which costs nothing); the charge is the full row's release, unchanged.
+    """
+    k = _positive_int(max_items, "max_items")
+    step = _positive_int(batch_size, "batch_size")
+    if not (isinstance(floor, int | float) and math.isfinite(floor) and floor > 0):
+        raise ValueError("floor must be a finite positive number")
+    if counts.width != len(domain):
+        raise ValueError("the counted table has another width than the domain")
+    floor = float(floor)
+
+    def draw(exact: np.ndarray) -> Callable[[RandomSource], dict[str, Any]]:
+        # Privacy: exact discrete Gaussian on every entry, rho = max_items / (2 sigma^2);
+        # what is stored is post-processing of that row
+        return lambda rng: _kept_value(discrete_gaussian(exact, float(sigma), rng,
+                                                         sensitivity=math.sqrt(k)),
+                                       domain, floor)
+
+    kept = _KeptBuilder()
+    for start in range(0, counts.rows, step):
+        stop = min(start + step, counts.rows)
+        exact = counts.dense(start, stop)
+        values = ledger.release_many([
+            (facts_key(r), fact_charge(r, sigma=sigma, max_items=k, domain=domain, group=group),
+             draw(exact[r - start]))
+            for r in range(start, stop)])
+        del exact
+        kept.add([_read_kept(value, domain, floor) for value in values])
+        if progress is not None:
+            progress(stop - start)
+    return kept.finish(len(domain), floor)
+
+
+def release_span_histograms(
+    ledger: Ledger,
+    clusters: Sequence[Sequence[int]],
+    doc_items: Sequence[Sequence[str]],
+    domain: Sequence[str],
+    *,
+    sigma: float,
+    max_items: int,
+    L: int,
+    floor: float,
+    group: str = GROUP,
+    batch_size: int = 32,
+    progress: Callable[[int], None] | None = None,
+) -> KeptCounts:
+    """``release_fact_histograms`` with bounded memory: the same checks, charges, keys and
+    noise (so the same released rows under the same seed), the exact counts kept sparse
+    (``sparse_fact_counts``) and each noisy row post-processed to its entries at or above
+    ``floor`` as soon as it is drawn (``release_kept_counts``). Returns ``KeptCounts``."""
+    k = _positive_int(max_items, "max_items")
+    overlap = _positive_int(L, "L")
+    step = _positive_int(batch_size, "batch_size")
+    if not (isinstance(sigma, int | float) and math.isfinite(sigma) and sigma > 0):
+        raise ValueError("sigma must be a finite positive number")
+    ledger.declare_parallel_group(group, overlap, GROUP_DESCRIPTION)
+    counts = sparse_fact_counts(clusters, doc_items, domain, k,
+                                max_overlap=declared_overlap(ledger, group))
+    return release_kept_counts(ledger, counts, domain, sigma=float(sigma), max_items=k,
+                               floor=floor, group=group, batch_size=step, progress=progress)

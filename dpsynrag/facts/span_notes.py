@@ -9,15 +9,24 @@ their overlaps (``facts.spans.stitch``) in that order, each trimmed of its loose
 (``trim_span``), written anchor first, then in an order keyed by the anchor
 (``note_order``). A cluster whose anchor does not pass
 writes no note (its members are too few to say anything above the noise).
+
+The notes read of each cluster's noisy histogram only its spans at or above ``z`` sigma_C
+(highest first; the top ``max_spans`` and whether the anchor is among them). The build's
+releases (``facts.span_releases.LedgerReleases``) therefore keep exactly those, with their
+noisy counts, as each histogram is drawn (``fact_clusters.KeptCounts``: post-processing of
+the full-row release, done at once so that no clusters x |D| table is ever held), and
+``span_notes`` takes either that or the dense noisy table: the same notes from the same
+release.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from dpsynrag.facts.fact_clusters import KeptCounts, kept_entries
 from dpsynrag.facts.spans import note_order, note_text, stitch, trim_span, windows_released
 
 __all__ = ["KEEP_Z", "MAX_SPANS", "SpanNote", "kept_spans", "span_notes"]
@@ -40,26 +49,42 @@ def kept_spans(noisy: np.ndarray, domain: Sequence[str], sigma: float, *,
                z: float = KEEP_Z, max_spans: int = MAX_SPANS) -> list[str]:
     """The spans of one noisy histogram at or above ``z sigma``, highest first (ties by the
     span's text), at most ``max_spans``."""
-    floor = z * sigma
-    order = sorted((j for j in range(len(domain)) if noisy[j] >= floor),
-                   key=lambda j: (-int(noisy[j]), domain[j]))
-    return [domain[j] for j in order[:max_spans]]
+    return [domain[j] for j, _ in kept_entries(noisy, domain, z * sigma)[:max_spans]]
 
 
-def span_notes(noisy: np.ndarray, domain: Sequence[str], anchors: Sequence[str],
-               sigma: float, *, stopwords: Collection[str],
+def _kept_rows(noisy: np.ndarray | KeptCounts, domain: Sequence[str],
+               floor: float) -> Iterator[list[int]]:
+    """Each cluster's domain indices at or above ``floor``, highest first."""
+    if isinstance(noisy, KeptCounts):
+        if noisy.width != len(domain):
+            raise ValueError("the kept span histograms have another width than the domain")
+        if noisy.floor > floor:
+            raise ValueError("the span histograms were kept at a higher floor than the "
+                             "notes read")
+        for r in range(noisy.rows):
+            indices, values = noisy.row(r)
+            yield indices[values >= floor].tolist()  # already highest first
+        return
+    for r in range(len(noisy)):
+        yield [j for j, _ in kept_entries(noisy[r], domain, floor)]
+
+
+def span_notes(noisy: np.ndarray | KeptCounts, domain: Sequence[str],
+               anchors: Sequence[str], sigma: float, *, stopwords: Collection[str],
                released: Mapping[int, Collection[str]], z: float = KEEP_Z,
                max_spans: int = MAX_SPANS) -> list[SpanNote]:
-    """A note per cluster whose anchor passes (clusters x |domain| noisy counts). Spans are
-    joined only where every window of the longest released length stays a released one."""
+    """A note per cluster whose anchor passes, from the clusters x |domain| noisy counts or
+    their kept entries (``KeptCounts``, kept at a floor no higher than ``z`` sigma). Spans
+    are joined only where every window of the longest released length stays a released
+    one."""
     index = {span: j for j, span in enumerate(domain)}
     notes: list[SpanNote] = []
-    for r, anchor in enumerate(anchors):
-        row = noisy[r]
+    rows = _kept_rows(noisy, domain, z * sigma)
+    for r, (anchor, kept) in enumerate(zip(anchors, rows, strict=True)):
         j = index.get(anchor)
-        if j is None or row[j] < z * sigma:
+        if j is None or j not in kept:
             continue
-        spans = kept_spans(row, domain, sigma, z=z, max_spans=max_spans)
+        spans = [domain[i] for i in kept[:max_spans]]
         if anchor not in spans:  # the anchor leads: it is what the cluster is about
             spans = [anchor, *spans[:max_spans - 1]]
         stitched = stitch(spans, stopwords=stopwords,

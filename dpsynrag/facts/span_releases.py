@@ -6,6 +6,13 @@ selection and every cluster's span histogram a discrete Gaussian release, charge
 drawing and stored (``facts.ngrams``, ``facts.fact_clusters``). ``ExactReleases`` returns
 the exact counts (the n-grams at or above each level's threshold, the histograms without
 noise): NOT private, for measurements only; nothing it returns may be published.
+
+Both return the span histograms as ``fact_clusters.KeptCounts``: per cluster, the spans whose
+(noisy, or exact) count reaches ``span_notes.KEEP_Z`` sigma_C with their counts, highest
+first -- all that the notes read. In a build each histogram is still released whole (exact
+discrete Gaussian on every entry of D, charged as before) and only then post-processed to
+its kept spans, which is what the ledger stores: post-processing of the release, free. The
+driver never holds a clusters x |D| table (``fact_clusters.release_span_histograms``).
 """
 
 from __future__ import annotations
@@ -14,11 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
-
 from dpsynrag.accounting.ledger import Ledger
-from dpsynrag.facts.fact_clusters import fact_counts, release_fact_histograms
+from dpsynrag.facts.fact_clusters import KeptCounts, release_span_histograms, sparse_fact_counts
 from dpsynrag.facts.ngrams import exact_release, ledger_release
+from dpsynrag.facts.span_notes import KEEP_Z
 
 __all__ = ["EXACT_SIGMA", "ExactReleases", "LedgerReleases", "SpanReleases"]
 
@@ -42,8 +48,9 @@ class SpanReleases(Protocol):
 
     def histograms(self, members: Sequence[Sequence[int]], items: Sequence[Sequence[str]],
                    domain: Sequence[str], *, max_items: int, L: int,
-                   progress: Callable[[int], None] | None = None) -> np.ndarray:
-        """Every cluster's span histogram over ``domain`` (clusters x |domain|)."""
+                   progress: Callable[[int], None] | None = None) -> KeptCounts:
+        """Every cluster's span histogram over ``domain``, kept at ``KEEP_Z`` sigma_C (its
+        spans at or above, highest first, with their counts)."""
         ...
 
 
@@ -67,10 +74,10 @@ class LedgerReleases:
 
     def histograms(self, members: Sequence[Sequence[int]], items: Sequence[Sequence[str]],
                    domain: Sequence[str], *, max_items: int, L: int,
-                   progress: Callable[[int], None] | None = None) -> np.ndarray:
-        return release_fact_histograms(self.ledger, members, items, domain,
+                   progress: Callable[[int], None] | None = None) -> KeptCounts:
+        return release_span_histograms(self.ledger, members, items, domain,
                                        sigma=self.sigma_clusters, max_items=max_items, L=L,
-                                       progress=progress)
+                                       floor=KEEP_Z * self.sigma_clusters, progress=progress)
 
 
 @dataclass(frozen=True)
@@ -88,8 +95,8 @@ class ExactReleases:
 
     def histograms(self, members: Sequence[Sequence[int]], items: Sequence[Sequence[str]],
                    domain: Sequence[str], *, max_items: int, L: int,
-                   progress: Callable[[int], None] | None = None) -> np.ndarray:
-        counts = fact_counts(members, items, domain, max_items)
+                   progress: Callable[[int], None] | None = None) -> KeptCounts:
+        counts = sparse_fact_counts(members, items, domain, max_items)
         if progress is not None:
             progress(len(members))
-        return counts
+        return KeptCounts.from_sparse(counts, domain, KEEP_Z * self.sigma_clusters)

@@ -15,18 +15,22 @@ calls, on batches of ``batch_size`` documents (a public number):
   local build's;
 * after the levels: ``facts.span_corpus.document_items`` and
   ``facts.fact_clusters.anchor_clusters`` (each document's items and clusters, a rule of the
-  document and released values) and ``facts.fact_clusters.fact_counts`` (the cells each
-  document adds to the span histograms, checked by ``contributions.bounded_counts`` against
-  the cap K' and the L the ledger declares for the group), combined per (cluster, span) by
-  ``beam.CombinePerKey(sum)``.
+  document and released values) and ``facts.fact_clusters.sparse_fact_counts`` (the cells
+  each document adds to the span histograms, checked by ``contributions.bounded_cells``
+  against the cap K' and the L the ledger declares for the group), combined per (cluster,
+  span) by ``beam.CombinePerKey(sum)``.
 
 Between the passes the driver reads the combined exact counts from private files under the
 state directory (deleted once read) into the ledger's draw only: each level is one
 ``release_partitions`` / ``release_weighted_partitions`` call, the span histograms one
 ``Ledger.release_many`` per 32 clusters, with the charges, keys and order of the local build
-(``ngrams.ledger_release``, ``fact_clusters.release_fact_histograms``), so a seeded build
-releases the same values on both paths (``tests/test_beam_ngrams.py``) and a resumed one gets
-its stored values back, undrawn. Nothing here logs a count, an n-gram or a text; an error
+(``ngrams.ledger_release``, ``fact_clusters.release_kept_counts``, the very function the local
+build's ``release_span_histograms`` calls), so a seeded build releases the same values on both
+paths (``tests/test_beam_ngrams.py``) and a resumed one gets its stored values back, undrawn.
+The combined cells stay sparse (``fact_clusters.SparseCounts``, the non-zero cells only) into
+the release, which makes 32 rows dense at a time, draws noise on every entry of D and keeps of
+each noisy row its spans at or above ``KEEP_Z`` sigma_C (post-processing): the driver never
+holds a clusters x |D| table. Nothing here logs a count, an n-gram or a text; an error
 inside a worker reaches the driver as its exception's type only (a message could hold private
 text), except a ``ContributionError``, whose message holds public bounds only.
 
@@ -57,9 +61,11 @@ from dpsynrag.accounting.contributions import ContributionError, declared_overla
 from dpsynrag.facts.fact_clusters import (
     GROUP,
     GROUP_DESCRIPTION,
+    KeptCounts,
+    SparseCounts,
     anchor_clusters,
-    fact_counts,
-    release_histogram_table,
+    release_kept_counts,
+    sparse_fact_counts,
 )
 from dpsynrag.facts.ngrams import (
     _check_lengths,
@@ -79,7 +85,7 @@ from dpsynrag.facts.span_corpus import (
     document_items,
     span_domain,
 )
-from dpsynrag.facts.span_notes import span_notes
+from dpsynrag.facts.span_notes import KEEP_Z, span_notes
 from dpsynrag.facts.span_releases import LedgerReleases
 from dpsynrag.facts.spans import is_content
 from dpsynrag.facts.tokens import tokenize
@@ -88,8 +94,7 @@ __all__ = ["BATCH_DOCUMENTS", "BeamStageError", "beam_span_corpus"]
 
 #: documents per batch: what one worker holds of the documents at a time (public)
 BATCH_DOCUMENTS = 1000
-#: documents per call of ``fact_counts`` inside a batch (its dense table is touched clusters
-#: x the chunk's distinct spans)
+#: documents per call of ``sparse_fact_counts`` inside a batch
 FACT_CHUNK = 250
 #: clusters per ledger transaction, as ``release_fact_histograms``
 HISTOGRAM_BATCH = 32
@@ -147,9 +152,10 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
                      cap: int, L: int, max_overlap: int, width: int,
                      stop: Collection[str]) -> list[tuple[int, int]]:
     """A batch's cells of the span histograms, (r * |D| + j, count): its documents' items
-    (``document_items``) and clusters (``anchor_clusters``), counted by ``fact_counts`` on
-    the clusters and spans the documents touch, with the local build's checks (<= ``cap``
-    spans per cluster row, <= ``max_overlap`` clusters per document)."""
+    (``document_items``) and clusters (``anchor_clusters``), counted by
+    ``sparse_fact_counts`` on the clusters and spans the documents touch, with the local
+    build's checks (<= ``cap`` spans per cluster row, <= ``max_overlap`` clusters per
+    document)."""
     out: list[tuple[int, int]] = []
     for start in range(0, len(batch), FACT_CHUNK):
         chunk = batch[start:start + FACT_CHUNK]
@@ -160,11 +166,12 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
         if not rows:
             continue
         local_domain = sorted({item for held in items for item in held})
-        counts = fact_counts([members[r] for r in rows], items, local_domain, cap,
-                             max_overlap=max_overlap)
+        counts = sparse_fact_counts([members[r] for r in rows], items, local_domain, cap,
+                                    max_overlap=max_overlap)
         columns = np.asarray([domain_index[item] for item in local_domain], dtype=np.int64)
-        for i, j in zip(*np.nonzero(counts), strict=True):
-            out.append((rows[int(i)] * width + int(columns[j]), int(counts[i, j])))
+        row_of = np.repeat(np.asarray(rows, dtype=np.int64), np.diff(counts.indptr))
+        cells = row_of * width + columns[counts.indices]
+        out.extend(zip(cells.tolist(), counts.values.tolist(), strict=True))
     return out
 
 
@@ -295,14 +302,35 @@ def _release_level(releases: LedgerReleases, key: str, counts: Mapping[str, int]
                                 weight_scale=releases.weight_scale)
 
 
-def _release_histograms(releases: LedgerReleases, counts: np.ndarray, domain: Sequence[str],
-                        max_items: int, progress: Callable[[int], None] | None) -> np.ndarray:
+def _release_histograms(releases: LedgerReleases, counts: SparseCounts, domain: Sequence[str],
+                        max_items: int, progress: Callable[[int], None] | None) -> KeptCounts:
     """Every cluster's span histogram through the ledger: the local build's own release of a
-    counted table (``fact_clusters.release_histogram_table``), ``HISTOGRAM_BATCH`` clusters
-    per transaction."""
-    return release_histogram_table(releases.ledger, counts, domain,
-                                   sigma=float(releases.sigma_clusters), max_items=max_items,
-                                   group=GROUP, batch_size=HISTOGRAM_BATCH, progress=progress)
+    counted sparse table (``fact_clusters.release_kept_counts``), ``HISTOGRAM_BATCH``
+    clusters per transaction, each noisy row kept at ``KEEP_Z`` sigma_C as it is drawn."""
+    sigma = float(releases.sigma_clusters)
+    return release_kept_counts(releases.ledger, counts, domain, sigma=sigma,
+                               max_items=max_items, floor=KEEP_Z * sigma, group=GROUP,
+                               batch_size=HISTOGRAM_BATCH, progress=progress)
+
+
+def _read_cells(pairs: Iterable[tuple[Any, int]], n_rows: int, width: int) -> SparseCounts:
+    """The combined cells of the span histograms as a sparse table, read in chunks of int64
+    arrays (never one Python object per cell for all cells)."""
+    chunk = 1 << 16
+    cells: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    buffer_cells: list[int] = []
+    buffer_values: list[int] = []
+    for cell, value in pairs:
+        buffer_cells.append(int(cell))
+        buffer_values.append(int(value))
+        if len(buffer_cells) == chunk:
+            cells.append(np.asarray(buffer_cells, dtype=np.int64))
+            values.append(np.asarray(buffer_values, dtype=np.int64))
+            buffer_cells, buffer_values = [], []
+    cells.append(np.asarray(buffer_cells, dtype=np.int64))
+    values.append(np.asarray(buffer_values, dtype=np.int64))
+    return SparseCounts.from_cells(np.concatenate(cells), np.concatenate(values), n_rows, width)
 
 
 # ------------------------------------------------------------------ the stages
@@ -384,7 +412,7 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
             return SpanCorpus([], 0)
 
         # (n3) the span histograms: the group declared (and its L read back) as
-        # release_fact_histograms does, before any count
+        # release_span_histograms does, before any count
         k, L = int(settings.cluster_cap), int(settings.L)
         if k < 1 or L < 1:
             raise ValueError("cluster_cap and L must be positive integers")
@@ -410,12 +438,10 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
                  | "write cells" >> beam.io.WriteToText(passes.prefix("cells")))
 
         passes.run("span histograms", fact_pass)
-        table = np.zeros((len(anchors), width), dtype=np.int64)
-        for cell, value in passes.read_pairs("cells"):
-            table[divmod(int(cell), width)] = value
-        noisy = _release_histograms(releases, table, domain, k, progress)
+        table = _read_cells(passes.read_pairs("cells"), len(anchors), width)
+        kept = _release_histograms(releases, table, domain, k, progress)
         del table
-        notes = span_notes(noisy, domain, anchors, releases.sigma_clusters, stopwords=stop,
+        notes = span_notes(kept, domain, anchors, releases.sigma_clusters, stopwords=stop,
                            released=released)
         return SpanCorpus(notes, len(anchors))
     finally:
