@@ -297,8 +297,12 @@ def machine() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default=None,
-                        help="comma-separated note counts (default 500,1000,2000,4000)")
+    parser.add_argument("--sizes", "--notes", dest="sizes", default=None,
+                        help="comma-separated note counts (default 500,1000,2000,4000; "
+                             "--generate facts: 10000,100000,1000000)")
+    parser.add_argument("--note", default=None,
+                        help="--generate facts: a remark stored with each run (e.g. what "
+                             "else ran on the machine)")
     parser.add_argument("--quick", action="store_true", help="sizes 100,200 (a smoke test)")
     parser.add_argument("--generate", choices=["tokens", "facts"], default="tokens",
                         help="tokens (default: this benchmark's token-mode build) or facts "
@@ -485,7 +489,23 @@ def run_facts_size(n_notes: int, args: argparse.Namespace, work: Path) -> dict[s
         "rho_spent": child["rho_spent"],
         "kept_texts": child["kept_texts"],
         "load_average_before": [round(x, 2) for x in os.getloadavg()],
+        "commit": _commit(),
+        **({"note": args.note} if args.note else {}),
     }
+
+
+def _commit() -> str | None:
+    """The code measured: the checkout's commit (``+dirty`` with uncommitted changes)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no", "--", "dpsynrag"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def _run_key(run: dict[str, Any]) -> tuple[int, str, Any]:

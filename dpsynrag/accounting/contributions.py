@@ -16,6 +16,9 @@ on the very array that is noised, not on what the code that chose the cells mean
 (the number of terms a document lists, the L its membership rule was given): a rule that adds
 two cells per term, or puts a document in L + 1 clusters, is refused before anything is drawn.
 
+``bounded_cells`` makes the same checks and returns the non-zero cells and their counts only
+(the span histograms of the n-gram mode, whose dense table would be clusters x |D|).
+
 ``declared_overlap`` reads a parallel group's L from the ledger, where it is recorded and
 composed, so that memberships are checked against the L the cost is computed with.
 """

@@ -46,6 +46,23 @@ through the build ledger under ``cluster/RRRRR/facts``: charged before drawing, 
 redrawn on resume. The cost is conditional on the released anchors and W (adaptive
 composition with their own charges).
 
+**Bounded memory (issue 59; the n-gram mode's releases).** ``release_span_histograms`` makes
+the same releases as ``release_fact_histograms`` -- the same checks, charges, keys, sigma,
+sensitivity, group, and the same random bits in the same order -- without ever holding a
+clusters x |D| table: the exact counts stay sparse (``sparse_fact_counts``, checked by
+``contributions.bounded_cells`` on the very table that is noised); ``release_kept_counts``
+makes one ledger transaction's clusters dense (``batch_size`` x |D|), draws the discrete
+Gaussian on every entry of D (zero counts included), and reduces each noisy row at once to
+its entries at or above a public ``floor`` (KEEP_Z sigma_C: all the notes read), highest
+first, with their noisy counts (``KeptCounts``). The ledger stores that reduced row: a
+deterministic function of the full-row release and public values, so post-processing,
+free; a resumed build gets it back undrawn (a ledger holding whole rows, written before,
+is reduced the same way). Peak memory: batch x |D| plus the sparse exact counts plus the
+kept entries (about |D| P(Z >= floor / sigma) per row beside the members' own spans). The
+Beam path (``pipeline.beam_ngrams``) feeds its combined sparse cells to the same
+``release_kept_counts``. ``fact_counts`` / ``release_fact_histograms`` (dense) stay for the
+lexicon facts mode and the evaluation.
+
 The default group is ``"fact-clusters"``, not the token mode's ``"clusters"``: the anchored
 clusters are another partition of the documents than the keyword soft clusters, so their
 costs must not be summed partition by partition with those of stage (c)/(d).
