@@ -732,6 +732,12 @@ def _unchecked_counts(units: Any, cells: Any, size: int, **_bounds: Any) -> np.n
     return np.bincount(np.asarray(cells, dtype=np.int64), minlength=size).astype(np.int64)
 
 
+def _unchecked_cells(units: Any, cells: Any, size: int,
+                     **_bounds: Any) -> tuple[np.ndarray, np.ndarray]:
+    distinct, counts = np.unique(np.asarray(cells, dtype=np.int64), return_counts=True)
+    return distinct.astype(np.int64), counts.astype(np.int64)
+
+
 def _unchecked_memberships(clusters: Any, n_units: int, max_overlap: int, *,
                            what: str) -> tuple[np.ndarray, np.ndarray]:
     from dpsynrag.accounting.contributions import membership_pairs
@@ -744,6 +750,7 @@ def _counts_unchecked(mp: pytest.MonkeyPatch) -> None:
 
     for module in (fact_clusters, roles):
         mp.setattr(module, "bounded_counts", _unchecked_counts)
+    mp.setattr(fact_clusters, "bounded_cells", _unchecked_cells)  # the span histograms
     for module in (fact_clusters, token_stages):
         mp.setattr(module, "membership_pairs", _unchecked_memberships)
 
