@@ -8,9 +8,12 @@ with the build's releases, ``facts.span_releases.LedgerReleases``):
      per document at level j, rho = sum_j K_j / (2 sigma_A^2), delta_phrases in all;
 (n2) the public span domain D and anchors (post-processing of released values); each
      document's spans and clusters (a rule of the document and public values);
-(n3) one noisy span histogram per cluster over D (``release_fact_histograms``: each
+(n3) one noisy span histogram per cluster over D (``release_span_histograms``: each
      document adds <= K_e + K_s spans to each of <= L clusters -> L (K_e + K_s) / (2
-     sigma_C^2) by overlapping parallel composition);
+     sigma_C^2) by overlapping parallel composition; noise on every entry of D, 32 clusters
+     at a time, each noisy row kept at once to its spans at or above 3 sigma_C, which is
+     what the ledger stores: post-processing, so memory is bounded by the batch, not by
+     clusters x |D|);
 (n4) each cluster's note: its kept spans stitched by their overlaps (post-processing).
 
 The only language knowledge: nltk's Treebank tokenizer and the public stopword list
