@@ -153,3 +153,17 @@ def test_document_spans_are_the_maximal_released_spans() -> None:
     spans = document_spans(tokens, released)
     assert spans[0] == "Toy Story ( 1995"
     assert "likes Toy" in spans and "Toy Story" not in spans and "Toy" not in spans
+
+
+def test_a_nearest_anchor_build_verifies_and_records_its_rule(
+        profiles: Path, tmp_path: Path) -> None:
+    """--ngram-anchors nearest: the same releases and rho, the rule in the certificate."""
+    from dpsynrag.accounting.certificate import load_certificate
+
+    config, summary = _build(profiles, tmp_path, ngram_anchors="nearest")
+    assert summary.rho_spent == pytest.approx(make_plan(config).rho_total, rel=1e-9)
+    out = tmp_path / "out"
+    assert verify_output(out, tmp_path / "key.pem.pub", allow_seeded=True) == []
+    certificate = load_certificate(out / "certificate.json")
+    assert certificate["config"]["ngram_anchors"] == "nearest"
+    assert pq.read_table(out / "corpus.parquet").num_rows > 0

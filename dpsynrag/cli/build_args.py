@@ -165,6 +165,12 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                    help="facts with ngrams: a document's m chosen n-grams weigh 1/sqrt(m) "
                         "each ('weighted', default: one l2 budget per document, so short "
                         "documents weigh more) or count 1 each ('uniform')")
+    g.add_argument("--ngram-anchors", choices=["nearest", "rarest"],
+                   help="facts with ngrams: which of its released anchors (the clusters) a "
+                        "document joins: the rarest released one, anchors of two content "
+                        "words first ('rarest', default) or the one the public embedder puts "
+                        "nearest its text ('nearest': embeds every document, about 8x the "
+                        "build time on CPU; the local runner only)")
     g.add_argument("--K-e", dest="K_e", type=positive_int,
                    help="facts: terms (or open phrases) per document (default: the most, up to "
                         "6, whose phrase release's tau_A stays <= 20 units, else 1; with the "

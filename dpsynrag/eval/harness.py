@@ -456,7 +456,8 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Runner, model
     return result
 
 
-def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
+def _facts_ceiling_texts(settings: EvalSettings, data: EvalData,
+                         models: LazyModels) -> list[str]:
     """The facts generator at epsilon = infinity: exact counts, the phrases (or terms) held by
     at least tau_A units of the reference plan (epsilon 10) as anchors, each term's most
     frequent role (exact), the same clustering, selection (at a negligible sigma) and writer.
@@ -470,7 +471,7 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     config = _build_config(settings, "dp-synrag-facts", 10.0, 0)
     plan = make_plan(config)
     if config.facts_items == "ngrams":
-        return _ngram_ceiling_texts(data.notes, plan, config)
+        return _ngram_ceiling_texts(data.notes, plan, config, models)
     vocab = public_vocabulary()
     keywords = fact_keywords(data.notes, vocab, plan.K_s)
     roles: dict[str, str] | None = None
@@ -516,7 +517,8 @@ def _facts_ceiling_texts(settings: EvalSettings, data: EvalData) -> list[str]:
     return write_notes(facts)
 
 
-def _ngram_ceiling_texts(texts: Sequence[str], plan: Any, config: BuildConfig) -> list[str]:
+def _ngram_ceiling_texts(texts: Sequence[str], plan: Any, config: BuildConfig,
+                         models: LazyModels) -> list[str]:
     """The n-gram mode at epsilon = infinity: ``facts.span_corpus.span_corpus``, the very
     function a build runs (``pipeline.ngram_stages``), with exact releases
     (``facts.span_releases.ExactReleases``): each level keeps the n-grams that at least its
@@ -534,8 +536,9 @@ def _ngram_ceiling_texts(texts: Sequence[str], plan: Any, config: BuildConfig) -
     # SpanReleases declares sigma_clusters as a plain (settable) attribute, the frozen
     # dataclass has it read-only: the same source, typed as the protocol it implements
     releases = cast("SpanReleases", exact)
-    corpus = span_corpus(list(texts), ngram_settings(plan, config.L), releases,
-                         stop=stopwords())
+    corpus = span_corpus(list(texts), ngram_settings(plan, config.L, config.ngram_anchors),
+                         releases, stop=stopwords(),
+                         embed=lambda batch: models.embedder.encode(list(batch)))
     return [note.text for note in corpus.notes]
 
 
@@ -651,9 +654,10 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, models: LazyModels | N
                                             end_to_end=settings.end_to_end, synthetic=False,
                                             min_support=settings.min_support)
                 elif method == "facts-ceiling":
-                    result = measure_corpus(_facts_ceiling_texts(settings, data), data, models,
-                                            k=settings.rag_k, end_to_end=settings.end_to_end,
-                                            synthetic=True, min_support=settings.min_support)
+                    ceiling = _facts_ceiling_texts(settings, data, models)
+                    result = measure_corpus(ceiling, data, models, k=settings.rag_k,
+                                            end_to_end=settings.end_to_end, synthetic=True,
+                                            min_support=settings.min_support)
                 elif method == "tokens-ceiling":
                     result = _run_dp_synrag(settings, data, runner, models, work, "dp-synrag",
                                             TOKENS_CEILING_EPSILON, 0)

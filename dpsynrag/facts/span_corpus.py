@@ -8,8 +8,10 @@
      longest, then the rarest (``document_items``), at most ``cluster_cap``: a rule of the
      document and released values. Its clusters: the first L anchors among its items,
      anchors of two content tokens or more first, then the rarest released count
-     (``anchor_priority``): a function of the document and released values, so adding or
-     removing one document changes no other document's clusters;
+     (``anchor_priority``), or, with the ``nearest`` rule (the build's default), those
+     nearest the document's text by the public embedder (``facts.anchor_choice``): a
+     function of the document, released values and a public model, so adding or removing
+     one document changes no other document's clusters;
 (n3) one span histogram per cluster over D (``releases.histograms``; in a build each
      document adds <= cluster_cap spans to each of <= L clusters);
 (n4) each cluster's note (``facts.span_notes``): post-processing.
@@ -23,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from dpsynrag.facts.anchor_choice import ANCHOR_RULES, Embed, nearest_first
 from dpsynrag.facts.fact_clusters import anchor_clusters
 from dpsynrag.facts.ngrams import release_ngrams
 from dpsynrag.facts.span_notes import SpanNote, span_notes
@@ -30,7 +33,8 @@ from dpsynrag.facts.span_releases import SpanReleases
 from dpsynrag.facts.spans import document_spans, is_content
 from dpsynrag.facts.tokens import ngram_tokens, tokenize
 
-__all__ = ["SpanCorpus", "SpanSettings", "anchor_priority", "anchors_of", "document_items",
+__all__ = ["SpanCorpus", "SpanSettings", "anchor_priority", "anchors_of", "cluster_members",
+           "document_items",
            "span_corpus", "span_domain"]
 
 
@@ -42,6 +46,12 @@ class SpanSettings:
     level_items: tuple[int, ...]
     cluster_cap: int
     L: int
+    anchor_rule: str = "rarest"  # facts.anchor_choice.ANCHOR_RULES
+
+    def __post_init__(self) -> None:
+        if self.anchor_rule not in ANCHOR_RULES:
+            raise ValueError(f"anchor_rule must be one of {', '.join(ANCHOR_RULES)}, got "
+                             f"{self.anchor_rule!r}")
 
 
 @dataclass(frozen=True)
@@ -93,11 +103,30 @@ def document_items(tokens: Sequence[str], levels: Mapping[int, Mapping[str, int]
     return sorted(spans, key=rank)[:cap]
 
 
+def cluster_members(texts: Sequence[str], items: Sequence[Sequence[str]],
+                    anchor_counts: Mapping[str, int], settings: SpanSettings,
+                    stop: Collection[str], embed: Embed | None
+                    ) -> tuple[list[str], list[list[int]]]:
+    """The clusters' anchors (the public order of ``anchor_clusters``) and members under
+    the settings' anchor rule."""
+    if settings.anchor_rule == "nearest":
+        if embed is None:
+            raise ValueError("the nearest anchor rule needs the public embedder (embed=)")
+        ordered = nearest_first(texts, items, anchor_counts, embed)
+        return anchor_clusters(ordered, anchor_counts, settings.L,
+                               priority=dict.fromkeys(anchor_counts, 0), own_order={0})
+    return anchor_clusters(items, anchor_counts, settings.L,
+                           priority=anchor_priority(anchor_counts, stop))
+
+
 def span_corpus(texts: Sequence[str], settings: SpanSettings, releases: SpanReleases, *,
-                stop: Collection[str],
+                stop: Collection[str], embed: Embed | None = None,
                 progress: Callable[[int], None] | None = None) -> SpanCorpus:
-    """(n1)-(n4) (module docstring). ``progress(1)`` after each n-gram level and each
-    batch of span histograms."""
+    """(n1)-(n4) (module docstring). ``embed``: the public embedder, which the ``nearest``
+    anchor rule needs. ``progress(1)`` after each n-gram level and each batch of span
+    histograms."""
+    if settings.anchor_rule == "nearest" and embed is None:
+        raise ValueError("the nearest anchor rule needs the public embedder (embed=)")
     tokens = [tokenize(text) for text in texts]
     levels = release_ngrams(tokens, settings.lengths, max_items=settings.level_items,
                             release=releases.level,
@@ -109,8 +138,7 @@ def span_corpus(texts: Sequence[str], settings: SpanSettings, releases: SpanRele
     items = [document_items(t, levels.released, in_domain, released, settings.cluster_cap,
                             stop) for t in tokens]
     anchor_counts = anchors_of(domain, released)
-    anchors, members = anchor_clusters(items, anchor_counts, settings.L,
-                                       priority=anchor_priority(anchor_counts, stop))
+    anchors, members = cluster_members(texts, items, anchor_counts, settings, stop, embed)
     if not anchors:
         return SpanCorpus([], 0)
     noisy = releases.histograms(members, items, domain, max_items=settings.cluster_cap,

@@ -20,6 +20,7 @@ from typing import Any
 
 from dpsynrag.accounting.conversions import Conversion
 from dpsynrag.accounting.planner import NGRAM_WEIGHTS
+from dpsynrag.facts.anchor_choice import ANCHOR_RULES
 from dpsynrag.io.records import split_column_list, text_columns
 from dpsynrag.pipeline.defaults import DEFAULT_DELTA, DEFAULT_EPSILON
 
@@ -123,6 +124,10 @@ class BuildConfig:
     # facts with ngrams: "uniform" (each chosen n-gram of a document counts 1) or "weighted"
     # (a document's m chosen n-grams weigh 1 / sqrt(m) each: one l2 budget per document)
     ngram_weights: str = "weighted"
+    # facts with ngrams: which of its released anchors a document joins first: "nearest" (the
+    # public embedder's nearest to its text, facts.anchor_choice) or "rarest" (the released
+    # count, anchors of two content tokens first)
+    ngram_anchors: str = "rarest"
     delta_phrases: float | None = None  # facts: delta of the phrase release (default delta/10)
     facts_label: str = "Reported"  # facts: lead word of each note ("Symptoms" for clinic notes)
     # facts: "template" (the free public template) or "tokens" (issue 15: each kept cluster's
@@ -159,7 +164,7 @@ class BuildConfig:
 
     # options only one generation mode reads
     FACTS_ONLY = ("facts_items", "share_roles", "share_hist", "K_e", "K_s", "R_f",
-                  "ngram_lengths", "ngram_items", "share_ngrams", "ngram_weights",
+                  "ngram_lengths", "ngram_items", "share_ngrams", "ngram_weights", "ngram_anchors",
                   "share_phrases", "delta_phrases", "facts_label",
                   "writer", "share_tokens", "writer_keeps_note", "writer_ablate",
                   "texts_per_cluster")
@@ -211,6 +216,9 @@ class BuildConfig:
         if self.ngram_weights not in NGRAM_WEIGHTS:
             raise ConfigError(f"--ngram-weights must be one of {', '.join(NGRAM_WEIGHTS)}, "
                               f"got {self.ngram_weights!r}")
+        if self.ngram_anchors not in ANCHOR_RULES:
+            raise ConfigError(f"--ngram-anchors must be one of {', '.join(ANCHOR_RULES)}, "
+                              f"got {self.ngram_anchors!r}")
         if not (isinstance(self.share_ngrams, int | float) and 0 < self.share_ngrams < 1):
             raise ConfigError(f"--share-ngrams must lie strictly between 0 and 1, got "
                               f"{self.share_ngrams!r}")
@@ -318,6 +326,9 @@ class BuildConfig:
                                           and self.facts_items == "ngrams"):
             raise ConfigError("--runner beam runs the n-gram stages of --generate facts "
                               "--facts-items ngrams (the default build) only")
+        if self.runner == "beam" and self.ngram_anchors == "nearest":
+            raise ConfigError("--runner beam does not embed the documents: use "
+                              "--ngram-anchors rarest (the default) or --runner local")
         if self.workers is not None and self.workers < 1:
             raise ConfigError("--workers must be a positive integer")
         for name in ("rephrase_prompt", "filter_prompt"):
@@ -342,9 +353,13 @@ class BuildConfig:
         if not self.writer_ablate.strip():  # as do builds without an ablated lever
             skip.add("writer_ablate")
         if self.facts_items != "ngrams":  # builds of terms and phrases keep their options
-            skip |= {"ngram_lengths", "ngram_items", "share_ngrams", "ngram_weights"}
-        elif self.ngram_weights == "uniform":  # n-gram builds made before the option
-            skip.add("ngram_weights")
+            skip |= {"ngram_lengths", "ngram_items", "share_ngrams", "ngram_weights",
+                     "ngram_anchors"}
+        else:
+            if self.ngram_weights == "uniform":  # n-gram builds made before the option
+                skip.add("ngram_weights")
+            if self.ngram_anchors == "rarest":  # as do those made before this one
+                skip.add("ngram_anchors")
         options = {k: v for k, v in asdict(self).items() if k not in skip}
         if self.generate == "tokens":  # the resolved value, as token builds recorded it
             options["rho_hist"] = self.tokens_rho_hist

@@ -45,17 +45,17 @@ def language_sha256(stop: Collection[str]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def ngram_settings(plan: FactsBudgetPlan, L: int) -> SpanSettings:
+def ngram_settings(plan: FactsBudgetPlan, L: int, anchor_rule: str = "rarest") -> SpanSettings:
     """The public settings of the n-gram stages from a facts plan with n-grams."""
     return SpanSettings(lengths=tuple(plan.ngram_lengths), level_items=tuple(plan.ngram_items),
-                        cluster_cap=plan.K_e + plan.K_s, L=L)
+                        cluster_cap=plan.K_e + plan.K_s, L=L, anchor_rule=anchor_rule)
 
 
 def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
     """Run (n1)-(n4); return the build's notes, one per cluster that passes."""
     plan, config = ctx.plan, ctx.config
     stop = stopwords()
-    settings = ngram_settings(plan, config.L)
+    settings = ngram_settings(plan, config.L, config.ngram_anchors)
     releases = LedgerReleases(ctx.ledger, weight_scale=plan.ngram_weight_scale or None,
                               sigma_levels=plan.sigma_A,
                               level_delta=plan.level_delta, sigma_clusters=plan.sigma_C)
@@ -75,6 +75,7 @@ def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
                                       workers=config.workers, progress=advance)
         else:
             corpus = span_corpus(texts, settings, releases, stop=stop,
+                                 embed=lambda batch: ctx.runner.embed(batch, lambda _n: None),
                                  progress=advance)
     notes = corpus.notes
     return StageResult(texts=[note.text for note in notes],
