@@ -353,7 +353,8 @@ def test_the_ngram_ceiling_runs_the_builds_stage_function_on_exact_releases(
 
     monkeypatch.setattr(harness, "document_terms", no_terms)
     monkeypatch.setattr(harness, "document_phrases", no_terms)
-    texts = harness._facts_ceiling_texts(settings, data)
+    texts = harness._facts_ceiling_texts(settings, data,
+                                         LazyModels(tiny_llm(), HashEmbedder()))
     config = harness._build_config(settings, "dp-synrag-facts", 10.0, 0)
     plan = make_plan(config)
     thresholds = {level_key(n): t for n, t in zip(plan.ngram_lengths, plan.ngram_thresholds,
