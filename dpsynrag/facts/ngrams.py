@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from dpsynrag.accounting.ledger import Ledger
@@ -56,6 +56,7 @@ __all__ = [
     "CountRelease",
     "NgramLevels",
     "exact_release",
+    "iter_level_choices",
     "ledger_release",
     "level_candidates",
     "level_caps",
@@ -71,8 +72,10 @@ __all__ = [
 STAGE = "f-ngrams"
 DEFAULT_LENGTHS = (1, 2, 3, 4, 6, 8)
 
-# (key, each document's chosen n-grams, max_items) -> {released n-gram: released count}
-CountRelease = Callable[[str, Sequence[Sequence[str]], int], dict[str, int]]
+# (key, each document's chosen n-grams, max_items) -> {released n-gram: released count};
+# the choices are read once, in order (a build passes them lazily: no level's choices are
+# ever all held at once)
+CountRelease = Callable[[str, Iterable[Sequence[str]], int], dict[str, int]]
 
 
 def level_key(length: int, occurrence: int = 1) -> str:
@@ -92,7 +95,7 @@ def level_keys(lengths: Sequence[int]) -> list[str]:
     return keys
 
 
-def level_counts(choices: Sequence[Sequence[str]], max_items: int,
+def level_counts(choices: Iterable[Sequence[str]], max_items: int,
                  weight_scale: int | None = None) -> dict[str, int]:
     """The counts a level releases: the number of documents choosing each n-gram
     (``weight_scale`` None), or their weights floor(W / sqrt(m)) summed
@@ -120,7 +123,7 @@ def ledger_release(ledger: Ledger, *, sigma: float, delta: float,
                    weight_scale: int | None = None) -> CountRelease:
     """Each level through the ledger: each document's choices counted (``level_counts``,
     which refuses a document over its bound), then ``release_level_counts``."""
-    def release(key: str, choices: Sequence[Sequence[str]], max_items: int) -> dict[str, int]:
+    def release(key: str, choices: Iterable[Sequence[str]], max_items: int) -> dict[str, int]:
         counts = level_counts(choices, max_items, weight_scale)
         return release_level_counts(ledger, key, counts, max_items, sigma=sigma, delta=delta,
                                     weight_scale=weight_scale)
@@ -130,7 +133,7 @@ def ledger_release(ledger: Ledger, *, sigma: float, delta: float,
 def exact_release(min_count: int = 2, weight_scale: int | None = None) -> CountRelease:
     """No noise (the epsilon = inf ceiling of the eval only): every candidate whose exact
     count (``level_counts``) is at least ``min_count``. Never used by a build."""
-    def release(key: str, choices: Sequence[Sequence[str]], max_items: int) -> dict[str, int]:
+    def release(key: str, choices: Iterable[Sequence[str]], max_items: int) -> dict[str, int]:
         counts = level_counts(choices, max_items, weight_scale)
         return {g: int(c) for g, c in counts.items() if c >= min_count}
     return release
@@ -252,10 +255,21 @@ def level_choices(docs_tokens: Sequence[Sequence[str]], length: int,
                   max_items: int, keys: Sequence[bytes],
                   public: Callable[[str], bool] = _no_public_token) -> list[list[str]]:
     """Every document's chosen candidates of one level (private)."""
+    return list(iter_level_choices(docs_tokens, length, previous, previous_length, max_items,
+                                   keys, public))
+
+
+def iter_level_choices(docs_tokens: Sequence[Sequence[str]], length: int,
+                       previous: Mapping[str, int] | None, previous_length: int | None,
+                       max_items: int, keys: Sequence[bytes],
+                       public: Callable[[str], bool] = _no_public_token
+                       ) -> Iterator[list[str]]:
+    """``level_choices`` one document at a time, so that a level's counts are summed
+    without every document's choices held at once."""
     first = previous is None or previous_length == length  # counted as at a first level
-    return [unit_choice(level_candidates(tokens, length, previous, previous_length, public),
-                        max_items, key, first_level=first)
-            for tokens, key in zip(docs_tokens, keys, strict=True)]
+    for tokens, key in zip(docs_tokens, keys, strict=True):
+        yield unit_choice(level_candidates(tokens, length, previous, previous_length, public),
+                          max_items, key, first_level=first)
 
 
 def release_ngrams(docs_tokens: Sequence[Sequence[str]], lengths: Sequence[int], *,
@@ -276,8 +290,8 @@ def release_ngrams(docs_tokens: Sequence[Sequence[str]], lengths: Sequence[int],
     previous: dict[str, int] | None = None
     previous_length: int | None = None
     for length, cap, key in zip(levels, caps, level_keys(levels), strict=True):
-        choices = level_choices(docs_tokens, length, previous, previous_length, cap, keys,
-                                public)
+        choices = iter_level_choices(docs_tokens, length, previous, previous_length, cap,
+                                     keys, public)
         # every level is released (charged) even when no document has a candidate: the
         # charges never depend on the data; the release refuses > cap per document
         level = merge_pass(released.get(length), release(key, choices, cap))

@@ -17,7 +17,7 @@ driver never holds a clusters x |D| table (``fact_clusters.release_span_histogra
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -40,7 +40,7 @@ class SpanReleases(Protocol):
         to)."""
         ...
 
-    def level(self, key: str, choices: Sequence[Sequence[str]],
+    def level(self, key: str, choices: Iterable[Sequence[str]],
               max_items: int) -> dict[str, int]:
         """One n-gram level: {n-gram: released count} of the candidates (each document's
         chosen n-grams) that pass."""
@@ -66,7 +66,7 @@ class LedgerReleases:
     sigma_clusters: float
     weight_scale: int | None = None
 
-    def level(self, key: str, choices: Sequence[Sequence[str]],
+    def level(self, key: str, choices: Iterable[Sequence[str]],
               max_items: int) -> dict[str, int]:
         release = ledger_release(self.ledger, sigma=self.sigma_levels, delta=self.level_delta,
                                  weight_scale=self.weight_scale)
@@ -89,7 +89,7 @@ class ExactReleases:
     sigma_clusters: float = EXACT_SIGMA
     weight_scale: int | None = None
 
-    def level(self, key: str, choices: Sequence[Sequence[str]],
+    def level(self, key: str, choices: Iterable[Sequence[str]],
               max_items: int) -> dict[str, int]:
         return exact_release(self.thresholds[key], self.weight_scale)(key, choices, max_items)
 

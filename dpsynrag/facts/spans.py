@@ -18,6 +18,7 @@ needed: where a span holds its role ("diagnosed with acid reflux"), the reader s
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from dpsynrag.facts.tokens import detokenize, ngram_key, ngram_tokens
@@ -91,7 +92,9 @@ def document_spans(tokens: Sequence[str], released: Mapping[int, Mapping[str, in
             if key in level:
                 covered.append((start, stop))
                 found.setdefault(key, None)
-    return list(found)
+    # one string per distinct span however many documents hold it (a build keeps every
+    # document's spans until the histograms are counted)
+    return [sys.intern(key) for key in found]
 
 
 def _overlap(left: tuple[str, ...], right: tuple[str, ...], min_overlap: int,

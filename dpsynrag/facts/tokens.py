@@ -13,6 +13,7 @@ n-gram is written unambiguously as its tokens joined by single spaces (``ngram_k
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -47,12 +48,14 @@ def _split_period(token: str) -> list[str]:
 
 
 def tokenize(text: str) -> tuple[str, ...]:
-    """The token sequence of ``text``, line by line (a rule of the text alone)."""
+    """The token sequence of ``text``, line by line (a rule of the text alone). Each token
+    is interned (``sys.intern``): a collection repeats its words, so a build holding every
+    document's tokens keeps one string per distinct token, not one per occurrence."""
     tokens: list[str] = []
     for line in text.splitlines():
         for token in _tokenizer().tokenize(line):
             tokens.extend(_split_period(token))
-    return tuple(tokens)
+    return tuple(sys.intern(token) for token in tokens)
 
 
 def detokenize(tokens: Sequence[str]) -> str:
