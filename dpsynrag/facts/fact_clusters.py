@@ -75,9 +75,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -90,6 +90,8 @@ from dpsynrag.accounting.contributions import (
 from dpsynrag.accounting.ledger import Charge, Ledger
 from dpsynrag.accounting.noise import discrete_gaussian
 from dpsynrag.accounting.rng import RandomSource
+
+T = TypeVar("T")
 
 GROUP = "fact-clusters"
 STAGE = "f-facts"
@@ -114,7 +116,6 @@ __all__ = [
     "kept_entries",
     "partition_name",
     "release_fact_histograms",
-    "release_histogram_table",
     "release_kept_counts",
     "release_span_histograms",
     "sparse_fact_counts",
@@ -393,50 +394,74 @@ def release_fact_histograms(
     after each with the number of clusters done. Already released clusters (a resumed build)
     come back from the ledger unchanged, uncharged and undrawn.
     """
+    k, step = _declare_release(ledger, sigma=sigma, max_items=max_items, L=L,
+                               batch_size=batch_size, group=group)
+    # memberships checked against the L the ledger composes the group with, on the table
+    # whose rows are noised (contributions.bounded_counts)
+    counts = fact_counts(clusters, doc_items, domain, k,
+                         max_overlap=declared_overlap(ledger, group))
+
+    def read(value: Any) -> np.ndarray:
+        row = np.asarray(value, dtype=np.int64)
+        if row.shape != (len(domain),):
+            raise ValueError("a stored fact histogram has another size than the domain")
+        return row
+
+    noisy = np.zeros_like(counts)
+    for start, rows in _release_rows(ledger, counts.shape[0], lambda a, b: counts[a:b], domain,
+                                     sigma=float(sigma), max_items=k, group=group,
+                                     batch_size=step, stored=lambda row: row, read=read,
+                                     progress=progress):
+        noisy[start:start + len(rows)] = rows
+    return noisy
+
+
+def _declare_release(ledger: Ledger, *, sigma: float, max_items: int, L: int,
+                     batch_size: int, group: str) -> tuple[int, int]:
+    """The checks of a histogram release before anything is counted, and its parallel
+    group declared with max_overlap ``L`` (a different L for an existing group is refused):
+    returns (max_items, batch_size) as checked."""
     k = _positive_int(max_items, "max_items")
     overlap = _positive_int(L, "L")
     step = _positive_int(batch_size, "batch_size")
     if not (isinstance(sigma, int | float) and math.isfinite(sigma) and sigma > 0):
         raise ValueError("sigma must be a finite positive number")
     ledger.declare_parallel_group(group, overlap, GROUP_DESCRIPTION)
-    # memberships checked against the L the ledger composes the group with, on the table
-    # whose rows are noised (contributions.bounded_counts)
-    counts = fact_counts(clusters, doc_items, domain, k,
-                         max_overlap=declared_overlap(ledger, group))
-    return release_histogram_table(ledger, counts, domain, sigma=float(sigma), max_items=k,
-                                   group=group, batch_size=step, progress=progress)
+    return k, step
 
 
-def release_histogram_table(ledger: Ledger, counts: np.ndarray, domain: Sequence[str], *,
-                            sigma: float, max_items: int, group: str = GROUP,
-                            batch_size: int = 32,
-                            progress: Callable[[int], None] | None = None) -> np.ndarray:
-    """Release the rows of a counted table (clusters x |D|, each document's contribution
-    already bounded to ``max_items`` items and the group's L: ``fact_counts`` or the Beam
-    path's checked sums) as ``release_fact_histograms`` describes, ``batch_size`` rows per
-    ledger transaction, ``group`` declared by the caller."""
-    k = _positive_int(max_items, "max_items")
+def _release_rows(ledger: Ledger, n_rows: int, exact_rows: Callable[[int, int], np.ndarray],
+                  domain: Sequence[str], *, sigma: float, max_items: int, group: str,
+                  batch_size: int, stored: Callable[[np.ndarray], Any],
+                  read: Callable[[Any], T],
+                  progress: Callable[[int], None] | None) -> Iterator[tuple[int, list[T]]]:
+    """Release rows ``0 .. n_rows - 1`` of a counted table, ``batch_size`` rows per ledger
+    transaction: ``exact_rows(start, stop)`` gives a batch's exact rows (each document's
+    contribution already bounded), each row gets exact discrete Gaussian noise on EVERY
+    entry and is charged ``fact_charge``; the ledger stores ``stored(noisy row)`` (the row,
+    or a post-processing of it) and ``read`` turns each stored value, drawn now or by an
+    earlier run, into what the caller keeps. Yields (start, the batch's read values);
+    ``progress(n)`` after each batch."""
+    sensitivity = math.sqrt(max_items)
 
-    def draw(exact: np.ndarray) -> Callable[[RandomSource], np.ndarray]:
-        # Privacy: exact discrete Gaussian on every entry, rho = max_items / (2 sigma^2).
-        return lambda rng: discrete_gaussian(exact, float(sigma), rng,
-                                             sensitivity=math.sqrt(k))
+    def draw(exact: np.ndarray) -> Callable[[RandomSource], Any]:
+        # Privacy: exact discrete Gaussian on every entry, rho = max_items / (2 sigma^2);
+        # what is stored is that row or post-processing of it
+        return lambda rng: stored(discrete_gaussian(exact, sigma, rng, sensitivity=sensitivity))
 
-    noisy = np.zeros_like(counts)
-    for start in range(0, counts.shape[0], batch_size):
-        stop = min(start + batch_size, counts.shape[0])
+    for start in range(0, n_rows, batch_size):
+        stop = min(start + batch_size, n_rows)
+        exact = exact_rows(start, stop)
         values = ledger.release_many([
-            (facts_key(r), fact_charge(r, sigma=sigma, max_items=k, domain=domain, group=group),
-             draw(counts[r]))
+            (facts_key(r), fact_charge(r, sigma=sigma, max_items=max_items, domain=domain,
+                                       group=group),
+             draw(exact[r - start]))
             for r in range(start, stop)])
-        for r, value in zip(range(start, stop), values, strict=True):
-            row = np.asarray(value, dtype=np.int64)
-            if row.shape != (len(domain),):
-                raise ValueError("a stored fact histogram has another size than the domain")
-            noisy[r] = row
+        del exact
+        rows = [read(value) for value in values]
         if progress is not None:
             progress(stop - start)
-    return noisy
+        yield start, rows
 
 
 # ---------------------------------------------------------------------- step 4, bounded memory
@@ -579,25 +604,13 @@ def release_kept_counts(ledger: Ledger, counts: SparseCounts, domain: Sequence[s
         raise ValueError("the counted table has another width than the domain")
     floor = float(floor)
 
-    def draw(exact: np.ndarray) -> Callable[[RandomSource], dict[str, Any]]:
-        # Privacy: exact discrete Gaussian on every entry, rho = max_items / (2 sigma^2);
-        # what is stored is post-processing of that row
-        return lambda rng: _kept_value(discrete_gaussian(exact, float(sigma), rng,
-                                                         sensitivity=math.sqrt(k)),
-                                       domain, floor)
-
     kept = _KeptBuilder()
-    for start in range(0, counts.rows, step):
-        stop = min(start + step, counts.rows)
-        exact = counts.dense(start, stop)
-        values = ledger.release_many([
-            (facts_key(r), fact_charge(r, sigma=sigma, max_items=k, domain=domain, group=group),
-             draw(exact[r - start]))
-            for r in range(start, stop)])
-        del exact
-        kept.add([_read_kept(value, domain, floor) for value in values])
-        if progress is not None:
-            progress(stop - start)
+    for _, rows in _release_rows(ledger, counts.rows, counts.dense, domain, sigma=float(sigma),
+                                 max_items=k, group=group, batch_size=step,
+                                 stored=lambda row: _kept_value(row, domain, floor),
+                                 read=lambda value: _read_kept(value, domain, floor),
+                                 progress=progress):
+        kept.add(rows)
     return kept.finish(len(domain), floor)
 
 
@@ -619,12 +632,8 @@ def release_span_histograms(
     noise (so the same released rows under the same seed), the exact counts kept sparse
     (``sparse_fact_counts``) and each noisy row post-processed to its entries at or above
     ``floor`` as soon as it is drawn (``release_kept_counts``). Returns ``KeptCounts``."""
-    k = _positive_int(max_items, "max_items")
-    overlap = _positive_int(L, "L")
-    step = _positive_int(batch_size, "batch_size")
-    if not (isinstance(sigma, int | float) and math.isfinite(sigma) and sigma > 0):
-        raise ValueError("sigma must be a finite positive number")
-    ledger.declare_parallel_group(group, overlap, GROUP_DESCRIPTION)
+    k, step = _declare_release(ledger, sigma=sigma, max_items=max_items, L=L,
+                               batch_size=batch_size, group=group)
     counts = sparse_fact_counts(clusters, doc_items, domain, k,
                                 max_overlap=declared_overlap(ledger, group))
     return release_kept_counts(ledger, counts, domain, sigma=float(sigma), max_items=k,
