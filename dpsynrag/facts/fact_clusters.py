@@ -541,8 +541,8 @@ class _KeptBuilder:
 
 def kept_entries(noisy: np.ndarray, domain: Sequence[str], floor: float) -> list[list[int]]:
     """``[[j, noisy[j]], ...]`` for the entries of one noisy row at or above ``floor``,
-    highest first, ties by ``domain[j]`` (post-processing of the row; the order of
-    ``span_notes.kept_spans``)."""
+    highest first, ties by ``domain[j]`` (post-processing of the row; the order in which
+    ``span_notes`` takes a cluster's spans)."""
     row = np.asarray(noisy)
     chosen = np.flatnonzero(row >= floor).tolist()
     chosen.sort(key=lambda j: (-int(row[j]), domain[j]))

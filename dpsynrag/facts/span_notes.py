@@ -29,7 +29,7 @@ import numpy as np
 from dpsynrag.facts.fact_clusters import KeptCounts, kept_entries
 from dpsynrag.facts.spans import note_order, note_text, stitch, trim_span, windows_released
 
-__all__ = ["KEEP_Z", "MAX_SPANS", "SpanNote", "kept_spans", "span_notes"]
+__all__ = ["KEEP_Z", "MAX_SPANS", "SpanNote", "span_notes"]
 
 KEEP_Z = 3.0  # a span is kept where its noisy count reaches KEEP_Z sigma_C
 MAX_SPANS = 16  # spans stitched into one note at most
@@ -43,13 +43,6 @@ class SpanNote:
     anchor: str
     spans: tuple[tuple[str, ...], ...]
     text: str
-
-
-def kept_spans(noisy: np.ndarray, domain: Sequence[str], sigma: float, *,
-               z: float = KEEP_Z, max_spans: int = MAX_SPANS) -> list[str]:
-    """The spans of one noisy histogram at or above ``z sigma``, highest first (ties by the
-    span's text), at most ``max_spans``."""
-    return [domain[j] for j, _ in kept_entries(noisy, domain, z * sigma)[:max_spans]]
 
 
 def _kept_rows(noisy: np.ndarray | KeptCounts, domain: Sequence[str],
