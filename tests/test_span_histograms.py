@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dpsynrag.accounting import Ledger, secure_rng
+from dpsynrag.accounting import Ledger, noise, secure_rng, sparse_noise
 from dpsynrag.accounting.contributions import ContributionError, bounded_cells, bounded_counts
 from dpsynrag.eval.datasets import write_clinic_dataset
 from dpsynrag.facts import fact_clusters
@@ -78,6 +78,21 @@ def _old_span_notes(noisy: np.ndarray, domain: Sequence[str], anchors: Sequence[
         stitched = note_order(list(dict.fromkeys(trimmed)), anchor)
         notes.append(SpanNote(r, anchor, tuple(stitched), note_text(stitched)))
     return notes
+
+
+class _DenseKeptReleases(LedgerReleases):
+    """Whole noisy rows as the dense release draws them, then reduced to their kept entries:
+    the same releases as ``_DenseReleases`` under a seed, in the form the notes read now."""
+
+    def histograms(self, members: Sequence[Sequence[int]], items: Sequence[Sequence[str]],
+                   domain: Sequence[str], *, max_items: int, L: int,
+                   progress: Any = None) -> Any:
+        rows = release_fact_histograms(self.ledger, members, items, domain,
+                                       sigma=self.sigma_clusters, max_items=max_items, L=L,
+                                       progress=progress)
+        floor = KEEP_Z * self.sigma_clusters
+        return KeptCounts.from_rows([kept_entries(row, domain, floor) for row in rows],
+                                    len(domain), floor)
 
 
 class _DenseReleases(LedgerReleases):
@@ -152,14 +167,17 @@ def test_from_cells_refuses_a_cell_twice_or_outside() -> None:
 
 
 # ---------------------------------------------------------------------- the release
-def test_kept_release_is_the_dense_release_post_processed_under_the_same_seed() -> None:
+def test_the_kept_release_is_charged_as_the_dense_release_and_keeps_what_it_must() -> None:
+    """Same keys, charges and rho as the dense release; the counted entries far above the
+    floor are kept, each row highest first (ties by the item), stored post-processed. (That
+    the kept entries have the dense release's law is tests/test_sparse_noise.py's.)"""
     docs = _docs(3, 400)
     domain = fact_domain(ANCHORS, KEYWORDS)
     _order, clusters = anchor_clusters(docs, ANCHORS, 2)
     sigma, K, L = 2.0, 4, 2
     dense_ledger, kept_ledger = Ledger(rng=secure_rng(5)), Ledger(rng=secure_rng(5))
-    dense = release_fact_histograms(dense_ledger, clusters, docs, domain, sigma=sigma,
-                                    max_items=K, L=L, batch_size=2)
+    release_fact_histograms(dense_ledger, clusters, docs, domain, sigma=sigma, max_items=K,
+                            L=L, batch_size=2)
     done: list[int] = []
     kept = release_span_histograms(kept_ledger, clusters, docs, domain, sigma=sigma,
                                    max_items=K, L=L, floor=KEEP_Z * sigma, batch_size=2,
@@ -167,12 +185,14 @@ def test_kept_release_is_the_dense_release_post_processed_under_the_same_seed() 
     assert done == [2, 2, 1]
     assert _charges(kept_ledger) == _charges(dense_ledger)  # same keys, charges, rho
     assert math.isclose(kept_ledger.total_rho(), dense_ledger.total_rho(), rel_tol=0)
+    exact = fact_counts(clusters, docs, domain, K, max_overlap=L)
     for r in range(len(clusters)):
         indices, values = kept.row(r)
-        assert [[int(j), int(v)] for j, v in zip(indices, values, strict=True)] == \
-            kept_entries(dense[r], domain, KEEP_Z * sigma)
-    # the same random bits were used: the two sources are at the same point of their streams
-    assert kept_ledger.rng.bytes(16) == dense_ledger.rng.bytes(16)
+        pairs = [(int(j), int(v)) for j, v in zip(indices, values, strict=True)]
+        assert pairs == sorted(pairs, key=lambda p: (-p[1], domain[p[0]]))
+        assert all(v >= KEEP_Z * sigma for _, v in pairs)
+        sure = set(np.flatnonzero(exact[r] >= KEEP_Z * sigma + 8 * sigma).tolist())
+        assert sure <= {j for j, _ in pairs}
     # what is stored is the post-processed row (JSON), not the row
     stored = kept_ledger.released_value(fact_clusters.facts_key(0))
     assert isinstance(stored, dict)
@@ -221,24 +241,30 @@ def test_a_resumed_release_draws_and_charges_nothing_from_either_stored_form() -
                                         max_items=4, L=2, floor=1.0)
 
 
-def test_only_one_batch_of_rows_is_ever_dense(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_row_is_ever_dense_and_only_counted_entries_get_a_draw_each(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     docs = _docs(5, 300)
     domain = fact_domain(ANCHORS, KEYWORDS)
     _order, clusters = anchor_clusters(docs, ANCHORS, 2)
     counts = sparse_fact_counts(clusters, docs, domain, 4, max_overlap=2)
-    seen: list[int] = []
-    real = SparseCounts.dense
+    drawn: list[int] = []
+    real = noise.discrete_gaussian_noise
 
-    def spy(self: SparseCounts, start: int, stop: int) -> np.ndarray:
-        seen.append(stop - start)
-        return real(self, start, stop)
+    def spy(size: int, sigma: float, rng: Any) -> np.ndarray:
+        drawn.append(size)
+        return real(size, sigma, rng)
 
-    monkeypatch.setattr(SparseCounts, "dense", spy)
+    def never(self: SparseCounts, start: int, stop: int) -> np.ndarray:
+        raise AssertionError("a dense row was made")
+
+    monkeypatch.setattr(SparseCounts, "dense", never)
+    monkeypatch.setattr(sparse_noise, "discrete_gaussian_noise", spy)
     ledger = Ledger(rng=secure_rng(7))
     ledger.declare_parallel_group(fact_clusters.GROUP, 2, "test")
     release_kept_counts(ledger, counts, domain, sigma=2.0, max_items=4, floor=6.0,
                         batch_size=2)
-    assert seen == [2, 2, 1]
+    # one sampler call per batch of 2, 2, 1 rows, for their counted entries only
+    assert len(drawn) == 3 and sum(drawn) == counts.values.size
 
 
 # ---------------------------------------------------------------------- notes
@@ -266,19 +292,24 @@ def _releases(cls: type[LedgerReleases], seed: int) -> LedgerReleases:
 
 
 @pytest.mark.parametrize("seed", [11, 12])
-def test_the_notes_are_those_of_the_dense_path_under_the_same_seed(
+def test_the_notes_are_those_of_the_dense_path_on_the_same_releases(
         clinic: list[str], seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     stop = _stop()
     old = _releases(_DenseReleases, seed)
     monkeypatch.setattr("dpsynrag.facts.span_corpus.span_notes", _old_span_notes)
     before = span_corpus(clinic, SETTINGS, old, stop=stop)
     monkeypatch.undo()
-    new = _releases(LedgerReleases, seed)
+    new = _releases(_DenseKeptReleases, seed)
     after = span_corpus(clinic, SETTINGS, new, stop=stop)
     assert before.clusters == after.clusters > 10
     assert before.notes and after.notes == before.notes  # byte-identical texts and spans
     assert _charges(new.ledger) == _charges(old.ledger)
     assert new.ledger.total_rho() == old.ledger.total_rho()
+    # the build's own (sparse) release: the same clusters and charges, notes of its own noise
+    sparse = _releases(LedgerReleases, seed)
+    built = span_corpus(clinic, SETTINGS, sparse, stop=stop)
+    assert built.clusters == before.clusters and len(built.notes) > 0.8 * len(before.notes)
+    assert _charges(sparse.ledger) == _charges(old.ledger)
 
 
 def test_span_notes_read_dense_rows_and_kept_entries_alike(clinic: list[str]) -> None:

@@ -65,7 +65,7 @@ def discrete_gaussian_noise(size: int, sigma: float, rng: RandomSource) -> np.nd
     out = np.empty(size, dtype=np.int64)
     filled = 0
     while filled < size:
-        proposals = _discrete_laplace(t, size - filled, rng)
+        proposals = _discrete_laplace(t, _with_spare(size - filled), rng)
         magnitudes = np.abs(proposals)
         accepted = np.zeros(proposals.size, dtype=bool)
         for magnitude in np.unique(magnitudes):
@@ -73,10 +73,19 @@ def discrete_gaussian_noise(size: int, sigma: float, rng: RandomSource) -> np.nd
             gap = int(magnitude) * den * t - num
             accepted[same] = rng.bernoulli_exp_minus_repeated(same.size, gap * gap,
                                                               2 * num * den * t * t)
-        kept = proposals[accepted]
+        kept = proposals[accepted][:size - filled]
         out[filled:filled + kept.size] = kept
         filled += kept.size
     return out
+
+
+def _with_spare(need: int) -> int:
+    """How many proposals a rejection round draws for ``need`` accepted ones: half again and
+    a few more, so that one round nearly always suffices (each round costs a fixed number of
+    array operations whatever its size). The spare accepted draws are discarded: the first
+    ``need`` accepted of an i.i.d. sequence of proposals are i.i.d. draws of the target
+    law whatever the number of proposals drawn."""
+    return need + need // 2 + 8
 
 
 def _discrete_laplace(t: int, size: int, rng: RandomSource) -> np.ndarray:
@@ -87,22 +96,31 @@ def _discrete_laplace(t: int, size: int, rng: RandomSource) -> np.ndarray:
     out = np.empty(size, dtype=np.int64)
     filled = 0
     while filled < size:
-        need = size - filled
-        u = rng.integers_array(t, need)
-        u = u[rng.bernoulli_exp_minus_array(u, t)]
-        v = np.zeros(u.size, dtype=np.int64)
-        running = np.arange(u.size)
-        while running.size:
-            success = rng.bernoulli_exp_minus_one(running.size)
-            running = running[success]
-            v[running] += 1
-        x = u + t * v
-        negative = rng.integers_array(2, u.size) == 1
+        x = exp_geometric_round(t, _with_spare(size - filled), rng)
+        negative = rng.integers_array(2, x.size) == 1
         valid = ~(negative & (x == 0))
-        kept = np.where(negative, -x, x)[valid]
+        kept = np.where(negative, -x, x)[valid][:size - filled]
         out[filled:filled + kept.size] = kept
         filled += kept.size
     return out
+
+
+def exp_geometric_round(t: int, need: int, rng: RandomSource) -> np.ndarray:
+    """One round of CKS Algorithm 2's magnitude (s = 1): ``need`` proposals U uniform on
+    [0, t), each kept with probability exp(-U / t), and for each kept one V, the number of
+    successes of Bernoulli(exp(-1)) before the first failure; returns X = U + t V (int64, at
+    most ``need`` of them). Each X is exactly P(X = x) = (1 - e^(-1/t)) e^(-x/t), x >= 0,
+    independently."""
+    u = rng.integers_array(t, need)
+    u = u[rng.bernoulli_exp_minus_array(u, t)]
+    v = np.zeros(u.size, dtype=np.int64)
+    running = np.arange(u.size)
+    while running.size:
+        success = rng.bernoulli_exp_minus_one(running.size)
+        running = running[success]
+        v[running] += 1
+    x: np.ndarray = u + t * v
+    return x
 
 
 def gaussian(x: np.ndarray, sigma: float, rng: RandomSource) -> np.ndarray:

@@ -19,7 +19,8 @@ from statistics import NormalDist
 import mpmath
 import numpy as np
 
-__all__ = ["contribution_weight", "discrete_gaussian_tail", "partition_selection_delta",
+__all__ = ["contribution_weight", "discrete_gaussian_tail", "discrete_gaussian_tail_bracket",
+           "partition_selection_delta",
            "selection_threshold", "weighted_selection_delta", "weighted_selection_threshold"]
 
 _DIGITS = 60
@@ -112,6 +113,27 @@ def _tail_cached(sigma: float, t: int) -> float:
         else:  # P(Z >= t) = 1 - P(Z >= 1 - t) by symmetry, with a lower bound of the latter
             probability = 1 - _tail_sum(sigma, 1 - t, upper=False) / norm
         return _round_up(probability)
+
+
+#: How far ``discrete_gaussian_tail_bracket`` widens its 60-digit figures: far beyond their
+#: error (series cut at 1e-55 of their sum, 60-digit arithmetic).
+_BRACKET_MARGIN = mpmath.mpf(10) ** -50
+
+
+@functools.lru_cache(maxsize=256)
+def discrete_gaussian_tail_bracket(sigma: float, t: int) -> tuple[mpmath.mpf, mpmath.mpf]:
+    """(lower, upper) with lower <= P(Z >= t) <= upper for Z ~ N_Z(0, sigma^2), t >= 1 and
+    sigma <= 500 (the tail summed term by term), as 60-digit numbers a relative 1e-50 or
+    so apart: what ``sparse_noise`` draws its exact Geometric(P(Z >= t)) gaps against."""
+    sigma = _check_sigma(sigma)
+    t = _check_int(t, "t", 1)
+    if sigma > _DIRECT_SIGMA:
+        raise ValueError(f"a tail bracket needs sigma <= {_DIRECT_SIGMA:g}")
+    with mpmath.workdps(_DIGITS):
+        norm = _normaliser(sigma)
+        lower = _tail_sum(sigma, t, upper=False) / (norm * (1 + _BRACKET_MARGIN))
+        upper = _tail_sum(sigma, t, upper=True) / (norm * (1 - _BRACKET_MARGIN))
+        return lower * (1 - _BRACKET_MARGIN), min(mpmath.mpf(1), upper * (1 + _BRACKET_MARGIN))
 
 
 def discrete_gaussian_tail(sigma: float, t: int) -> float:

@@ -46,22 +46,22 @@ through the build ledger under ``cluster/RRRRR/facts``: charged before drawing, 
 redrawn on resume. The cost is conditional on the released anchors and W (adaptive
 composition with their own charges).
 
-**Bounded memory (issue 59; the n-gram mode's releases).** ``release_span_histograms`` makes
-the same releases as ``release_fact_histograms`` -- the same checks, charges, keys, sigma,
-sensitivity, group, and the same random bits in the same order -- without ever holding a
-clusters x |D| table: the exact counts stay sparse (``sparse_fact_counts``, checked by
-``contributions.bounded_cells`` on the very table that is noised); ``release_kept_counts``
-makes one ledger transaction's clusters dense (``batch_size`` x |D|), draws the discrete
-Gaussian on every entry of D (zero counts included), and reduces each noisy row at once to
-its entries at or above a public ``floor`` (KEEP_Z sigma_C: all the notes read), highest
-first, with their noisy counts (``KeptCounts``). The ledger stores that reduced row: a
-deterministic function of the full-row release and public values, so post-processing,
-free; a resumed build gets it back undrawn (a ledger holding whole rows, written before,
-is reduced the same way). Peak memory: batch x |D| plus the sparse exact counts plus the
-kept entries (about |D| P(Z >= floor / sigma) per row beside the members' own spans). The
-Beam path (``pipeline.beam_ngrams``) feeds its combined sparse cells to the same
-``release_kept_counts``. ``fact_counts`` / ``release_fact_histograms`` (dense) stay for the
-lexicon facts mode and the evaluation.
+**Bounded memory (the n-gram mode's releases).** ``release_span_histograms`` makes the
+same releases as ``release_fact_histograms`` -- the same checks, charges, keys, sigma,
+sensitivity and group -- without ever holding a clusters x |D| table or drawing clusters x
+|D| values: the exact counts stay sparse (``sparse_fact_counts``, checked by
+``contributions.bounded_cells`` on the very table that is noised), and ``release_kept_counts``
+draws of each row's discrete Gaussian release on EVERY entry of D (zero counts included)
+exactly what the notes read -- its entries at or above a public ``floor`` (KEEP_Z sigma_C),
+highest first, with their noisy counts (``KeptCounts``) -- with exactly the law they have
+under the full draw (``accounting.sparse_noise``: a draw per non-zero cell, Geometric gaps
+between the kept zero cells, their values from the tail law). The ledger stores that reduced
+row: post-processing of the full-row release, free; a resumed build gets it back undrawn (a
+ledger holding whole rows, written before, is reduced the same way). Work and memory: the
+non-zero cells plus the kept entries (about |D| P(Z >= floor) per row beside the members'
+own spans). The Beam path (``pipeline.beam_ngrams``) feeds its combined sparse cells to the
+same ``release_kept_counts``. ``fact_counts`` / ``release_fact_histograms`` (dense) stay
+for the lexicon facts mode and the evaluation.
 
 The default group is ``"fact-clusters"``, not the token mode's ``"clusters"``: the anchored
 clusters are another partition of the documents than the keyword soft clusters, so their
@@ -73,6 +73,7 @@ messages never name an item.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -90,6 +91,7 @@ from dpsynrag.accounting.contributions import (
 from dpsynrag.accounting.ledger import Charge, Ledger
 from dpsynrag.accounting.noise import discrete_gaussian
 from dpsynrag.accounting.rng import RandomSource
+from dpsynrag.accounting.sparse_noise import discrete_gaussian_kept_rows
 
 T = TypeVar("T")
 
@@ -408,10 +410,11 @@ def release_fact_histograms(
         return row
 
     noisy = np.zeros_like(counts)
-    for start, rows in _release_rows(ledger, counts.shape[0], lambda a, b: counts[a:b], domain,
+    draws = _dense_draws(lambda a, b: counts[a:b], sigma=float(sigma), max_items=k,
+                         stored=lambda row: row)
+    for start, rows in _release_rows(ledger, counts.shape[0], draws, domain,
                                      sigma=float(sigma), max_items=k, group=group,
-                                     batch_size=step, stored=lambda row: row, read=read,
-                                     progress=progress):
+                                     batch_size=step, read=read, progress=progress):
         noisy[start:start + len(rows)] = rows
     return noisy
 
@@ -430,18 +433,11 @@ def _declare_release(ledger: Ledger, *, sigma: float, max_items: int, L: int,
     return k, step
 
 
-def _release_rows(ledger: Ledger, n_rows: int, exact_rows: Callable[[int, int], np.ndarray],
-                  domain: Sequence[str], *, sigma: float, max_items: int, group: str,
-                  batch_size: int, stored: Callable[[np.ndarray], Any],
-                  read: Callable[[Any], T],
-                  progress: Callable[[int], None] | None) -> Iterator[tuple[int, list[T]]]:
-    """Release rows ``0 .. n_rows - 1`` of a counted table, ``batch_size`` rows per ledger
-    transaction: ``exact_rows(start, stop)`` gives a batch's exact rows (each document's
-    contribution already bounded), each row gets exact discrete Gaussian noise on EVERY
-    entry and is charged ``fact_charge``; the ledger stores ``stored(noisy row)`` (the row,
-    or a post-processing of it) and ``read`` turns each stored value, drawn now or by an
-    earlier run, into what the caller keeps. Yields (start, the batch's read values);
-    ``progress(n)`` after each batch."""
+def _dense_draws(exact_rows: Callable[[int, int], np.ndarray], *, sigma: float,
+                 max_items: int, stored: Callable[[np.ndarray], Any]
+                 ) -> Callable[[int, int], list[Callable[[RandomSource], Any]]]:
+    """The draws of rows ``start .. stop - 1`` of a dense counted table: exact discrete
+    Gaussian on every entry, the ledger storing ``stored(noisy row)``."""
     sensitivity = math.sqrt(max_items)
 
     def draw(exact: np.ndarray) -> Callable[[RandomSource], Any]:
@@ -449,15 +445,34 @@ def _release_rows(ledger: Ledger, n_rows: int, exact_rows: Callable[[int, int], 
         # what is stored is that row or post-processing of it
         return lambda rng: stored(discrete_gaussian(exact, sigma, rng, sensitivity=sensitivity))
 
+    def draws(start: int, stop: int) -> list[Callable[[RandomSource], Any]]:
+        exact = exact_rows(start, stop)
+        return [draw(row) for row in exact]
+
+    return draws
+
+
+def _release_rows(ledger: Ledger, n_rows: int,
+                  draws: Callable[[int, int], list[Callable[[RandomSource], Any]]],
+                  domain: Sequence[str], *, sigma: float, max_items: int, group: str,
+                  batch_size: int, read: Callable[[Any], T],
+                  progress: Callable[[int], None] | None) -> Iterator[tuple[int, list[T]]]:
+    """Release rows ``0 .. n_rows - 1`` of a counted table, ``batch_size`` rows per ledger
+    transaction: ``draws(start, stop)`` gives a batch's draws (each document's contribution
+    already bounded; each draws the row's discrete Gaussian release, or a post-processing
+    of it with exactly its law, and returns what the ledger stores), each row charged
+    ``fact_charge``; ``read`` turns each stored value, drawn now or by an earlier run, into
+    what the caller keeps. Yields (start, the batch's read values); ``progress(n)`` after
+    each batch."""
     for start in range(0, n_rows, batch_size):
         stop = min(start + batch_size, n_rows)
-        exact = exact_rows(start, stop)
+        batch = draws(start, stop)
         values = ledger.release_many([
             (facts_key(r), fact_charge(r, sigma=sigma, max_items=max_items, domain=domain,
                                        group=group),
-             draw(exact[r - start]))
+             batch[r - start])
             for r in range(start, stop)])
-        del exact
+        del batch
         rows = [read(value) for value in values]
         if progress is not None:
             progress(stop - start)
@@ -506,8 +521,7 @@ class KeptCounts:
         order ``kept_entries`` gives: for the evaluation's ceiling only."""
         if not floor > 0:
             raise ValueError("floor must be positive (zero entries are not listed)")
-        rank = np.empty(len(domain), dtype=np.int64)
-        rank[np.argsort(np.asarray(domain, dtype=object), kind="stable")] = np.arange(len(domain))
+        rank = _domain_rank(domain)
         row = np.repeat(np.arange(counts.rows), np.diff(counts.indptr))
         keep = counts.values >= floor
         row, index, value = row[keep], counts.indices[keep], counts.values[keep]
@@ -556,6 +570,61 @@ def _kept_value(noisy: np.ndarray, domain: Sequence[str], floor: float) -> dict[
                                                                              floor)}
 
 
+def _sparse_draws(counts: SparseCounts, domain: Sequence[str], *, sigma: float,
+                  max_items: int, floor: float
+                  ) -> Callable[[int, int], list[Callable[[RandomSource], Any]]]:
+    """The draws of rows ``start .. stop - 1`` of a sparse counted table: each row's entries
+    at or above ``floor`` of its discrete Gaussian release on every entry of D, drawn with
+    exactly that law without a draw per zero entry (``sparse_noise``), the ledger storing
+    them as ``_kept_value`` does.
+
+    The batch's rows are drawn together, at the first of its draws that the ledger makes
+    (``sparse_noise.discrete_gaussian_kept_rows``: each row's noise independent of the
+    others', as if drawn one by one): inside the one transaction of ``release_many``, after
+    every row of the batch is charged. A row the ledger already holds (a resumed build) is
+    not asked for, and what was drawn for it is discarded, never stored or released."""
+    sensitivity = math.sqrt(max_items)
+    rank = _domain_rank(domain)
+
+    def draws(start: int, stop: int) -> list[Callable[[RandomSource], Any]]:
+        drawn: list[list[tuple[np.ndarray, np.ndarray]]] = []
+
+        def row(rng: RandomSource, r: int) -> Any:
+            if not drawn:
+                # Privacy: the kept entries of exact discrete Gaussian noise on every entry
+                # of D, rho = max_items / (2 sigma^2) per row, each row charged already
+                drawn.append(discrete_gaussian_kept_rows(
+                    [_sparse_row(counts, i) for i in range(start, stop)], len(domain), sigma,
+                    floor, rng, sensitivity=sensitivity))
+            else:
+                rng.declare_noise("gaussian", sigma, sensitivity)
+            index, value = drawn[0][r - start]
+            order = np.lexsort((rank[index], -value))
+            return {"floor": float(floor), "size": len(domain),
+                    "kept": [[int(j), int(v)] for j, v in zip(index[order], value[order],
+                                                              strict=True)]}
+
+        return [functools.partial(_call_row, row, r) for r in range(start, stop)]
+
+    return draws
+
+
+def _call_row(row: Callable[[RandomSource, int], Any], r: int, rng: RandomSource) -> Any:
+    return row(rng, r)
+
+
+def _sparse_row(counts: SparseCounts, r: int) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi = int(counts.indptr[r]), int(counts.indptr[r + 1])
+    return counts.indices[lo:hi], counts.values[lo:hi]
+
+
+def _domain_rank(domain: Sequence[str]) -> np.ndarray:
+    """Each domain index's rank in the sorted domain (kept entries' ties go by the item)."""
+    rank = np.empty(len(domain), dtype=np.int64)
+    rank[np.argsort(np.asarray(domain, dtype=object), kind="stable")] = np.arange(len(domain))
+    return rank
+
+
 def _read_kept(value: Any, domain: Sequence[str], floor: float) -> list[list[int]]:
     """The kept entries at ``floor`` of a stored release: a stored ``_kept_value`` (kept at a
     floor no higher), or a whole noisy row stored by an earlier version (post-processed
@@ -587,14 +656,15 @@ def release_kept_counts(ledger: Ledger, counts: SparseCounts, domain: Sequence[s
 
     ``counts`` is sparse (``sparse_fact_counts``, or the Beam path's checked sums), each
     document's contribution already bounded to ``max_items`` items and the group's L;
-    ``group`` declared by the caller. ``batch_size`` rows per ledger transaction: only those
-    rows are made dense (batch x |D|), drawn, and post-processed at once, so memory is
-    about batch x |D| plus the sparse counts plus the kept entries (``floor`` a few sigma:
-    about |D| P(Z >= floor) kept per row beside the members' entries).
+    ``group`` declared by the caller. ``batch_size`` rows per ledger transaction, drawn
+    together (``_sparse_draws``): no row is made dense, and work and memory are the
+    sparse counts plus the kept entries (``floor`` a few sigma: about |D| P(Z >= floor)
+    kept per row beside the members' entries).
 
     Privacy: the ledger stores, and a resumed build gets back undrawn, the kept entries of
     each row (a deterministic function of the released row and public values: post-
-    processing, which costs nothing); the charge is the full row's release, unchanged.
+    processing, which costs nothing), drawn with exactly their law under the full row's
+    draw (``accounting.sparse_noise``); the charge is the full row's release, unchanged.
     """
     k = _positive_int(max_items, "max_items")
     step = _positive_int(batch_size, "batch_size")
@@ -605,9 +675,9 @@ def release_kept_counts(ledger: Ledger, counts: SparseCounts, domain: Sequence[s
     floor = float(floor)
 
     kept = _KeptBuilder()
-    for _, rows in _release_rows(ledger, counts.rows, counts.dense, domain, sigma=float(sigma),
+    draws = _sparse_draws(counts, domain, sigma=float(sigma), max_items=k, floor=floor)
+    for _, rows in _release_rows(ledger, counts.rows, draws, domain, sigma=float(sigma),
                                  max_items=k, group=group, batch_size=step,
-                                 stored=lambda row: _kept_value(row, domain, floor),
                                  read=lambda value: _read_kept(value, domain, floor),
                                  progress=progress):
         kept.add(rows)

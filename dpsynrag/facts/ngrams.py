@@ -201,10 +201,12 @@ def level_candidates(tokens: Sequence[str], length: int, previous: Mapping[str, 
     found: dict[str, int] = {}
     if len(tokens) < length:
         return found
-    is_public = [public(t) for t in tokens]
+    content = [0]  # content[i]: the tokens before i that are not public
+    for token in tokens:
+        content.append(content[-1] + (0 if public(token) else 1))
 
     def all_public(start: int, size: int) -> bool:
-        return all(is_public[start:start + size])
+        return content[start + size] == content[start]
 
     if previous is None or previous_length == length:
         # the first level, or a second pass at the same length: every n-gram not released yet
@@ -219,11 +221,13 @@ def level_candidates(tokens: Sequence[str], length: int, previous: Mapping[str, 
                     else previous.get(ngram_key(tokens[i:i + previous_length]))
                     for i in range(len(tokens) - previous_length + 1)]
     span = length - previous_length + 1  # windows inside one candidate
+    missing = [0]  # missing[i]: the windows before i that were not released
+    for c in window_count:
+        missing.append(missing[-1] + (c is None))
     for i in range(len(tokens) - length + 1):
-        windows = window_count[i:i + span]
-        if all(c is not None for c in windows) and not all_public(i, length):
+        if missing[i + span] == missing[i] and not all_public(i, length):
             key = ngram_key(tokens[i:i + length])
-            support = min(c for c in windows if c is not None)
+            support = min(c for c in window_count[i:i + span] if c is not None)
             found[key] = min(found.get(key, support), support)
     return found
 

@@ -22,6 +22,7 @@ the eval's ceiling.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -128,10 +129,13 @@ def span_corpus(texts: Sequence[str], settings: SpanSettings, releases: SpanRele
     if settings.anchor_rule == "nearest" and embed is None:
         raise ValueError("the nearest anchor rule needs the public embedder (embed=)")
     tokens = [tokenize(text) for text in texts]
+
+    @functools.cache
+    def public(token: str) -> bool:  # one test per distinct token
+        return not is_content(token, stop)
+
     levels = release_ngrams(tokens, settings.lengths, max_items=settings.level_items,
-                            release=releases.level,
-                            public=lambda token: not is_content(token, stop),
-                            progress=progress)
+                            release=releases.level, public=public, progress=progress)
     released = levels.all_released()
     domain = span_domain(released, stop)
     in_domain = set(domain)

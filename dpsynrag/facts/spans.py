@@ -78,7 +78,9 @@ def document_spans(tokens: Sequence[str], released: Mapping[int, Mapping[str, in
     """The maximal released spans of one document (distinct), longest first, then in the
     order they occur. ``released``: {length: {n-gram key: released count}}."""
     lengths = sorted(released, reverse=True)
-    covered: list[tuple[int, int]] = []  # (start, stop) of the spans kept so far
+    # reach[i]: the furthest stop of the spans kept so far that start at or before i and
+    # end after it, so [start, stop) lies inside one kept span iff reach[start] >= stop
+    reach = [0] * (len(tokens) + 1)
     found: dict[str, None] = {}
     for length in lengths:
         level = released[length]
@@ -86,11 +88,12 @@ def document_spans(tokens: Sequence[str], released: Mapping[int, Mapping[str, in
             continue
         for start in range(len(tokens) - length + 1):
             stop = start + length
-            if any(a <= start and stop <= b for a, b in covered):
+            if reach[start] >= stop:
                 continue
             key = ngram_key(tokens[start:stop])
             if key in level:
-                covered.append((start, stop))
+                for i in range(start, stop):
+                    reach[i] = max(reach[i], stop)
                 found.setdefault(key, None)
     # one string per distinct span however many documents hold it (a build keeps every
     # document's spans until the histograms are counted)
