@@ -59,7 +59,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dpsynrag.facts.terms import ITEM_ROLES, NAMING_ROLES
+from dpsynrag.facts.terms import ITEM_ROLES, NAMING_ROLES, PACK
 
 __all__ = [
     "ClusterFacts",
@@ -309,25 +309,14 @@ def note_names(facts: ClusterFacts) -> str:
     return role_sentences(facts) if facts.roles else listed(display_names(facts)) + "."
 
 
-#: The label of the names without a role when no name of the cluster has a naming role
-#: (``role_sentences``).
-UNNAMED_LABEL = "About"
-#: How a note names each released role (public; ``facts.terms.ROLES``), in the order a note
-#: writes them: what was observed first, then what it was found to be, then what was done
-#: ("Symptoms: … Diagnosis: … Treatment: …"), the order of a clinical note. Measured with the
-#: packaged reader on the same released facts re-written (seeded builds at epsilon 10, 40
-#: queries each; accuracy, recall@10 unchanged): clinic 0.325 -> 0.500, conditions 0.425 ->
-#: 0.525, films 0.500 -> 0.500 (no symptoms there), and with the diagnosis cues taken out of
-#: the lexicon (conditions) 0.225 -> 0.350, against the diagnosis first ("Diagnosis: …
-#: Treatment: … Symptoms: …"). The diagnosis last (after the treatment) gave 0.425 and 0.350.
-#: A diagnosis reads "Likely diagnosis", not "Diagnosis": right after the symptoms, the one
-#: word a clinical note most often writes there made the last symptom, the label and the
-#: diagnosis an 8-word run of a private note (one per clinic build, each of one note alone);
-#: with the two-word label none (the same builds re-written; accuracy 0.550 clinic, 0.425
-#: conditions). A diagnosis released from noisy counts is the likely one, too.
-ROLE_LABELS = {"symptom": "Symptoms", "diagnosis": "Likely diagnosis", "title": "Title",
-               "product": "Product", "error": "Error", "treatment": "Treatment",
-               "credit": "Credits"}
+#: The note's labels (public; the lexicon pack's ``roles.toml``, hashed into the
+#: certificate): the names without a role when no name has a naming role, the descriptions
+#: of a cluster without a diagnosis or treatment, the other names without a role, and each
+#: role's label in the order a note writes them (the measurements are beside them there).
+UNNAMED_LABEL = PACK.text("roles", "unnamed_label")
+DETAILS_LABEL = PACK.text("roles", "details_label")
+OTHER_LABEL = PACK.text("roles", "other_label")
+ROLE_LABELS: dict[str, str] = PACK.table("roles", "labels")
 
 
 def role_sentences(facts: ClusterFacts) -> str:
@@ -361,13 +350,8 @@ def role_sentences(facts: ClusterFacts) -> str:
                              key=by_count.__getitem__)
             parts.insert(0, f"{UNNAMED_LABEL}: {listed([display_phrase(n) for n in unnamed])}.")
         else:
-            parts.append(f"Also: {listed(groups[''])}.")
+            parts.append(f"{OTHER_LABEL}: {listed(groups[''])}.")
     return " ".join(parts)
-
-
-#: The label of descriptions (the symptom role, ``facts.terms`` rule 6) in a cluster that
-#: names no diagnosis or treatment: a film's story, a ticket's details.
-DETAILS_LABEL = "Details"
 
 
 def role_label(role: str, groups: Mapping[str, object]) -> str:

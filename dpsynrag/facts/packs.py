@@ -58,13 +58,16 @@ class Entry:
     string; ``TEXT``: one string), whether its strings keep their case (``cased``) or are
     marks (``marks``: punctuation, no letter needed), and what its values or keys must be:
     ``values`` "roles" (a role of ``roles.roles``) or "roles or none" (also ""), ``within``
-    a (kind, entry) whose strings or table keys hold every string or key of this one."""
+    a (kind, entry) whose strings or table keys hold every string or key of this one;
+    ``prose``: a table's values are display text (any case, spaces allowed: a note's
+    labels)."""
 
     shape: str
     cased: bool = False
     marks: bool = False
     values: str | None = None
     within: tuple[str, str] | None = None
+    prose: bool = False
 
 
 #: Every kind's file and its entries (a pack holds exactly these).
@@ -74,6 +77,10 @@ SCHEMA: dict[str, dict[str, Entry]] = {
         "naming": Entry(WORDS, within=("roles", "roles")),
         "items": Entry(WORDS, within=("roles", "roles")),
         "described": Entry(TEXT, values="roles"),
+        "labels": Entry(TABLE, prose=True, within=("roles", "roles")),
+        "unnamed_label": Entry(TEXT),
+        "details_label": Entry(TEXT),
+        "other_label": Entry(TEXT),
     },
     "cues": {
         "cues": Entry(TABLE, values="roles"),
@@ -257,8 +264,10 @@ def _checked(where: str, file: str, key: str, entry: Entry, value: Any) -> Any:
             problem = _string_problem(name, entry)
             if problem is not None:
                 _fail(where, file, f"{key}.{name}", f"key {problem}")
-            if not isinstance(item, str):
-                _fail(where, file, f"{key}.{name}", "value not a string")
+            if not isinstance(item, str) or (entry.prose and not item.strip()):
+                _fail(where, file, f"{key}.{name}", "value not a non-empty string")
+            if entry.prose:
+                continue
             if entry.values is None and _string_problem(item, entry) is not None:
                 _fail(where, file, f"{key}.{name}", f"value {_string_problem(item, entry)}")
         return dict(value)
