@@ -89,19 +89,27 @@ def anchor_priority(anchors: Mapping[str, int], stop: Collection[str]) -> dict[s
 
 def document_items(tokens: Sequence[str], levels: Mapping[int, Mapping[str, int]],
                    domain: Collection[str], released: Mapping[str, int], cap: int,
-                   stop: Collection[str]) -> list[str]:
+                   stop: Collection[str],
+                   shape: Callable[[str], tuple[int, int]] | None = None) -> list[str]:
     """A document's spans for the clusters: its maximal released spans in D, those with
     the most content tokens first, then the longest, then the rarest released count (ties:
-    the order they occur), at most ``cap``."""
+    the order they occur), at most ``cap``. ``shape(span)``: (content tokens, tokens) of a
+    span, e.g. ``span_shape`` cached for the build (public: a function of the span)."""
     spans = [s for s in document_spans(tokens, levels) if s in domain]
     order = {s: i for i, s in enumerate(spans)}
+    measure = shape if shape is not None else functools.partial(span_shape, stop=stop)
 
     def rank(span: str) -> tuple[int, int, int, int]:
-        words = ngram_tokens(span)
-        return (-sum(is_content(t, stop) for t in words), -len(words), released[span],
-                order[span])
+        content, size = measure(span)
+        return (-content, -size, released[span], order[span])
 
     return sorted(spans, key=rank)[:cap]
+
+
+def span_shape(span: str, stop: Collection[str]) -> tuple[int, int]:
+    """(content tokens, tokens) of a released span."""
+    words = ngram_tokens(span)
+    return sum(is_content(t, stop) for t in words), len(words)
 
 
 def cluster_members(texts: Sequence[str], items: Sequence[Sequence[str]],
@@ -139,8 +147,9 @@ def span_corpus(texts: Sequence[str], settings: SpanSettings, releases: SpanRele
     released = levels.all_released()
     domain = span_domain(released, stop)
     in_domain = set(domain)
+    shape = functools.cache(functools.partial(span_shape, stop=stop))  # one per span of D
     items = [document_items(t, levels.released, in_domain, released, settings.cluster_cap,
-                            stop) for t in tokens]
+                            stop, shape) for t in tokens]
     anchor_counts = anchors_of(domain, released)
     anchors, members = cluster_members(texts, items, anchor_counts, settings, stop, embed)
     if not anchors:

@@ -28,9 +28,10 @@ state directory (deleted once read) into the ledger's draw only: each level is o
 build's ``release_span_histograms`` calls), so a seeded build releases the same values on both
 paths (``tests/test_beam_ngrams.py``) and a resumed one gets its stored values back, undrawn.
 The combined cells stay sparse (``fact_clusters.SparseCounts``, the non-zero cells only) into
-the release, which makes 32 rows dense at a time, draws noise on every entry of D and keeps of
-each noisy row its spans at or above ``KEEP_Z`` sigma_C (post-processing): the driver never
-holds a clusters x |D| table. Nothing here logs a count, an n-gram or a text; an error
+the release, which draws of each row's discrete Gaussian release on every entry of D its
+spans at or above ``KEEP_Z`` sigma_C (post-processing), with exactly their law under the full
+draw and without a draw per entry (``accounting.sparse_noise``): the driver never holds a
+clusters x |D| table. Nothing here logs a count, an n-gram or a text; an error
 inside a worker reaches the driver as its exception's type only (a message could hold private
 text), except a ``ContributionError``, whose message holds public bounds only.
 
@@ -84,6 +85,7 @@ from dpsynrag.facts.span_corpus import (
     anchors_of,
     document_items,
     span_domain,
+    span_shape,
 )
 from dpsynrag.facts.span_notes import KEEP_Z, span_notes
 from dpsynrag.facts.span_releases import LedgerReleases
@@ -157,10 +159,11 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
     build's checks (<= ``cap`` spans per cluster row, <= ``max_overlap`` clusters per
     document)."""
     out: list[tuple[int, int]] = []
+    shape = functools.cache(functools.partial(span_shape, stop=stop))
     for start in range(0, len(batch), FACT_CHUNK):
         chunk = batch[start:start + FACT_CHUNK]
-        items = [document_items(tokens, released_levels, domain_index, released, cap, stop)
-                 for tokens in chunk]
+        items = [document_items(tokens, released_levels, domain_index, released, cap, stop,
+                                shape) for tokens in chunk]
         _, members = anchor_clusters(items, anchor_counts, L, priority=priority)
         rows = [r for r, m in enumerate(members) if m]
         if not rows:
