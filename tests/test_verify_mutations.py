@@ -309,8 +309,9 @@ def _facts_sensitivity(mp: pytest.MonkeyPatch) -> None:
 
     real = fact_clusters.fact_charge
     mp.setattr(fact_clusters, "fact_charge",
-               lambda r, *, sigma, max_items, domain, group: real(
-                   r, sigma=sigma, max_items=3, domain=domain, group=group))
+               lambda r, *, sigma, max_items, domain, group, fingerprint=None: real(
+                   r, sigma=sigma, max_items=3, domain=domain, group=group,
+                   fingerprint=fingerprint))
 
 
 def _facts_less_noise(mp: pytest.MonkeyPatch) -> None:

@@ -223,14 +223,17 @@ def fact_histogram_rho(L: int, max_items: int, sigma: float) -> float:
 
 
 def fact_charge(r: int, *, sigma: float, max_items: int, domain: Sequence[str],
-                group: str = GROUP) -> Charge:
-    """Charge of one cluster's histogram: l2 sensitivity sqrt(K'), rho = K' / (2 sigma^2)."""
+                group: str = GROUP, fingerprint: str | None = None) -> Charge:
+    """Charge of one cluster's histogram: l2 sensitivity sqrt(K'), rho = K' / (2 sigma^2).
+    ``fingerprint``: ``domain_fingerprint(domain)``, computed once by a caller charging many
+    clusters over the same domain (None: computed here)."""
     k = _positive_int(max_items, "max_items")
     sensitivity = math.sqrt(k)
     return Charge(stage=STAGE, mechanism=MECHANISM,
                   params={"sigma": float(sigma), "l2_sensitivity": sensitivity,
                           "max_items": k, "size": len(domain),
-                          "domain": domain_fingerprint(domain)},
+                          "domain": (domain_fingerprint(domain) if fingerprint is None
+                                     else fingerprint)},
                   sensitivity=sensitivity, sensitivity_norm="l2", group=group,
                   partition=partition_name(r))
 
@@ -464,12 +467,13 @@ def _release_rows(ledger: Ledger, n_rows: int,
     ``fact_charge``; ``read`` turns each stored value, drawn now or by an earlier run, into
     what the caller keeps. Yields (start, the batch's read values); ``progress(n)`` after
     each batch."""
+    fingerprint = domain_fingerprint(domain)  # one hash of D for all the rows' charges
     for start in range(0, n_rows, batch_size):
         stop = min(start + batch_size, n_rows)
         batch = draws(start, stop)
         values = ledger.release_many([
             (facts_key(r), fact_charge(r, sigma=sigma, max_items=max_items, domain=domain,
-                                       group=group),
+                                       group=group, fingerprint=fingerprint),
              batch[r - start])
             for r in range(start, stop)])
         del batch
