@@ -567,11 +567,10 @@ def kept_entries(noisy: np.ndarray, domain: Sequence[str], floor: float) -> list
     return [[int(j), int(row[j])] for j in chosen]
 
 
-def _kept_value(noisy: np.ndarray, domain: Sequence[str], floor: float) -> dict[str, Any]:
-    """What the ledger stores of one released row (JSON): its kept entries, the floor they
-    are kept at and the domain's size."""
-    return {"floor": float(floor), "size": len(domain), "kept": kept_entries(noisy, domain,
-                                                                             floor)}
+def _kept_value(kept: list[list[int]], domain: Sequence[str], floor: float) -> dict[str, Any]:
+    """What the ledger stores of one released row (JSON): its kept entries
+    (``kept_entries``' form and order), the floor they are kept at and the domain's size."""
+    return {"floor": float(floor), "size": len(domain), "kept": kept}
 
 
 def _sparse_draws(counts: SparseCounts, domain: Sequence[str], *, sigma: float,
@@ -603,18 +602,13 @@ def _sparse_draws(counts: SparseCounts, domain: Sequence[str], *, sigma: float,
             else:
                 rng.declare_noise("gaussian", sigma, sensitivity)
             index, value = drawn[0][r - start]
-            order = np.lexsort((rank[index], -value))
-            return {"floor": float(floor), "size": len(domain),
-                    "kept": [[int(j), int(v)] for j, v in zip(index[order], value[order],
-                                                              strict=True)]}
+            order = np.lexsort((rank[index], -value))  # kept_entries' order
+            return _kept_value([[int(j), int(v)] for j, v in zip(index[order], value[order],
+                                                                 strict=True)], domain, floor)
 
-        return [functools.partial(_call_row, row, r) for r in range(start, stop)]
+        return [functools.partial(row, r=r) for r in range(start, stop)]
 
     return draws
-
-
-def _call_row(row: Callable[[RandomSource, int], Any], r: int, rng: RandomSource) -> Any:
-    return row(rng, r)
 
 
 def _sparse_row(counts: SparseCounts, r: int) -> tuple[np.ndarray, np.ndarray]:
