@@ -189,4 +189,7 @@ def test_the_noise_is_declared_to_the_ledger() -> None:
     rng.start_noise_log()
     discrete_gaussian_kept(np.array([1]), np.array([3]), 10, 2.5, 7.0, rng, sensitivity=4.0)
     declared = rng.stop_noise_log()
-    assert [(d.kind, d.scale, d.sensitivity) for d in declared] == [("gaussian", 2.5, 4.0)]
+    # the Gaussian noise the charge is checked against, and the floor the ledger's probe of
+    # this sampler needs (accounting.sparse_probe)
+    assert [(d.kind, d.scale, d.sensitivity, d.floor) for d in declared] == [
+        ("gaussian", 2.5, 4.0, None), ("gaussian_kept", 2.5, None, 7.0)]

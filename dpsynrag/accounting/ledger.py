@@ -64,6 +64,7 @@ from dpsynrag.accounting.noise import (
     probe_sampler,
 )
 from dpsynrag.accounting.rng import NoiseDeclaration, RandomSource, secure_rng
+from dpsynrag.accounting.sparse_probe import probe_kept
 from dpsynrag.accounting.sqlite_store import (
     connect,
     create_private_file,
@@ -141,7 +142,8 @@ class SelectionThresholdError(LedgerError):
 SELECTION_MECHANISMS = frozenset({"partition_selection"})
 
 
-def check_sampler(key: str, declared: Sequence[NoiseDeclaration], probed: set[float]) -> None:
+def check_sampler(key: str, declared: Sequence[NoiseDeclaration],
+                  probed: set[float | tuple[float, float]]) -> None:
     """Refuse a draw whose Gaussian sampler does not draw at the sigma it declares.
 
     ``check_drawn_noise`` compares the declared sigma with the charge; this compares what
@@ -152,12 +154,18 @@ def check_sampler(key: str, declared: Sequence[NoiseDeclaration], probed: set[fl
     square within (1 +- ``noise.PROBE_TOLERANCE``) of the exact variance; an exact sampler is
     refused with probability below ``noise.PROBE_REFUSAL_BOUND`` = 1e-9 per sigma
     (``noise.probe_refusal_bound``: below 1e-16 for every sigma >= 0.75), a sampler at
-    sigma / 2 passes with probability below 1e-300. Raises ``SamplerCheckError``. What this
-    cannot see: a sampler that is wrong only on some inputs (a size, a seed, a sigma below
-    the minimum), or noise added outside the sampler.
+    sigma / 2 passes with probability below 1e-300. A draw by the sparse kept-entries sampler
+    (declared ``"gaussian_kept"`` with its floor t) is probed too, once per (sigma, t):
+    ``sparse_probe.probe_kept`` (how many zero cells it keeps, where, and their tail law;
+    an exact sampler is refused with probability below 3e-12). Raises ``SamplerCheckError``.
+    What this cannot see: a sampler that is wrong only on some inputs (a size, a seed, a
+    sigma below the minimum), or noise added outside the sampler.
     """
     for noise in declared:
         scale = float(noise.scale)
+        if noise.kind == "gaussian_kept" and noise.floor is not None:
+            _check_kept_sampler(key, scale, math.ceil(noise.floor), probed)
+            continue
         if noise.kind != "gaussian" or scale < PROBE_MIN_SIGMA or scale in probed:
             continue
         ratio = probe_sampler(scale)
@@ -169,6 +177,24 @@ def check_sampler(key: str, declared: Sequence[NoiseDeclaration], probed: set[fl
                 f"{PROBE_TOLERANCE:g} (an exact sampler fails this with probability below "
                 f"{PROBE_REFUSAL_BOUND:g})")
         probed.add(scale)
+
+
+def _check_kept_sampler(key: str, sigma: float, t: int,
+                        probed: set[float | tuple[float, float]]) -> None:
+    """The sparse sampler's probe at (sigma, t), once per ledger (``check_sampler``)."""
+    if sigma < PROBE_MIN_SIGMA or (sigma, float(t)) in probed:
+        return
+    probe = probe_kept(sigma, t)
+    if probe is not None and not probe.passes:
+        raise SamplerCheckError(
+            f"release {key!r}: the sparse discrete Gaussian sampler does not draw the kept "
+            f"entries of N_Z(0, {sigma:g}^2) at or above {t}: a public probe kept "
+            f"{probe.kept} of {probe.width} zero cells (expected {probe.expected_kept:.0f}), "
+            f"their mean position {probe.position_mean:.3f} (expected 0.5), a share "
+            f"{probe.tail_share:.3f} at or above {t + probe.tail_offset} (expected "
+            f"{probe.expected_tail_share:.3f}) (an exact sampler fails this with probability "
+            f"below 3e-12)")
+    probed.add((sigma, float(t)))
 
 
 def _selection_threshold(charge: Charge) -> int:
@@ -366,7 +392,8 @@ class Ledger:
         self._init_meta(rho_budget, seeded)
         self._totals = self._load_totals()
         self._awaiting_value: set[str] = set()  # drawn by draw_many, not yet stored
-        self._probed: set[float] = set()  # the sigmas whose sampler this ledger probed
+        # the sigmas (and sparse (sigma, floor)s) whose sampler this ledger probed
+        self._probed: set[float | tuple[float, float]] = set()
 
     # ------------------------------------------------------------------ set-up
     def _init_meta(self, rho_budget: float | None, seeded: bool) -> None:

@@ -39,13 +39,15 @@ if hasattr(os, "register_at_fork"):
 
 @dataclass(frozen=True)
 class NoiseDeclaration:
-    """One noise sampler's call: ``kind`` (``"gaussian"``), its ``scale`` (sigma) and the
-    query's ``sensitivity`` in the draw's units as the drawing code computes it (None: the
-    charge's)."""
+    """One noise sampler's call: ``kind`` (``"gaussian"``; ``"gaussian_kept"`` where the
+    sparse sampler draws only the entries at or above ``floor``, beside its ``"gaussian"``
+    declaration), its ``scale`` (sigma) and the query's ``sensitivity`` in the draw's units as
+    the drawing code computes it (None: the charge's)."""
 
     kind: str
     scale: float
     sensitivity: float | None = None
+    floor: float | None = None
 
 
 class RandomSource:
@@ -75,7 +77,8 @@ class RandomSource:
         return f"RandomSource(seeded={self.seeded})"
 
     # -------------------------------------------------- what the noise samplers declare
-    def declare_noise(self, kind: str, scale: float, sensitivity: float | None = None) -> None:
+    def declare_noise(self, kind: str, scale: float, sensitivity: float | None = None,
+                      floor: float | None = None) -> None:
         """Called by a noise sampler before it draws: its kind and scale, and the query's
         sensitivity in the draw's units (None: the charge's).
 
@@ -84,7 +87,8 @@ class RandomSource:
         if self._noise_log is not None:
             self._noise_log.append(NoiseDeclaration(kind, float(scale),
                                                     None if sensitivity is None
-                                                    else float(sensitivity)))
+                                                    else float(sensitivity),
+                                                    None if floor is None else float(floor)))
 
     def start_noise_log(self) -> None:
         """Begin keeping the noise samplers' declarations (the ledger, around one draw)."""

@@ -112,6 +112,8 @@ def discrete_gaussian_kept_rows(rows: Sequence[tuple[np.ndarray, np.ndarray]], w
     if float(sigma) > SPARSE_MAX_SIGMA:
         return [_dense_kept(where, exact, width, float(sigma), t, rng)
                 for where, exact in checked]
+    # the ledger probes this sampler at (sigma, t) once (accounting.sparse_probe)
+    rng.declare_noise("gaussian_kept", float(sigma), floor=float(t))
     noise = discrete_gaussian_noise(int(sizes.sum()), sigma, rng)
     zeros = width - sizes
     ranks = _kept_zero_ranks(int(zeros.sum()), float(sigma), t, rng)
