@@ -150,9 +150,24 @@ def test_document_spans_are_the_maximal_released_spans() -> None:
     tokens = tokenize("She likes Toy Story (1995) a lot")
     released = {1: {"Toy": 40, "Story": 40}, 2: {"Toy Story": 40, "likes Toy": 30},
                 4: {"Toy Story ( 1995": 35}}
-    spans = document_spans(tokens, released)
-    assert spans[0] == "Toy Story ( 1995"
-    assert "likes Toy" in spans and "Toy Story" not in spans and "Toy" not in spans
+    fresh, overlapping = document_spans(tokens, released)
+    assert fresh[0] == "Toy Story ( 1995" and overlapping == []
+    assert "likes Toy" in fresh and "Toy Story" not in fresh and "Toy" not in fresh
+
+
+def test_windows_of_one_shared_run_come_after_the_documents_other_spans() -> None:
+    """Eight 4-gram windows of one 11-token run: every other one is fresh (half of it new),
+    the windows between (3/4 inside fresh ones) follow the document's other spans; with a
+    share of 0 every maximal span is fresh."""
+    run = [f"w{i}" for i in range(11)]
+    tokens = [*run, "x", "gout", "y"]
+    released = {1: {t: 40 for t in tokens}, 4: {" ".join(run[i:i + 4]): 40 for i in range(8)}}
+    fresh, overlapping = document_spans(tokens, released)
+    assert fresh == ["w0 w1 w2 w3", "w2 w3 w4 w5", "w4 w5 w6 w7", "w6 w7 w8 w9", "x", "gout",
+                     "y"]
+    assert overlapping == ["w1 w2 w3 w4", "w3 w4 w5 w6", "w5 w6 w7 w8", "w7 w8 w9 w10"]
+    everything, none = document_spans(tokens, released, fresh_share=0.0)
+    assert none == [] and set(everything) == set(fresh) | set(overlapping)
 
 
 def test_a_nearest_anchor_build_verifies_and_records_its_rule(

@@ -4,11 +4,12 @@
 (n2) the public span domain D: the released n-grams holding a content token (neither
      punctuation nor a public stopword); the anchors: the spans of D that no longer
      released n-gram contains (post-processing of released values). Each document's items:
-     its maximal released spans in D, those with the most content tokens first, then the
+     its maximal released spans in D, those that overlap its other spans least first
+     (``spans.document_spans``), then those with the most content tokens, then the
      longest, then the rarest (``document_items``), at most ``cluster_cap``: a rule of the
      document and released values. Its clusters: the first L anchors among its items,
      anchors of two content tokens or more first, then the rarest released count
-     (``anchor_priority``), or, with the ``nearest`` rule (the build's default), those
+     (``anchor_priority``, the default rule), or, with the opt-in ``nearest`` rule, those
      nearest the document's text by the public embedder (``facts.anchor_choice``): a
      function of the document, released values and a public model, so adding or removing
      one document changes no other document's clusters;
@@ -91,19 +92,22 @@ def document_items(tokens: Sequence[str], levels: Mapping[int, Mapping[str, int]
                    domain: Collection[str], released: Mapping[str, int], cap: int,
                    stop: Collection[str],
                    shape: Callable[[str], tuple[int, int]] | None = None) -> list[str]:
-    """A document's spans for the clusters: its maximal released spans in D, those with
-    the most content tokens first, then the longest, then the rarest released count (ties:
-    the order they occur), at most ``cap``. ``shape(span)``: (content tokens, tokens) of a
-    span, e.g. ``span_shape`` cached for the build (public: a function of the span)."""
-    spans = [s for s in document_spans(tokens, levels) if s in domain]
-    order = {s: i for i, s in enumerate(spans)}
+    """A document's spans for the clusters: its maximal released spans in D, the fresh
+    ones first, then those overlapping them (``spans.document_spans``), within each tier
+    those with the most content tokens first, then the longest, then the rarest released
+    count (ties: the order they occur), at most ``cap``. ``shape(span)``: (content tokens,
+    tokens) of a span, e.g. ``span_shape`` cached for the build (public: a function of the
+    span)."""
+    fresh, overlapping = document_spans(tokens, levels)
+    tiers = [[s for s in fresh if s in domain], [s for s in overlapping if s in domain]]
+    order = {s: i for i, s in enumerate(tiers[0] + tiers[1])}
     measure = shape if shape is not None else functools.partial(span_shape, stop=stop)
 
     def rank(span: str) -> tuple[int, int, int, int]:
         content, size = measure(span)
         return (-content, -size, released[span], order[span])
 
-    return sorted(spans, key=rank)[:cap]
+    return [*sorted(tiers[0], key=rank), *sorted(tiers[1], key=rank)][:cap]
 
 
 def span_shape(span: str, stop: Collection[str]) -> tuple[int, int]:

@@ -3,7 +3,9 @@ from a cluster's released spans (the n-gram mode of the facts stages).
 
 ``document_spans`` (a rule of one document and released values): the released n-grams of a
 document's token sequence that no longer released n-gram containing them covers at the same
-place (its *maximal* released spans), longest first. A span is a candidate item of the
+place (its *maximal* released spans), longest first: first those at least half of which lies
+outside the spans taken before them, then the others (overlapping windows of one shared run of
+text come after the document's other spans). A span is a candidate item of the
 cluster histograms; its text is the document's own words only where at least tau units
 wrote the very same n-gram.
 
@@ -23,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from dpsynrag.facts.tokens import detokenize, ngram_key, ngram_tokens
 
-__all__ = ["SPAN_SEPARATOR", "document_spans", "is_content", "note_order", "note_text",
+__all__ = ["FRESH_SHARE", "SPAN_SEPARATOR", "document_spans", "is_content", "note_order", "note_text",
            "stitch", "trim_span", "windows_released"]
 
 SPAN_SEPARATOR = " … "
@@ -73,19 +75,37 @@ def is_content(token: str, stopwords: Collection[str]) -> bool:
     return any(ch.isalnum() for ch in token) and token.lower() not in stopwords
 
 
-def document_spans(tokens: Sequence[str], released: Mapping[int, Mapping[str, int]]
-                   ) -> list[str]:
-    """The maximal released spans of one document (distinct), longest first, then in the
-    order they occur. ``released``: {length: {n-gram key: released count}}."""
+#: A document's maximal spans are taken in two tiers (``document_spans``): first those with at
+#: least this share of their tokens outside the spans taken before them, then the others.
+FRESH_SHARE = 0.5
+
+
+def document_spans(tokens: Sequence[str], released: Mapping[int, Mapping[str, int]],
+                   fresh_share: float = FRESH_SHARE) -> tuple[list[str], list[str]]:
+    """The maximal released spans of one document (distinct), in two tiers, each longest
+    first, then in the order they occur: (fresh, overlapping). A span is fresh where at
+    least ``fresh_share`` of its tokens lie outside the fresh spans taken before it; the
+    others (none of them fresh elsewhere in the document) follow. ``released``:
+    {length: {n-gram key: released count}}.
+
+    A run of text that many documents share ("I finally got an appointment and Dr ... told
+    me") holds one maximal 8-gram per start, each a token further on. Ranked as they come,
+    those windows fill the document's item cap and push out the single words that a short
+    span carries (a diagnosis); as the second tier they fill only the room the fresh spans
+    leave (a run of k tokens gives about 2k / n fresh n-grams instead of k - n + 1). A rule
+    of the document and released values."""
     lengths = sorted(released, reverse=True)
-    # reach[i]: the furthest stop of the spans kept so far that start at or before i and
-    # end after it, so [start, stop) lies inside one kept span iff reach[start] >= stop
+    # reach[i]: the furthest stop of the spans met so far that start at or before i and
+    # end after it, so [start, stop) lies inside one of them iff reach[start] >= stop
     reach = [0] * (len(tokens) + 1)
-    found: dict[str, None] = {}
+    taken = [False] * len(tokens)  # token i lies inside a fresh span
+    fresh: dict[str, None] = {}
+    overlapping: dict[str, None] = {}
     for length in lengths:
         level = released[length]
         if not level:
             continue
+        need = fresh_share * length
         for start in range(len(tokens) - length + 1):
             stop = start + length
             if reach[start] >= stop:
@@ -94,10 +114,15 @@ def document_spans(tokens: Sequence[str], released: Mapping[int, Mapping[str, in
             if key in level:
                 for i in range(start, stop):
                     reach[i] = max(reach[i], stop)
-                found.setdefault(key, None)
+                if length - sum(taken[start:stop]) >= need:
+                    taken[start:stop] = [True] * length
+                    fresh.setdefault(key, None)
+                else:
+                    overlapping.setdefault(key, None)
     # one string per distinct span however many documents hold it (a build keeps every
     # document's spans until the histograms are counted)
-    return [sys.intern(key) for key in found]
+    return ([sys.intern(key) for key in fresh],
+            [sys.intern(key) for key in overlapping if key not in fresh])
 
 
 def _overlap(left: tuple[str, ...], right: tuple[str, ...], min_overlap: int,
