@@ -25,8 +25,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from dpsynrag.facts.tokens import detokenize, ngram_key, ngram_tokens
 
-__all__ = ["FRESH_SHARE", "SPAN_SEPARATOR", "document_spans", "is_content", "note_order", "note_text",
-           "stitch", "trim_span", "windows_released"]
+__all__ = ["FRESH_SHARE", "SPAN_SEPARATOR", "document_spans", "is_content", "note_order",
+           "note_text", "stitch", "trim_span", "windows_released"]
 
 SPAN_SEPARATOR = " … "
 _OPENING = frozenset({"(", "[", "{", "``", '"', "'"})
