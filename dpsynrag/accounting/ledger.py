@@ -64,6 +64,7 @@ from dpsynrag.accounting.noise import (
     probe_sampler,
 )
 from dpsynrag.accounting.rng import NoiseDeclaration, RandomSource, secure_rng
+from dpsynrag.accounting.sparse_probe import REFUSAL_BOUND as KEPT_REFUSAL_BOUND
 from dpsynrag.accounting.sparse_probe import probe_kept
 from dpsynrag.accounting.sqlite_store import (
     connect,
@@ -193,7 +194,7 @@ def _check_kept_sampler(key: str, sigma: float, t: int,
             f"their mean position {probe.position_mean:.3f} (expected 0.5), a share "
             f"{probe.tail_share:.3f} at or above {t + probe.tail_offset} (expected "
             f"{probe.expected_tail_share:.3f}) (an exact sampler fails this with probability "
-            f"below 3e-12)")
+            f"below {KEPT_REFUSAL_BOUND:g})")
     probed.add((sigma, float(t)))
 
 

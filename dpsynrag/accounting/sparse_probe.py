@@ -43,8 +43,8 @@ from dpsynrag.accounting import sparse_noise
 from dpsynrag.accounting.partition_threshold import discrete_gaussian_tail_bracket
 from dpsynrag.accounting.rng import RandomSource
 
-__all__ = ["COUNT_TOLERANCE", "MAX_WIDTH", "PROBE_KEPT", "SHARE_TOLERANCE", "KeptProbe",
-           "probe_kept", "refusal_bound"]
+__all__ = ["COUNT_TOLERANCE", "MAX_WIDTH", "PROBE_KEPT", "REFUSAL_BOUND", "SHARE_TOLERANCE",
+           "KeptProbe", "probe_kept", "refusal_bound"]
 
 #: About this many zero cells are kept in the probe's row (its expected number).
 PROBE_KEPT = 2000
@@ -54,6 +54,10 @@ COUNT_TOLERANCE = 0.3
 SHARE_TOLERANCE = 0.1
 #: A probe row wider than this is not drawn (the check is skipped).
 MAX_WIDTH = 2**42
+#: What the probe's refusal of an exact sampler may have as probability, at most, at the
+#: defaults above (``refusal_bound``; tests/test_sparse_probe.py evaluates it on a grid of
+#: sigma), as ``noise.PROBE_REFUSAL_BOUND`` is the dense probe's.
+REFUSAL_BOUND = 3e-12
 
 
 @dataclass(frozen=True)
