@@ -265,6 +265,30 @@ def test_measure_corpus_reads_with_the_sets_prefix(tmp_path: Path,
     assert prefixes == ["The answer is", "The answer is"]  # benign and attack questions
 
 
+def test_the_reader_reads_only_the_top_reader_k_texts(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """recall@k counts all k retrieved texts; the reader's prompt holds only reader_k."""
+    root = _folder(tmp_path / "set", {"answer_prefix": "The answer is"})
+    data = load_data(EvalSettings(dataset=str(root)), tmp_path / "w")
+    shown: list[int] = []
+
+    def prompt(question: str, texts: list[str], **_: Any) -> str:
+        shown.append(len(texts))
+        return question
+
+    monkeypatch.setattr(harness, "answer_prompt", prompt)
+    monkeypatch.setattr(harness, "reader_answers", lambda llm, p, prefix: ["x"] * len(p))
+    texts = [f"text {i}" for i in range(6)]
+    for reader_k in (1, 3):
+        shown.clear()
+        measure_corpus(texts, data, LazyModels(tiny_llm(), HashEmbedder()), k=4,
+                       end_to_end=True, synthetic=False, reader_k=reader_k)
+        assert shown and set(shown) == {reader_k}
+    for bad in (0, 11, True):
+        with pytest.raises(EvalError, match="--reader-k"):
+            EvalSettings(reader_k=bad).validate()  # type: ignore[arg-type]
+
+
 def test_a_changed_reader_or_min_support_is_not_resumed_into_one_report(tmp_path: Path) -> None:
     from dpsynrag.eval.harness import _check_resumable
 

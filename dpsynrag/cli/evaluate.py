@@ -51,6 +51,9 @@ def add_parser(subparsers: Any) -> None:
                         help="repetitions of each randomised method (default 3)")
     parser.add_argument("--top-k", type=positive_int, default=10,
                         help="texts retrieved per query (default 10)")
+    parser.add_argument("--reader-k", type=positive_int, default=5,
+                        help="of those, the top texts the reader reads (default 5; fewer "
+                             "make a CPU reader run faster on long documents)")
     parser.add_argument("--instruction", default=None,
                         help="what the reader is asked after the question, the same for "
                              "private RAG and every corpus (default: 'Answer with the name of "
@@ -124,7 +127,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
     settings = EvalSettings(
         dataset=args.dataset, n_notes=args.notes, n_diseases=args.diseases, seed=args.seed,
         epsilons=epsilons, methods=[m.strip() for m in args.methods.split(",") if m.strip()],
-        runs=args.runs, rag_k=args.top_k, end_to_end=not args.no_end_to_end,
+        runs=args.runs, rag_k=args.top_k, reader_k=args.reader_k,
+        end_to_end=not args.no_end_to_end,
         build_config=args.config, build_options=options, n_queries=args.queries,
         query_options=query_options, query_attack=not args.no_attack,
         instruction=args.instruction, answer_prefix=args.answer_prefix,

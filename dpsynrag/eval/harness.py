@@ -115,6 +115,11 @@ class EvalError(ValueError):
     """A bad evaluation request (one line)."""
 
 
+#: The reader reads the top READER_K of the retrieved texts by default (recall@k counts
+#: all k; ``--reader-k``).
+READER_K = 5
+
+
 @dataclass
 class EvalSettings:
     dataset: str = "clinic"
@@ -126,6 +131,8 @@ class EvalSettings:
                                                         "dp-synrag"])
     runs: int = 3
     rag_k: int = 10
+    # the reader reads the top reader_k of the rag_k retrieved texts
+    reader_k: int = READER_K
     end_to_end: bool = True
     build_config: Path | None = None
     build_options: dict[str, Any] = field(default_factory=dict)
@@ -150,7 +157,11 @@ class EvalSettings:
         if not self.epsilons or any(not (math.isfinite(e) and e > 0) for e in self.epsilons):
             raise EvalError("--epsilons must be finite positive numbers")
         if self.runs < 1 or self.rag_k < 1:
-            raise EvalError("--runs and --k must be positive")
+            raise EvalError("--runs and --top-k must be positive")
+        if isinstance(self.reader_k, bool) or not isinstance(self.reader_k, int) \
+                or not 1 <= self.reader_k <= self.rag_k:
+            raise EvalError(f"--reader-k must be an integer from 1 to --top-k "
+                            f"({self.rag_k}), got {self.reader_k!r}")
         if self.instruction is not None and (not self.instruction.strip()
                                              or "\n" in self.instruction):
             raise EvalError("--instruction must be one non-empty line")
@@ -172,8 +183,6 @@ class EvalSettings:
 #: synthetic corpus); clinic and user data keep the prompt's default (the disease's name).
 READER_INSTRUCTIONS = {"conditions": "Answer with the name of the condition only.",
                        "films": "Answer with the title of the film only."}
-#: The reader reads the top READER_K of the retrieved texts (recall@k counts all k).
-READER_K = 5
 #: A set folder's reader prompt: ``{"instruction": ..., "answer_prefix": ...}``, both optional.
 READER_FILE = "reader.json"
 READER_KEYS = ("instruction", "answer_prefix")
@@ -325,7 +334,8 @@ def reader_answers(llm: LLM, prompts: Sequence[str], answer_prefix: str | None) 
 def measure_corpus(texts: Sequence[str] | None, data: EvalData, models: LazyModels, *, k: int,
                    end_to_end: bool, synthetic: bool,
                    vectors: np.ndarray | None = None,
-                   min_support: int = MIN_SUPPORT) -> dict[str, Any]:
+                   min_support: int = MIN_SUPPORT,
+                   reader_k: int = READER_K) -> dict[str, Any]:
     """Recall@k, accuracy and leakage of answering ``data``'s questions from ``texts``,
     retrieving with ``models.embedder`` and answering with ``models.llm`` (each loaded on
     first use: a retrieval-only measure never loads the LLM). ``recall_at_k_supported`` and
@@ -357,7 +367,7 @@ def measure_corpus(texts: Sequence[str] | None, data: EvalData, models: LazyMode
         result["recall_at_k_supported"] = over_supported(answer_recall_at_k, retrieved)
     if end_to_end:
         def prompts(questions: Sequence[str], contexts: Sequence[Sequence[str]]) -> list[str]:
-            return [answer_prompt(q, c[:READER_K], instruction=data.instruction) if c
+            return [answer_prompt(q, c[:reader_k], instruction=data.instruction) if c
                     else no_context_prompt(q, instruction=data.instruction)
                     for q, c in zip(questions, contexts, strict=True)]
 
@@ -441,7 +451,8 @@ def _run_dp_synrag(settings: EvalSettings, data: EvalData, runner: Runner, model
     texts = [row["text"] for row in table if row["kept"]]
     result = measure_corpus(texts, data, models, k=settings.rag_k,
                             end_to_end=settings.end_to_end, synthetic=True,
-                            min_support=settings.min_support)
+                            min_support=settings.min_support,
+                            reader_k=settings.reader_k)
     plan = make_plan(config)
     stage_rho = {"histogram": plan.rho_hist, "phrases": plan.rho_A, "cluster_facts": plan.rho_C,
                  **({"roles": plan.rho_R} if plan.share_roles else {}),
@@ -569,7 +580,8 @@ def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Runner, models
         cached.write_text(json.dumps(texts))
     result = measure_corpus(texts, data, models, k=settings.rag_k,
                             end_to_end=settings.end_to_end, synthetic=True,
-                            min_support=settings.min_support)
+                            min_support=settings.min_support,
+                            reader_k=settings.reader_k)
     result.update({"rho": plan.rho_total,
                    "stage_rho": {"histogram": 0.0, "retrieval": 0.0,
                                  "prediction": plan.rho_total}})
@@ -578,7 +590,8 @@ def _run_dp_synth(settings: EvalSettings, data: EvalData, runner: Runner, models
 
 #: The settings a finished run's result depends on (``--methods``, ``--epsilons`` and
 #: ``--runs`` may grow between reruns: each run is stored under its own name).
-RUN_SETTINGS = ("dataset", "n_notes", "n_diseases", "seed", "rag_k", "end_to_end",
+RUN_SETTINGS = ("dataset", "n_notes", "n_diseases", "seed", "rag_k", "reader_k",
+                "end_to_end",
                 "build_config", "build_options", "dp_synth_batch", "n_queries", "query_options",
                 "query_attack", "instruction", "answer_prefix", "min_support", "reader")
 SETTINGS_FILE = "run-settings.json"
@@ -652,12 +665,14 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, models: LazyModels | N
                 if method == "non-rag":
                     result = measure_corpus(None, data, models, k=settings.rag_k,
                                             end_to_end=settings.end_to_end, synthetic=False,
-                                            min_support=settings.min_support)
+                                            min_support=settings.min_support,
+                                            reader_k=settings.reader_k)
                 elif method == "facts-ceiling":
                     ceiling = _facts_ceiling_texts(settings, data, models)
                     result = measure_corpus(ceiling, data, models, k=settings.rag_k,
                                             end_to_end=settings.end_to_end, synthetic=True,
-                                            min_support=settings.min_support)
+                                            min_support=settings.min_support,
+                                            reader_k=settings.reader_k)
                 elif method == "tokens-ceiling":
                     result = _run_dp_synrag(settings, data, runner, models, work, "dp-synrag",
                                             TOKENS_CEILING_EPSILON, 0)
@@ -668,7 +683,8 @@ def run_eval(settings: EvalSettings, report_dir: Path, *, models: LazyModels | N
                     result = measure_corpus(data.notes, data, models, k=settings.rag_k,
                                             end_to_end=settings.end_to_end, synthetic=False,
                                             vectors=note_vectors,
-                                            min_support=settings.min_support)
+                                            min_support=settings.min_support,
+                                            reader_k=settings.reader_k)
                 elif method == "dp-synth":
                     assert epsilon is not None
                     result = _run_dp_synth(settings, data, runner, models, work, epsilon, run)
