@@ -82,10 +82,10 @@ def weighted_counts(unit_phrases: Iterable[Sequence[str]], max_items: int,
         if len(set(phrases)) != len(phrases):
             raise ValueError("a unit lists the same phrase twice")
         weight = contribution_weight(len(phrases), scale)
-        added = np.full(len(phrases), weight, dtype=np.int64)
-        if int(added @ added) > scale * scale:  # the unit's own vector, as it is added
+        added = [weight] * len(phrases)  # exact integers (no numpy per unit: a hot loop)
+        if sum(value * value for value in added) > scale * scale:  # as it is added
             raise ValueError("a unit's weights exceed the l2 bound weight_scale")
-        for phrase, value in zip(phrases, added.tolist(), strict=True):
+        for phrase, value in zip(phrases, added, strict=True):
             if not isinstance(phrase, str):
                 raise TypeError("phrases must be strings")
             counts[phrase] = counts.get(phrase, 0) + int(value)

@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.partition_selection import phrase_counts, release_partitions
 from dpsynrag.accounting.weighted_selection import release_weighted_partitions, weighted_counts
-from dpsynrag.facts.tokens import ngram_key
 
 __all__ = [
     "DEFAULT_LENGTHS",
@@ -199,36 +198,44 @@ def level_candidates(tokens: Sequence[str], length: int, previous: Mapping[str, 
     of public tokens only is public, never a candidate, and counts as released (support
     unbounded) where it is a window of a longer one."""
     found: dict[str, int] = {}
-    if len(tokens) < length:
+    size = len(tokens)
+    if size < length:
         return found
     content = [0]  # content[i]: the tokens before i that are not public
+    seen = 0
     for token in tokens:
-        content.append(content[-1] + (0 if public(token) else 1))
-
-    def all_public(start: int, size: int) -> bool:
-        return content[start + size] == content[start]
+        if not public(token):
+            seen += 1
+        content.append(seen)
+    join = " ".join  # tokens.ngram_key, inlined: this loop is the build's hottest
 
     if previous is None or previous_length == length:
         # the first level, or a second pass at the same length: every n-gram not released yet
-        counts = Counter(key for key in (ngram_key(tokens[i:i + length])
-                                         for i in range(len(tokens) - length + 1)
-                                         if not all_public(i, length))
-                         if previous is None or key not in previous)
-        return dict(counts)
+        for i in range(size - length + 1):
+            if content[i + length] == content[i]:
+                continue  # public tokens only
+            key = join(tokens[i:i + length])
+            if previous is None or key not in previous:
+                found[key] = found.get(key, 0) + 1
+        return found
     assert previous_length is not None
-    unbounded = len(tokens) + 2**62
-    window_count = [unbounded if all_public(i, previous_length)
-                    else previous.get(ngram_key(tokens[i:i + previous_length]))
-                    for i in range(len(tokens) - previous_length + 1)]
+    unbounded = size + 2**62
+    get = previous.get
+    window_count = [unbounded if content[i + previous_length] == content[i]
+                    else get(join(tokens[i:i + previous_length]))
+                    for i in range(size - previous_length + 1)]
     span = length - previous_length + 1  # windows inside one candidate
     missing = [0]  # missing[i]: the windows before i that were not released
     for c in window_count:
         missing.append(missing[-1] + (c is None))
-    for i in range(len(tokens) - length + 1):
-        if missing[i + span] == missing[i] and not all_public(i, length):
-            key = ngram_key(tokens[i:i + length])
-            support = min(c for c in window_count[i:i + span] if c is not None)
-            found[key] = min(found.get(key, support), support)
+    for i in range(size - length + 1):
+        if missing[i + span] == missing[i] and content[i + length] != content[i]:
+            key = join(tokens[i:i + length])
+            # every window is released here (no None among them)
+            support: int = min(window_count[i:i + span])  # type: ignore[type-var,assignment]
+            before = found.get(key)
+            if before is None or support < before:
+                found[key] = support
     return found
 
 

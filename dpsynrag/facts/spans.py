@@ -106,14 +106,16 @@ def document_spans(tokens: Sequence[str], released: Mapping[int, Mapping[str, in
         if not level:
             continue
         need = fresh_share * length
+        join = " ".join  # ngram_key, inlined (one call per window of every document)
         for start in range(len(tokens) - length + 1):
             stop = start + length
             if reach[start] >= stop:
                 continue
-            key = ngram_key(tokens[start:stop])
+            key = join(tokens[start:stop])
             if key in level:
                 for i in range(start, stop):
-                    reach[i] = max(reach[i], stop)
+                    if reach[i] < stop:
+                        reach[i] = stop
                 if length - sum(taken[start:stop]) >= need:
                     taken[start:stop] = [True] * length
                     fresh.setdefault(key, None)
