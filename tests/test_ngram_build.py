@@ -16,7 +16,7 @@ from test_facts_build import _build as facts_build
 from dpsynrag.accounting.certificate import verify_output
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.facts.ngrams import level_key
-from dpsynrag.facts.spans import document_spans, stitch, windows_released
+from dpsynrag.facts.spans import close_bracket, document_spans, stitch, windows_released
 from dpsynrag.facts.tokens import ngram_tokens, tokenize
 from dpsynrag.pipeline.build import make_plan
 from dpsynrag.pipeline.config import ConfigError, make_config
@@ -144,6 +144,18 @@ def test_joined_spans_hold_only_released_windows_of_the_longest_length() -> None
     assert windows_released(("a", "b", "c", "d"), released)
     assert not windows_released(("a", "b", "c", "x"), released)
     assert windows_released(("x", "y"), released)  # shorter than the longest length
+
+
+def test_a_span_left_inside_a_bracket_is_closed_only_where_a_released_ngram_closes_it() -> None:
+    released = {1: {"1995"}, 2: {"1995 )", "Story ("}, 4: {"Toy Story ( 1995"}}
+    assert close_bracket(ngram_tokens("Toy Story ( 1995"), released) == \
+        ngram_tokens("Toy Story ( 1995 )")
+    assert close_bracket(ngram_tokens("Heat ( 1996"), released) == ngram_tokens("Heat ( 1996")
+    for closed in ("Toy Story ( 1995 )", "Toy Story", "( ID4 ) ( 1995 ) , Heat"):
+        assert close_bracket(ngram_tokens(closed), released) == ngram_tokens(closed)
+    assert close_bracket(ngram_tokens("Day ( ID4 ) ( 1995"), released)[-1] == ")"
+    assert close_bracket(ngram_tokens("Toy Story ( 1995"), {1: {"1995"}}) == \
+        ngram_tokens("Toy Story ( 1995")  # no length >= 2 released: nothing to close with
 
 
 def test_document_spans_are_the_maximal_released_spans() -> None:

@@ -6,8 +6,9 @@ A cluster keeps the spans of its noisy histogram whose noisy count reaches ``z``
 span no member holds passes with probability about P(Z >= z sigma_C)), at most
 ``max_spans`` of them by noisy count, highest first; the note is those spans stitched by
 their overlaps (``facts.spans.stitch``) in that order, each trimmed of its loose ends
-(``trim_span``), written anchor first, then in an order keyed by the anchor
-(``note_order``). A cluster whose anchor does not pass
+(``trim_span``) and closed where it ends inside a bracket that a released n-gram closes
+(``close_bracket``: "Toy Story (1995" becomes "Toy Story (1995)"), written anchor first,
+then in an order keyed by the anchor (``note_order``). A cluster whose anchor does not pass
 writes no note (its members are too few to say anything above the noise).
 
 The notes read of each cluster's noisy histogram only its spans at or above ``z`` sigma_C
@@ -27,7 +28,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpsynrag.facts.fact_clusters import KeptCounts, kept_entries
-from dpsynrag.facts.spans import note_order, note_text, stitch, trim_span, windows_released
+from dpsynrag.facts.spans import (
+    close_bracket,
+    note_order,
+    note_text,
+    stitch,
+    trim_span,
+    windows_released,
+)
 
 __all__ = ["KEEP_Z", "MAX_SPANS", "SpanNote", "span_notes"]
 
@@ -82,7 +90,8 @@ def span_notes(noisy: np.ndarray | KeptCounts, domain: Sequence[str],
             spans = [anchor, *spans[:max_spans - 1]]
         stitched = stitch(spans, stopwords=stopwords,
                           allowed=lambda tokens: windows_released(tokens, released))
-        trimmed = [t for t in (trim_span(span, stopwords) for span in stitched) if t]
+        trimmed = [close_bracket(t, released) for t in
+                   (trim_span(span, stopwords) for span in stitched) if t]
         stitched = note_order(list(dict.fromkeys(trimmed)), anchor)
         notes.append(SpanNote(r, anchor, tuple(stitched), note_text(stitched)))
     return notes

@@ -25,8 +25,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from dpsynrag.facts.tokens import detokenize, ngram_key, ngram_tokens
 
-__all__ = ["FRESH_SHARE", "SPAN_SEPARATOR", "document_spans", "is_content", "note_order",
-           "note_text", "stitch", "trim_span", "windows_released"]
+__all__ = ["FRESH_SHARE", "SPAN_SEPARATOR", "close_bracket", "document_spans", "is_content",
+           "note_order", "note_text", "stitch", "trim_span", "windows_released"]
 
 SPAN_SEPARATOR = " … "
 _OPENING = frozenset({"(", "[", "{", "``", '"', "'"})
@@ -48,6 +48,32 @@ def trim_span(tokens: Sequence[str], stopwords: Collection[str]) -> tuple[str, .
         stop -= 1
     trimmed = tuple(tokens[start:stop])
     return trimmed if any(is_content(t, stopwords) for t in trimmed) else ()
+
+
+#: The brackets a span may leave open, with the token that closes each.
+_BRACKETS = {"(": ")", "[": "]", "{": "}"}
+
+
+def close_bracket(tokens: Sequence[str],
+                  released: Mapping[int, Collection[str]]) -> tuple[str, ...]:
+    """A span that ends inside a bracket it opened, closed where the released n-grams close
+    it: the shortest released length n >= 2 holding the span's last n - 1 tokens followed by
+    the closing bracket ("Toy Story ( 1995" and the released "1995 )" give "Toy Story ( 1995
+    )"). Post-processing of released values, a public rule; any other span is unchanged."""
+    open_brackets: list[str] = []
+    for token in tokens:
+        if token in _BRACKETS:
+            open_brackets.append(_BRACKETS[token])
+        elif open_brackets and token == open_brackets[-1]:
+            open_brackets.pop()
+    lengths = sorted(n for n in released if n >= 2)
+    if not open_brackets or not lengths or lengths[0] - 1 > len(tokens):
+        return tuple(tokens)
+    n = lengths[0]
+    closed = (*tokens[len(tokens) - (n - 1):], open_brackets[-1])
+    if ngram_key(closed) in released[n]:
+        return (*tokens, open_brackets[-1])
+    return tuple(tokens)
 
 
 def note_order(spans: Sequence[tuple[str, ...]], anchor: str) -> list[tuple[str, ...]]:
