@@ -34,6 +34,8 @@ START, END = "<!-- results-table:start -->", "<!-- results-table:end -->"
 #: the private method whose cells the tables show, and the baselines beside it
 FACTS, RAG, CEILING = "dp-synrag-facts", "rag", "facts-ceiling"
 COMMAND = ".venv/bin/python benchmarks/results_table.py"
+#: the reader's texts in a report made before ``--reader-k`` existed
+READER_K = 5
 
 
 #: the metrics the tables show (a cell's other metrics, wall times say, are not compared)
@@ -60,6 +62,8 @@ class DataSet:
     name: str
     queries: Any
     cells: dict[tuple[str, float | None], Cell] = field(default_factory=dict)
+    #: how many retrieved texts the reader read, in the reports that ran it
+    reader_k: set[int] = field(default_factory=set)
 
 
 def _rules(entry: dict[str, Any]) -> set[int]:
@@ -107,7 +111,10 @@ def collect(folder: Path = CURRENT) -> list[DataSet]:
         dataset = record.get("dataset") or {}
         name = _set_name(record)
         data = sets.setdefault(name, DataSet(name, dataset.get("queries", "?")))
-        rules = {}
+        settings = record.get("settings") or {}
+        if settings.get("end_to_end"):
+            data.reader_k.add(int(settings.get("reader_k", READER_K)))
+        rules: dict[tuple[str, float | None], set[int]] = {}
         for entry in record.get("methods") or []:
             key = (entry["method"], entry.get("epsilon"))
             rules[key] = rules.get(key, set()) | _rules(entry)
@@ -157,7 +164,10 @@ def _caption(sets: list[DataSet]) -> str:
     shown = ", ".join(str(r) for r in rules) if rules else "not recorded"
     reader = sorted({cell.row["metrics"]["accuracy"]["n"] for cell in cells
                      if "accuracy" in cell.row["metrics"]})
-    accuracy = (f" (accuracy: {' or '.join(str(r) for r in reader)}, where shown)"
+    read = sorted({k for data in sets for k in data.reader_k}, reverse=True)
+    texts = f", the reader reading the top {' or '.join(str(k) for k in read)} texts" \
+        if read else ""
+    accuracy = (f" (accuracy: {' or '.join(str(r) for r in reader)}{texts}, where shown)"
                 if reader and reader != runs else "")
     return (f"{' or '.join(queries)} queries per set; {' or '.join(str(r) for r in runs)} "
             f"runs per ε{accuracy}, mean ± sample standard deviation; × RAG: the mean "
