@@ -52,8 +52,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--top-k", type=positive_int, default=10,
                         help="texts retrieved per query (default 10)")
     parser.add_argument("--reader-k", type=positive_int, default=5,
-                        help="of those, the top texts the reader reads (default 5; fewer "
-                             "make a CPU reader run faster on long documents)")
+                        help="of those, the top texts the reader reads (default 5, at most "
+                             "--top-k; fewer make a CPU reader run faster on long documents)")
     parser.add_argument("--instruction", default=None,
                         help="what the reader is asked after the question, the same for "
                              "private RAG and every corpus (default: 'Answer with the name of "
