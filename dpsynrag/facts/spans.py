@@ -29,8 +29,10 @@ __all__ = ["FRESH_SHARE", "SPAN_SEPARATOR", "close_bracket", "document_spans", "
            "note_order", "note_text", "stitch", "trim_span", "windows_released"]
 
 SPAN_SEPARATOR = " … "
-_OPENING = frozenset({"(", "[", "{", "``", '"', "'"})
-_CLOSING = frozenset({")", "]", "}", "''", '"', "'", ".", "!", "?", "%"})
+#: The brackets a span may leave open, with the token that closes each.
+_BRACKETS = {"(": ")", "[": "]", "{": "}"}
+_OPENING = frozenset({*_BRACKETS, "``", '"', "'"})
+_CLOSING = frozenset({*_BRACKETS.values(), "''", '"', "'", ".", "!", "?", "%"})
 
 
 def trim_span(tokens: Sequence[str], stopwords: Collection[str]) -> tuple[str, ...]:
@@ -48,10 +50,6 @@ def trim_span(tokens: Sequence[str], stopwords: Collection[str]) -> tuple[str, .
         stop -= 1
     trimmed = tuple(tokens[start:stop])
     return trimmed if any(is_content(t, stopwords) for t in trimmed) else ()
-
-
-#: The brackets a span may leave open, with the token that closes each.
-_BRACKETS = {"(": ")", "[": "]", "{": "}"}
 
 
 def close_bracket(tokens: Sequence[str],
@@ -127,12 +125,12 @@ def document_spans(tokens: Sequence[str], released: Mapping[int, Mapping[str, in
     taken = [False] * len(tokens)  # token i lies inside a fresh span
     fresh: dict[str, None] = {}
     overlapping: dict[str, None] = {}
+    join = " ".join  # ngram_key, inlined (one call per window of every document)
     for length in lengths:
         level = released[length]
         if not level:
             continue
         need = fresh_share * length
-        join = " ".join  # ngram_key, inlined (one call per window of every document)
         for start in range(len(tokens) - length + 1):
             stop = start + length
             if reach[start] >= stop:
