@@ -147,7 +147,8 @@ def test_joined_spans_hold_only_released_windows_of_the_longest_length() -> None
 
 
 def test_a_span_left_inside_a_bracket_is_closed_only_where_a_released_ngram_closes_it() -> None:
-    released = {1: {"1995"}, 2: {"1995 )", "Story ("}, 4: {"Toy Story ( 1995"}}
+    released = {1: {"1995"}, 2: {"1995 )", "Story ("},
+                4: {"Toy Story ( 1995", "Story ( 1995 )", ") ( 1995 )"}}
     assert close_bracket(ngram_tokens("Toy Story ( 1995"), released) == \
         ngram_tokens("Toy Story ( 1995 )")
     assert close_bracket(ngram_tokens("Heat ( 1996"), released) == ngram_tokens("Heat ( 1996")
@@ -156,6 +157,16 @@ def test_a_span_left_inside_a_bracket_is_closed_only_where_a_released_ngram_clos
     assert close_bracket(ngram_tokens("Day ( ID4 ) ( 1995"), released)[-1] == ")"
     assert close_bracket(ngram_tokens("Toy Story ( 1995"), {1: {"1995"}}) == \
         ngram_tokens("Toy Story ( 1995")  # no length >= 2 released: nothing to close with
+
+
+def test_a_closed_bracket_writes_no_unreleased_window_of_the_longest_length() -> None:
+    """The bracket is appended only where the closed span's last window of the longest
+    length is released too: "Story ( 1995 )" is not a released 4-gram here."""
+    released = {1: {"1995"}, 2: {"1995 )"}, 4: {"Toy Story ( 1995"}}
+    span = ngram_tokens("Toy Story ( 1995")
+    assert close_bracket(span, released) == span
+    released[4] = {"Toy Story ( 1995", "Story ( 1995 )"}
+    assert close_bracket(span, released) == (*span, ")")
 
 
 def test_document_spans_are_the_maximal_released_spans() -> None:

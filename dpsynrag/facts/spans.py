@@ -57,7 +57,10 @@ def close_bracket(tokens: Sequence[str],
     """A span that ends inside a bracket it opened, closed where the released n-grams close
     it: the shortest released length n >= 2 holding the span's last n - 1 tokens followed by
     the closing bracket ("Toy Story ( 1995" and the released "1995 )" give "Toy Story ( 1995
-    )"). Post-processing of released values, a public rule; any other span is unchanged."""
+    )"), and only where the closed span's last window of the longest released length is
+    released too (as ``windows_released`` asks of a join: the bracket writes no long n-gram
+    that fewer than tau units wrote). Post-processing of released values, a public rule;
+    any other span is unchanged."""
     open_brackets: list[str] = []
     for token in tokens:
         if token in _BRACKETS:
@@ -68,9 +71,11 @@ def close_bracket(tokens: Sequence[str],
     if not open_brackets or not lengths or lengths[0] - 1 > len(tokens):
         return tuple(tokens)
     n = lengths[0]
-    closed = (*tokens[len(tokens) - (n - 1):], open_brackets[-1])
-    if ngram_key(closed) in released[n]:
-        return (*tokens, open_brackets[-1])
+    whole = (*tokens, open_brackets[-1])
+    longest = lengths[-1]
+    if ngram_key(whole[len(whole) - n:]) in released[n] and (
+            len(whole) < longest or ngram_key(whole[len(whole) - longest:]) in released[longest]):
+        return whole
     return tuple(tokens)
 
 
