@@ -16,7 +16,13 @@ from test_facts_build import _build as facts_build
 from dpsynrag.accounting.certificate import verify_output
 from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.facts.ngrams import level_key
-from dpsynrag.facts.spans import close_bracket, document_spans, stitch, windows_released
+from dpsynrag.facts.spans import (
+    close_bracket,
+    document_spans,
+    stitch,
+    trim_span,
+    windows_released,
+)
 from dpsynrag.facts.tokens import ngram_tokens, tokenize
 from dpsynrag.pipeline.build import make_plan
 from dpsynrag.pipeline.config import ConfigError, make_config
@@ -167,6 +173,23 @@ def test_a_closed_bracket_writes_no_unreleased_window_of_the_longest_length() ->
     assert close_bracket(span, released) == span
     released[4] = {"Toy Story ( 1995", "Story ( 1995 )"}
     assert close_bracket(span, released) == (*span, ")")
+
+
+@pytest.mark.parametrize(("span", "trimmed"), [
+    ("1981 ) , The Godfather ( 1972 )", "The Godfather ( 1972 )"),  # a year before it
+    ("( 1996 ) , The Empire Strikes Back", "The Empire Strikes Back"),
+    (") , ( 1996 ) , The Rock", "The Rock"),
+    (") , Jerry Maguire ( 1996 ) , The", "Jerry Maguire ( 1996 )"),  # loose ends
+    ("Toy Story ( 1995 )", "Toy Story ( 1995 )"),
+    ("gout ) , fever", "gout ) , fever"),  # a word is never cut
+    ("( gout ) , fever", "( gout ) , fever"),
+    ("( 1996 )", ""),  # no word left: a bare year says nothing
+    ("1991", ""),
+    ("aged 62", "aged 62"),
+])
+def test_a_span_loses_the_tail_of_an_item_it_does_not_hold(span: str, trimmed: str) -> None:
+    stop = {"the", "and", "a", "of"}
+    assert " ".join(trim_span(ngram_tokens(span), stop)) == trimmed
 
 
 def test_document_spans_are_the_maximal_released_spans() -> None:

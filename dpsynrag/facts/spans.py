@@ -36,20 +36,61 @@ _CLOSING = frozenset({*_BRACKETS.values(), "''", '"', "'", ".", "!", "?", "%"})
 
 
 def trim_span(tokens: Sequence[str], stopwords: Collection[str]) -> tuple[str, ...]:
-    """A span without its loose ends (post-processing, public rule): leading punctuation
-    other than an opening bracket or quote, trailing punctuation other than a closing one
-    or a full stop, and trailing stopwords ("), Jerry Maguire (1996), The" becomes
-    "Jerry Maguire (1996)"). () when nothing but such tokens is left."""
+    """A span without its loose ends (post-processing, public rule): the tail of an item
+    that the span does not hold, numbers and marks only (its first tokens up to a bracket
+    they close but never opened, "1981 ) , The Godfather ( 1972 )", or a bracket group that
+    opens it and is followed by punctuation, "( 1996 ) , The Empire Strikes Back"), leading
+    punctuation other than an opening bracket or quote, trailing punctuation other than a
+    closing one or a full stop, and trailing stopwords ("), Jerry Maguire (1996), The"
+    becomes "Jerry Maguire (1996)"). () when no content token with a letter is left (a bare
+    year or number says nothing a reader can use)."""
     start, stop = 0, len(tokens)
-    while start < stop and not any(ch.isalnum() for ch in tokens[start]) \
-            and tokens[start] not in _OPENING:
-        start += 1
+    while True:
+        while start < stop and not any(ch.isalnum() for ch in tokens[start]) \
+                and tokens[start] not in _OPENING:
+            start += 1
+        cut = _item_tail(tokens[start:])
+        if not cut:
+            break
+        start += cut
     while stop > start and (tokens[stop - 1].lower() in stopwords
                             or (not any(ch.isalnum() for ch in tokens[stop - 1])
                                 and tokens[stop - 1] not in _CLOSING)):
         stop -= 1
     trimmed = tuple(tokens[start:stop])
-    return trimmed if any(is_content(t, stopwords) for t in trimmed) else ()
+    return trimmed if any(is_content(t, stopwords) and any(ch.isalpha() for ch in t)
+                          for t in trimmed) else ()
+
+
+#: A closing bracket among a span's first this many tokens, after numbers and marks only,
+#: that the span never opened ends the tail of an item before it ("1981 ) , The
+#: Godfather"); further on, or after a word, it is left alone.
+ITEM_TAIL_REACH = 3
+
+
+def _item_tail(tokens: Sequence[str]) -> int:
+    """Where a span starts once the tail of an item it does not hold is cut (a rule that
+    never cuts a word): after a bracket among its first ``ITEM_TAIL_REACH`` tokens that
+    it closes without opening, numbers and marks before it, or after a
+    bracket group of no word that opens it when punctuation follows the group ("( 1996 ) ,");
+    0 otherwise."""
+    closers = {close: opener for opener, close in _BRACKETS.items()}
+    for i, token in enumerate(tokens[:ITEM_TAIL_REACH]):
+        if token in _BRACKETS or any(ch.isalpha() for ch in token):
+            break  # a word is never cut ("gout ) , fever" stays)
+        if token in closers:
+            return i + 1
+    if not tokens or tokens[0] not in _BRACKETS:
+        return 0
+    close = _BRACKETS[tokens[0]]
+    for i, token in enumerate(tokens[1:], start=1):
+        if token in _BRACKETS or (token in closers and token != close) \
+                or any(ch.isalpha() for ch in token):
+            return 0  # nested, mismatched, or words ("(gout), fever"): leave it
+        if token == close:
+            after = tokens[i + 1] if i + 1 < len(tokens) else None
+            return i + 1 if after is not None and not any(ch.isalnum() for ch in after) else 0
+    return 0
 
 
 def close_bracket(tokens: Sequence[str],
