@@ -8,6 +8,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dpsynrag.eval.datasets import (
@@ -378,3 +379,18 @@ def test_dataset_command_writes_both_kinds(tmp_path: Path, capsys) -> None:
     for path in clinic_ref.values():
         assert (tmp_path / "c" / path.name).read_bytes() == path.read_bytes()
     assert "issues.json" in capsys.readouterr().out
+
+
+def test_person_names_stay_unique_past_the_one_initial_names(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A collection larger than the lists' first + last (+ one initial) names takes two
+    initials from then on; names before that point are drawn as they always were."""
+    from dpsynrag.eval import datasets
+
+    monkeypatch.setattr(datasets, "_FIRST_NAMES", ["Ana", "Ben"])
+    monkeypatch.setattr(datasets, "_LAST_NAMES", ["Roe", "Doe"])
+    names = datasets._Names(np.random.default_rng(0))
+    drawn = [names.new() for _ in range(400)]  # 4 + 4 x 26 = 108 with one initial at most
+    assert len(set(drawn)) == 400 and names.crowded
+    assert all(name.count(".") <= 1 for name in drawn[:100])
+    assert sum(name.count(".") == 2 for name in drawn) >= 400 - 108

@@ -490,20 +490,33 @@ def _treatment(drug: str, rng: np.random.Generator) -> str:
 
 
 class _Names:
-    """Unique person names: first + last, a middle initial only when needed."""
+    """Unique person names: first + last, a middle initial only when needed; once those run
+    out (a collection of some 10^5 people), two middle initials for every later name (the
+    names of a smaller collection are unchanged)."""
 
     def __init__(self, rng: np.random.Generator) -> None:
         self.rng = rng
         self.used: set[str] = set()
+        self.crowded = False  # the one-initial names have run out
 
     def new(self) -> str:
         rng = self.rng
+        if not self.crowded:
+            for _ in range(1000):
+                first = _FIRST_NAMES[int(rng.integers(len(_FIRST_NAMES)))]
+                last = _LAST_NAMES[int(rng.integers(len(_LAST_NAMES)))]
+                name = f"{first} {last}"
+                if name in self.used:
+                    name = f"{first} {chr(65 + int(rng.integers(26)))}. {last}"
+                if name not in self.used:
+                    self.used.add(name)
+                    return name
+            self.crowded = True
         for _ in range(1000):
             first = _FIRST_NAMES[int(rng.integers(len(_FIRST_NAMES)))]
             last = _LAST_NAMES[int(rng.integers(len(_LAST_NAMES)))]
-            name = f"{first} {last}"
-            if name in self.used:
-                name = f"{first} {chr(65 + int(rng.integers(26)))}. {last}"
+            middle = "".join(f"{chr(65 + int(i))}. " for i in rng.integers(26, size=2))
+            name = f"{first} {middle}{last}"
             if name not in self.used:
                 self.used.add(name)
                 return name
