@@ -164,3 +164,24 @@ def test_a_failing_pass_is_one_line_without_private_text(tmp_path: Path, failure
         passes.run("tokenize", build)
     message = str(caught.value)
     assert expected in message and "Zelda" not in message and "\n" not in message
+
+
+def test_cell_parts_merge_to_the_same_sums_in_any_grouping() -> None:
+    """The span-histogram combine sums int64 array parts: any grouping and order of the
+    parts (Beam's partial combines) gives the sums of one pass over every cell."""
+    import numpy as np
+
+    gen = np.random.default_rng(5)
+    parts = [(gen.integers(0, 50, size=n), gen.integers(1, 4, size=n)) for n in (0, 7, 30, 12)]
+    expected: dict[int, int] = {}
+    for cells, values in parts:
+        for c, v in zip(cells.tolist(), values.tolist(), strict=True):
+            expected[c] = expected.get(c, 0) + v
+    whole = beam_ngrams.merge_cell_parts(parts)
+    nested = beam_ngrams.merge_cell_parts([beam_ngrams.merge_cell_parts(parts[2:]),
+                                           beam_ngrams.merge_cell_parts(parts[:2][::-1])])
+    for cells, values in (whole, nested):
+        assert cells.tolist() == sorted(expected)
+        assert values.tolist() == [expected[c] for c in sorted(expected)]
+    empty = beam_ngrams.merge_cell_parts([])
+    assert empty[0].size == 0 and empty[1].size == 0

@@ -17,8 +17,10 @@ calls, on batches of ``batch_size`` documents (a public number):
   ``facts.fact_clusters.anchor_clusters`` (each document's items and clusters, a rule of the
   document and released values) and ``facts.fact_clusters.sparse_fact_counts`` (the cells
   each document adds to the span histograms, checked by ``contributions.bounded_cells``
-  against the cap K' and the L the ledger declares for the group), combined per (cluster,
-  span) by ``beam.CombinePerKey(sum)``.
+  against the cap K' and the L the ledger declares for the group), summed per (cluster,
+  span) by ``beam.CombinePerKey(merge_cell_parts)`` over int64 arrays, one part per batch
+  and block of ``ROWS_PER_KEY`` clusters (a shuffle of one element per cell held about 7 GB
+  of the DirectRunner's driver at 10^6 documents; arrays hold 16 bytes a cell).
 
 Between the passes the driver reads the combined exact counts from private files under the
 state directory (deleted once read) into the ledger's draw only: each level is one
@@ -98,6 +100,9 @@ __all__ = ["BATCH_DOCUMENTS", "BeamStageError", "beam_span_corpus"]
 BATCH_DOCUMENTS = 1000
 #: documents per call of ``sparse_fact_counts`` inside a batch
 FACT_CHUNK = 250
+#: clusters per key of the span-histogram combine: a worker's batch yields one array part
+#: per block of this many cluster rows, so the shuffle holds arrays, never a cell apiece
+ROWS_PER_KEY = 256
 #: clusters per ledger transaction, as ``release_fact_histograms``
 HISTOGRAM_BATCH = 32
 SCRATCH = "beam-ngrams"
@@ -152,13 +157,15 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
                      domain_index: Mapping[str, int], released: Mapping[str, int],
                      anchor_counts: Mapping[str, int], priority: Mapping[str, int],
                      cap: int, L: int, max_overlap: int, width: int,
-                     stop: Collection[str]) -> list[tuple[int, int]]:
-    """A batch's cells of the span histograms, (r * |D| + j, count): its documents' items
+                     stop: Collection[str]) -> list[tuple[int, CellPart]]:
+    """A batch's cells of the span histograms, flat cells r * |D| + j and their counts, one
+    part per block of ``ROWS_PER_KEY`` clusters (the key): its documents' items
     (``document_items``) and clusters (``anchor_clusters``), counted by
     ``sparse_fact_counts`` on the clusters and spans the documents touch, with the local
     build's checks (<= ``cap`` spans per cluster row, <= ``max_overlap`` clusters per
     document)."""
-    out: list[tuple[int, int]] = []
+    cell_parts: list[np.ndarray] = []
+    value_parts: list[np.ndarray] = []
     shape = functools.cache(functools.partial(span_shape, stop=stop))
     for start in range(0, len(batch), FACT_CHUNK):
         chunk = batch[start:start + FACT_CHUNK]
@@ -173,13 +180,47 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
                                     max_overlap=max_overlap)
         columns = np.asarray([domain_index[item] for item in local_domain], dtype=np.int64)
         row_of = np.repeat(np.asarray(rows, dtype=np.int64), np.diff(counts.indptr))
-        cells = row_of * width + columns[counts.indices]
-        out.extend(zip(cells.tolist(), counts.values.tolist(), strict=True))
-    return out
+        cell_parts.append(row_of * width + columns[counts.indices])
+        value_parts.append(np.asarray(counts.values, dtype=np.int64))
+    if not cell_parts:
+        return []
+    cells, values = merge_cell_parts([(np.concatenate(cell_parts), np.concatenate(value_parts))])
+    block = cells // (ROWS_PER_KEY * max(width, 1))
+    bounds = np.flatnonzero(np.diff(block)) + 1
+    starts = [0, *bounds.tolist()]
+    stops = [*bounds.tolist(), len(cells)]
+    return [(int(block[a]), (cells[a:b], values[a:b])) for a, b in zip(starts, stops, strict=True)]
+
+
+#: (flat cells, their counts): int64 arrays, cells ascending and distinct
+CellPart = tuple[np.ndarray, np.ndarray]
+
+
+def merge_cell_parts(parts: Iterable[CellPart]) -> CellPart:
+    """Parts of the span histograms' cells summed into one (cells ascending, distinct):
+    the combine of ``fact_batch_cells``' parts (associative and commutative, so Beam may
+    apply it to any grouping of the parts, partial results included). Arrays, not one
+    element per cell: what a runner's shuffle holds is 16 bytes a cell."""
+    listed = list(parts)
+    if not listed:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    cells = np.concatenate([np.asarray(c, dtype=np.int64) for c, _ in listed])
+    values = np.concatenate([np.asarray(v, dtype=np.int64) for _, v in listed])
+    order = np.argsort(cells, kind="stable")
+    cells, values = cells[order], values[order]
+    if cells.size == 0:
+        return cells, values
+    starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
+    return cells[starts], np.add.reduceat(values, starts)
 
 
 def _dump_pair(pair: tuple[Any, int]) -> str:
     return json.dumps([pair[0], int(pair[1])])
+
+
+def _dump_cell_part(pair: tuple[int, CellPart]) -> str:
+    cells, values = pair[1]
+    return json.dumps([np.asarray(cells).tolist(), np.asarray(values).tolist()])
 
 
 def _dump_tokens(batch: list[tuple[str, ...]]) -> str:
@@ -261,15 +302,20 @@ class _Passes:
             raise BeamStageError(f"the Beam pass '{what}' failed ({type(error).__name__}; "
                                  "details withheld)") from None
 
-    def read_pairs(self, name: str) -> Iterator[tuple[Any, int]]:
-        """The combined counts of a pass, from its private files (removed afterwards)."""
+    def read_lines(self, name: str) -> Iterator[Any]:
+        """The combined output of a pass, one JSON value a line, from its private files
+        (removed afterwards)."""
         folder = self.scratch / name
         for path in sorted(folder.glob("part*")):
             with open(path, encoding="utf-8") as handle:
                 for line in handle:
-                    key, value = json.loads(line)
-                    yield key, int(value)
+                    yield json.loads(line)
         shutil.rmtree(folder, ignore_errors=True)
+
+    def read_pairs(self, name: str) -> Iterator[tuple[Any, int]]:
+        """The combined counts of a pass, (key, count) a line."""
+        for key, value in self.read_lines(name):
+            yield key, int(value)
 
 
 def _write_input(texts: Iterable[str], folder: Path, batch_size: int, shards: int) -> int:
@@ -316,23 +362,14 @@ def _release_histograms(releases: LedgerReleases, counts: SparseCounts, domain: 
                                batch_size=HISTOGRAM_BATCH, progress=progress)
 
 
-def _read_cells(pairs: Iterable[tuple[Any, int]], n_rows: int, width: int) -> SparseCounts:
-    """The combined cells of the span histograms as a sparse table, read in chunks of int64
-    arrays (never one Python object per cell for all cells)."""
-    chunk = 1 << 16
-    cells: list[np.ndarray] = []
-    values: list[np.ndarray] = []
-    buffer_cells: list[int] = []
-    buffer_values: list[int] = []
-    for cell, value in pairs:
-        buffer_cells.append(int(cell))
-        buffer_values.append(int(value))
-        if len(buffer_cells) == chunk:
-            cells.append(np.asarray(buffer_cells, dtype=np.int64))
-            values.append(np.asarray(buffer_values, dtype=np.int64))
-            buffer_cells, buffer_values = [], []
-    cells.append(np.asarray(buffer_cells, dtype=np.int64))
-    values.append(np.asarray(buffer_values, dtype=np.int64))
+def _read_cells(parts: Iterable[Any], n_rows: int, width: int) -> SparseCounts:
+    """The combined cells of the span histograms as a sparse table: one combined part per
+    block of clusters (``merge_cell_parts``), so the parts' cells are distinct."""
+    cells: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    values: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    for part_cells, part_values in parts:
+        cells.append(np.asarray(part_cells, dtype=np.int64))
+        values.append(np.asarray(part_values, dtype=np.int64))
     return SparseCounts.from_cells(np.concatenate(cells), np.concatenate(values), n_rows, width)
 
 
@@ -436,12 +473,12 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
                  | "read tokens" >> beam.io.ReadFromText(passes.pattern("tokens"))
                  | "tokens" >> beam.Map(_load_tokens)
                  | "items, clusters, cells" >> beam.FlatMap(_guarded("span histograms", cells))
-                 | "combine cells" >> beam.CombinePerKey(sum)
-                 | "cells as json" >> beam.Map(_dump_pair)
+                 | "combine cells" >> beam.CombinePerKey(merge_cell_parts)
+                 | "cells as json" >> beam.Map(_dump_cell_part)
                  | "write cells" >> beam.io.WriteToText(passes.prefix("cells")))
 
         passes.run("span histograms", fact_pass)
-        table = _read_cells(passes.read_pairs("cells"), len(anchors), width)
+        table = _read_cells(passes.read_lines("cells"), len(anchors), width)
         kept = _release_histograms(releases, table, domain, k, progress)
         del table
         notes = span_notes(kept, domain, anchors, releases.sigma_clusters, stopwords=stop,
