@@ -43,7 +43,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -489,6 +489,23 @@ def _treatment(drug: str, rng: np.random.Generator) -> str:
     return text
 
 
+def _draw_name(used: set[str], pick: Callable[[Sequence[str]], str],
+               letter: Callable[[], int]) -> str | None:
+    """A first + last name not in ``used`` (added to it), a middle initial only where the
+    pair is taken; None after 1000 tries. ``pick`` draws a list's item and ``letter`` an
+    initial's index (each generator's own random source, in this order)."""
+    for _ in range(1000):
+        first = pick(_FIRST_NAMES)
+        last = pick(_LAST_NAMES)
+        name = f"{first} {last}"
+        if name in used:
+            name = f"{first} {chr(65 + letter())}. {last}"
+        if name not in used:
+            used.add(name)
+            return name
+    return None
+
+
 class _Names:
     """Unique person names: first + last, a middle initial only when needed; once those run
     out (a collection of some 10^5 people), two middle initials for every later name (the
@@ -502,15 +519,10 @@ class _Names:
     def new(self) -> str:
         rng = self.rng
         if not self.crowded:
-            for _ in range(1000):
-                first = _FIRST_NAMES[int(rng.integers(len(_FIRST_NAMES)))]
-                last = _LAST_NAMES[int(rng.integers(len(_LAST_NAMES)))]
-                name = f"{first} {last}"
-                if name in self.used:
-                    name = f"{first} {chr(65 + int(rng.integers(26)))}. {last}"
-                if name not in self.used:
-                    self.used.add(name)
-                    return name
+            name = _draw_name(self.used, lambda names: names[int(rng.integers(len(names)))],
+                              lambda: int(rng.integers(26)))
+            if name is not None:
+                return name
             self.crowded = True
         for _ in range(1000):
             first = _FIRST_NAMES[int(rng.integers(len(_FIRST_NAMES)))]
@@ -998,15 +1010,10 @@ class _RandomNames:
 
     def new(self) -> str:
         rnd = self.rnd
-        for _ in range(1000):
-            first, last = rnd.choice(_FIRST_NAMES), rnd.choice(_LAST_NAMES)
-            name = f"{first} {last}"
-            if name in self.used:
-                name = f"{first} {chr(65 + rnd.randrange(26))}. {last}"
-            if name not in self.used:
-                self.used.add(name)
-                return name
-        raise ValueError("too many people for the built-in name lists")
+        name = _draw_name(self.used, rnd.choice, lambda: rnd.randrange(26))
+        if name is None:
+            raise ValueError("too many people for the built-in name lists")
+        return name
 
 
 def make_support_dataset(
