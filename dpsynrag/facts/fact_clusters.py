@@ -105,10 +105,12 @@ __all__ = [
     "GROUP",
     "MECHANISM",
     "STAGE",
+    "AnchorRanks",
     "KeptCounts",
     "SparseCounts",
     "anchor_clusters",
     "anchor_order",
+    "document_clusters",
     "domain_fingerprint",
     "fact_charge",
     "fact_counts",
@@ -179,29 +181,56 @@ def anchor_clusters(
     Clusters follow :func:`anchor_order` (one per released anchor, empty ones included);
     document i joins the clusters of the (at most) ``L`` first anchors among its items: by
     ``priority``, then rarest first, or, for anchors whose priority is in ``own_order``, in
-    the order the document lists them. No release, no cost; the memberships are private.
+    the order the document lists them (``document_clusters``). No release, no cost; the
+    memberships are private.
     """
     L = _positive_int(L, "L")
-    order = anchor_order(anchors, min_anchor_count, priority)
-    rank = {anchor: r for r, anchor in enumerate(order)}
-    # the anchors of one priority are contiguous in the public order: an own-order anchor
-    # sorts at its priority's first place, then by its position in the document
-    start: dict[str, int] = {}
-    if priority:
-        first_rank: dict[int, int] = {}
-        for r, anchor in enumerate(order):
-            first_rank.setdefault(priority.get(anchor, -1), r)
-        start = {a: first_rank[priority[a]] for a in order
-                 if a in priority and priority[a] in own_order}
-    clusters: list[list[int]] = [[] for _ in order]
+    ranks = AnchorRanks.of(anchors, min_anchor_count, priority, own_order)
+    clusters: list[list[int]] = [[] for _ in ranks.order]
     for d, items in enumerate(doc_items):
-        held: dict[str, tuple[int, int]] = {}
-        for position, item in enumerate(_item_list(items)):
-            if item in rank and item not in held:
-                held[item] = (start[item], position) if item in start else (rank[item], -1)
-        for anchor in sorted(held, key=held.__getitem__)[:L]:
-            clusters[rank[anchor]].append(d)  # d ascends: every cluster stays sorted
-    return order, clusters
+        for r in document_clusters(items, ranks, L):
+            clusters[r].append(d)  # d ascends: every cluster stays sorted
+    return list(ranks.order), clusters
+
+
+@dataclass(frozen=True)
+class AnchorRanks:
+    """The public order of the clusters (``anchor_order``) as the rules read it: each
+    anchor's cluster index (``rank``) and, for an anchor whose priority is in ``own_order``,
+    its priority's first index (``start``). Computed once per build from released values,
+    so that a batch of documents costs nothing per anchor."""
+
+    order: tuple[str, ...]
+    rank: Mapping[str, int]
+    start: Mapping[str, int]
+
+    @classmethod
+    def of(cls, anchors: Mapping[str, int], min_anchor_count: int | None = None,
+           priority: Mapping[str, int] | None = None,
+           own_order: Collection[int] = ()) -> AnchorRanks:
+        order = anchor_order(anchors, min_anchor_count, priority)
+        rank = {anchor: r for r, anchor in enumerate(order)}
+        # the anchors of one priority are contiguous in the public order: an own-order
+        # anchor sorts at its priority's first place, then by its position in the document
+        start: dict[str, int] = {}
+        if priority:
+            first_rank: dict[int, int] = {}
+            for r, anchor in enumerate(order):
+                first_rank.setdefault(priority.get(anchor, -1), r)
+            start = {a: first_rank[priority[a]] for a in order
+                     if a in priority and priority[a] in own_order}
+        return cls(tuple(order), rank, start)
+
+
+def document_clusters(items: Sequence[str], ranks: AnchorRanks, L: int) -> list[int]:
+    """The clusters one document joins (``anchor_clusters``' rule, a function of the
+    document's items and released values): those of its first ``L`` held anchors."""
+    rank, start = ranks.rank, ranks.start
+    held: dict[str, tuple[int, int]] = {}
+    for position, item in enumerate(_item_list(items)):
+        if item in rank and item not in held:
+            held[item] = (start[item], position) if item in start else (rank[item], -1)
+    return [rank[anchor] for anchor in sorted(held, key=held.__getitem__)[:L]]
 
 
 # ---------------------------------------------------------------------- step 4

@@ -64,9 +64,10 @@ from dpsynrag.accounting.contributions import ContributionError, declared_overla
 from dpsynrag.facts.fact_clusters import (
     GROUP,
     GROUP_DESCRIPTION,
+    AnchorRanks,
     KeptCounts,
     SparseCounts,
-    anchor_clusters,
+    document_clusters,
     release_kept_counts,
     sparse_fact_counts,
 )
@@ -155,12 +156,12 @@ def level_batch_counts(batch: Sequence[Sequence[str]], *, length: int,
 def fact_batch_cells(batch: Sequence[Sequence[str]], *,
                      released_levels: Mapping[int, Mapping[str, int]],
                      domain_index: Mapping[str, int], released: Mapping[str, int],
-                     anchor_counts: Mapping[str, int], priority: Mapping[str, int],
-                     cap: int, L: int, max_overlap: int, width: int,
+                     ranks: AnchorRanks, cap: int, L: int, max_overlap: int, width: int,
                      stop: Collection[str]) -> list[tuple[int, CellPart]]:
     """A batch's cells of the span histograms, flat cells r * |D| + j and their counts, one
     part per block of ``ROWS_PER_KEY`` clusters (the key): its documents' items
-    (``document_items``) and clusters (``anchor_clusters``), counted by
+    (``document_items``) and clusters (``document_clusters``, the rule of
+    ``anchor_clusters``, the clusters' order computed once: ``ranks``), counted by
     ``sparse_fact_counts`` on the clusters and spans the documents touch, with the local
     build's checks (<= ``cap`` spans per cluster row, <= ``max_overlap`` clusters per
     document)."""
@@ -171,12 +172,15 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
         chunk = batch[start:start + FACT_CHUNK]
         items = [document_items(tokens, released_levels, domain_index, released, cap, stop,
                                 shape) for tokens in chunk]
-        _, members = anchor_clusters(items, anchor_counts, L, priority=priority)
-        rows = [r for r, m in enumerate(members) if m]
+        joined: dict[int, list[int]] = {}
+        for d, held in enumerate(items):
+            for r in document_clusters(held, ranks, L):
+                joined.setdefault(r, []).append(d)  # d ascends: each member list is sorted
+        rows = sorted(joined)
         if not rows:
             continue
         local_domain = sorted({item for held in items for item in held})
-        counts = sparse_fact_counts([members[r] for r in rows], items, local_domain, cap,
+        counts = sparse_fact_counts([joined[r] for r in rows], items, local_domain, cap,
                                     max_overlap=max_overlap)
         columns = np.asarray([domain_index[item] for item in local_domain], dtype=np.int64)
         row_of = np.repeat(np.asarray(rows, dtype=np.int64), np.diff(counts.indptr))
@@ -447,7 +451,8 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
         domain = span_domain(merged, stop)
         anchor_counts = anchors_of(domain, merged)
         priority = anchor_priority(anchor_counts, stop)
-        anchors, _ = anchor_clusters([], anchor_counts, settings.L, priority=priority)
+        ranks = AnchorRanks.of(anchor_counts, priority=priority)  # anchor_clusters' order
+        anchors = list(ranks.order)
         if not anchors:
             return SpanCorpus([], 0)
 
@@ -465,7 +470,7 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
         cells = functools.partial(
             fact_batch_cells, released_levels=released,
             domain_index={g: j for j, g in enumerate(domain)}, released=merged,
-            anchor_counts=anchor_counts, priority=priority, cap=k, L=L,
+            ranks=ranks, cap=k, L=L,
             max_overlap=overlap, width=width, stop=stop)
 
         def fact_pass(pipeline: Any) -> None:
