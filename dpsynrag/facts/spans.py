@@ -33,6 +33,8 @@ SPAN_SEPARATOR = " … "
 _BRACKETS = {"(": ")", "[": "]", "{": "}"}
 _OPENING = frozenset({*_BRACKETS, "``", '"', "'"})
 _CLOSING = frozenset({*_BRACKETS.values(), "''", '"', "'", ".", "!", "?", "%"})
+#: Each closing bracket with the one it closes.
+_CLOSERS = {close: opener for opener, close in _BRACKETS.items()}
 
 
 def trim_span(tokens: Sequence[str], stopwords: Collection[str]) -> tuple[str, ...]:
@@ -74,17 +76,16 @@ def _item_tail(tokens: Sequence[str]) -> int:
     it closes without opening, numbers and marks before it, or after a
     bracket group of no word that opens it when punctuation follows the group ("( 1996 ) ,");
     0 otherwise."""
-    closers = {close: opener for opener, close in _BRACKETS.items()}
     for i, token in enumerate(tokens[:ITEM_TAIL_REACH]):
         if token in _BRACKETS or any(ch.isalpha() for ch in token):
             break  # a word is never cut ("gout ) , fever" stays)
-        if token in closers:
+        if token in _CLOSERS:
             return i + 1
     if not tokens or tokens[0] not in _BRACKETS:
         return 0
     close = _BRACKETS[tokens[0]]
     for i, token in enumerate(tokens[1:], start=1):
-        if token in _BRACKETS or (token in closers and token != close) \
+        if token in _BRACKETS or (token in _CLOSERS and token != close) \
                 or any(ch.isalpha() for ch in token):
             return 0  # nested, mismatched, or words ("(gout), fever"): leave it
         if token == close:
@@ -113,9 +114,10 @@ def close_bracket(tokens: Sequence[str],
         return tuple(tokens)
     n = lengths[0]
     whole = (*tokens, open_brackets[-1])
-    longest = lengths[-1]
-    if ngram_key(whole[len(whole) - n:]) in released[n] and (
-            len(whole) < longest or ngram_key(whole[len(whole) - longest:]) in released[longest]):
+    # the bracket adds one window at each length: the shortest one closes it, the longest
+    # one must be released as a join's must (windows_released of the last longest tokens)
+    if ngram_key(whole[len(whole) - n:]) in released[n] \
+            and windows_released(whole[-max(released):], released):
         return whole
     return tuple(tokens)
 
