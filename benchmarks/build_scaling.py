@@ -13,6 +13,8 @@ on CPU and the same DP hyperparameters for every size. Nothing is downloaded.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import os
 import platform
@@ -23,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,10 +95,14 @@ def child_main(spec_path: Path) -> int:
     model_load = time.perf_counter() - t0
     rss_after_models = psutil.Process().memory_info().rss
     counter = CountingRunner(runner)
+    marks = PhaseMarks()
     try:
+        marks.mark("build start")
         summary = run_build(Path(spec["notes"]), Path(spec["out"]), config,
                             state_dir=Path(spec["state"]), signing_key=Path(spec["key"]),
-                            runner=counter, corpus_ledger=Path(spec["ledger"]))
+                            runner=counter, corpus_ledger=Path(spec["ledger"]),
+                            progress=marks.progress)
+        marks.mark("build end")
     finally:
         runner.close()
     figures = {
@@ -114,19 +121,49 @@ def child_main(spec_path: Path) -> int:
         "torch_threads": torch.get_num_threads(),
         "ray_workers": len(workers) if workers is not None else None,
         "resolved_runner": config.resolved_runner,
+        "phase_marks": marks.marks,
     }
     spec_path.with_suffix(".result.json").write_text(json.dumps(figures), encoding="utf-8")
     return 0
 
 
+class PhaseMarks:
+    """Wall-clock marks of the build's phases, from its progress bars: each bar's start,
+    each of its first ``total`` steps, the latest step beyond them, and its end (the parent
+    reads its memory samples between them)."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[float, str]] = []
+
+    def mark(self, name: str) -> None:
+        self.marks.append((time.time(), name))
+
+    @contextlib.contextmanager
+    def progress(self, description: str, total: int) -> Iterator[Callable[[int], None]]:
+        steps = [0]
+        self.mark(f"{description}: start")
+
+        def advance(n: int) -> None:
+            steps[0] += n
+            if steps[0] - n > total and self.marks[-1][1] == f"{description}: step " \
+                    f"{steps[0] - n}":
+                self.marks.pop()  # beyond the bar's total: only the latest step is kept
+            self.mark(f"{description}: step {steps[0]}")
+
+        yield advance
+        self.mark(f"{description}: done")
+
+
 # ---------------------------------------------------------------------------- parent
 class TreeRSS:
-    """Peak of the summed RSS of a process and all its descendants (psutil, sampled)."""
+    """Peak of the summed RSS of a process and all its descendants (psutil, sampled), and
+    the samples themselves (time, tree bytes, the root process's bytes, processes)."""
 
     def __init__(self, pid: int) -> None:
         self.root = psutil.Process(pid)
         self.peak = 0
         self.peak_processes = 0
+        self.samples: list[tuple[float, int, int, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -136,12 +173,17 @@ class TreeRSS:
             procs = [self.root, *self.root.children(recursive=True)]
         except psutil.Error:
             return
+        root = 0
         for proc in procs:
             try:
-                total += proc.memory_info().rss
-                count += 1
+                rss = proc.memory_info().rss
             except psutil.Error:
                 continue
+            total += rss
+            count += 1
+            if proc is self.root:
+                root = rss
+        self.samples.append((time.time(), total, root, count))
         if total > self.peak:
             self.peak, self.peak_processes = total, count
 
@@ -466,6 +508,7 @@ def run_facts_size(n_notes: int, args: argparse.Namespace, work: Path) -> dict[s
     from dpsynrag.pipeline import beam_ngrams
 
     shutil.rmtree(folder, ignore_errors=True)  # the corpus and the private state
+    phases = phase_peaks(child.get("phase_marks", []), tree.samples)
     return {
         "n_notes": n_notes,
         "runner": args.runner,
@@ -488,10 +531,27 @@ def run_facts_size(n_notes: int, args: argparse.Namespace, work: Path) -> dict[s
         "epsilon": child["epsilon"],
         "rho_spent": child["rho_spent"],
         "kept_texts": child["kept_texts"],
+        "phases": phases,
         "load_average_before": [round(x, 2) for x in os.getloadavg()],
         "commit": _commit(),
         **({"note": args.note} if args.note else {}),
     }
+
+
+def phase_peaks(marks: list[tuple[float, str]],
+                samples: list[tuple[float, int, int, int]]) -> list[dict[str, Any]]:
+    """Between consecutive marks of the build: its seconds, the peak of the process tree's
+    summed RSS and of the build's own process (MiB), and the processes at the tree's peak."""
+    phases = []
+    for (start, first), (end, last) in itertools.pairwise(marks):
+        inside = [s for s in samples if start <= s[0] < end]
+        top = max(inside, key=lambda s: s[1], default=None)
+        phases.append({
+            "from": first, "to": last, "seconds": round(end - start, 3),
+            "tree_peak_mib": round(top[1] / MIB, 1) if top else None,
+            "driver_peak_mib": round(max(s[2] for s in inside) / MIB, 1) if inside else None,
+            "processes_at_peak": top[3] if top else None})
+    return phases
 
 
 def _commit() -> str | None:
@@ -583,6 +643,10 @@ def _write_facts(output: Path, runs: list[dict[str, Any]], args: argparse.Namesp
                             "RSS of the build's process and all its descendants (Beam's "
                             "worker processes); shared pages count once per process",
             "child_maxrss_mib": "os.wait4 ru_maxrss of the build's process alone",
+            "phases": "between consecutive marks of the build's progress bars (each bar's "
+                      "first and last step and its end): seconds, the tree's and the build "
+                      "process's peak RSS among the samples inside, the processes at the "
+                      "tree's peak",
         },
         "runs": runs,
         "comparison": facts_comparison(runs),
