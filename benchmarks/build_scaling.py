@@ -157,13 +157,14 @@ class PhaseMarks:
 # ---------------------------------------------------------------------------- parent
 class TreeRSS:
     """Peak of the summed RSS of a process and all its descendants (psutil, sampled), and
-    the samples themselves (time, tree bytes, the root process's bytes, processes)."""
+    the samples themselves (time, tree bytes, the root process's bytes, processes, the
+    largest other process's bytes)."""
 
     def __init__(self, pid: int) -> None:
         self.root = psutil.Process(pid)
         self.peak = 0
         self.peak_processes = 0
-        self.samples: list[tuple[float, int, int, int]] = []
+        self.samples: list[tuple[float, int, int, int, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -173,7 +174,7 @@ class TreeRSS:
             procs = [self.root, *self.root.children(recursive=True)]
         except psutil.Error:
             return
-        root = 0
+        root, largest = 0, 0
         for proc in procs:
             try:
                 rss = proc.memory_info().rss
@@ -183,7 +184,9 @@ class TreeRSS:
             count += 1
             if proc is self.root:
                 root = rss
-        self.samples.append((time.time(), total, root, count))
+            else:
+                largest = max(largest, rss)
+        self.samples.append((time.time(), total, root, count, largest))
         if total > self.peak:
             self.peak, self.peak_processes = total, count
 
@@ -539,9 +542,10 @@ def run_facts_size(n_notes: int, args: argparse.Namespace, work: Path) -> dict[s
 
 
 def phase_peaks(marks: list[tuple[float, str]],
-                samples: list[tuple[float, int, int, int]]) -> list[dict[str, Any]]:
+                samples: list[tuple[float, int, int, int, int]]) -> list[dict[str, Any]]:
     """Between consecutive marks of the build: its seconds, the peak of the process tree's
-    summed RSS and of the build's own process (MiB), and the processes at the tree's peak."""
+    summed RSS, of the build's own process and of the largest other process (a Beam worker)
+    in MiB, and the processes at the tree's peak."""
     phases = []
     for (start, first), (end, last) in itertools.pairwise(marks):
         inside = [s for s in samples if start <= s[0] < end]
@@ -550,6 +554,8 @@ def phase_peaks(marks: list[tuple[float, str]],
             "from": first, "to": last, "seconds": round(end - start, 3),
             "tree_peak_mib": round(top[1] / MIB, 1) if top else None,
             "driver_peak_mib": round(max(s[2] for s in inside) / MIB, 1) if inside else None,
+            "largest_worker_peak_mib": round(max(s[4] for s in inside) / MIB, 1)
+            if inside else None,
             "processes_at_peak": top[3] if top else None})
     return phases
 

@@ -185,3 +185,21 @@ def test_cell_parts_merge_to_the_same_sums_in_any_grouping() -> None:
         assert values.tolist() == [expected[c] for c in sorted(expected)]
     empty = beam_ngrams.merge_cell_parts([])
     assert empty[0].size == 0 and empty[1].size == 0
+
+
+def test_combined_parts_read_back_in_any_order_as_one_sparse_table() -> None:
+    """The driver reads the combined parts (one per block of clusters, in whatever order the
+    runner wrote them) into the table that the cells say, sorted or not."""
+    import numpy as np
+
+    n_rows, width = 6, 5
+    gen = np.random.default_rng(11)
+    dense = gen.integers(0, 3, size=(n_rows, width)) * (gen.random((n_rows, width)) < 0.5)
+    flat = np.flatnonzero(dense.reshape(-1))
+    blocks = flat // (2 * width)  # blocks of two rows, as ROWS_PER_KEY rows
+    parts = [(flat[blocks == b], dense.reshape(-1)[flat[blocks == b]])
+             for b in np.unique(blocks)]
+    for order in (parts, parts[::-1], [parts[1], parts[0], *parts[2:]]):
+        lines = [(c.tolist(), v.tolist()) for c, v in order] + [([], [])]
+        table = beam_ngrams._read_cells(iter(lines), n_rows, width)
+        assert table.to_dense().tolist() == dense.tolist()

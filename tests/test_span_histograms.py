@@ -163,8 +163,17 @@ def test_from_cells_refuses_a_cell_twice_or_outside() -> None:
         SparseCounts.from_cells(np.array([1, 1]), np.array([1, 2]), 2, 3)
     with pytest.raises(ValueError):
         SparseCounts.from_cells(np.array([6]), np.array([1]), 2, 3)
+    with pytest.raises(ValueError):  # a repeat that is not adjacent in the input
+        SparseCounts.from_cells(np.array([4, 1, 4]), np.array([1, 2, 3]), 2, 3)
+    with pytest.raises(ValueError):
+        SparseCounts.from_cells(np.array([-1, 2]), np.array([1, 1]), 2, 3)
     table = SparseCounts.from_cells(np.array([5, 0, 3]), np.array([2, 1, 4]), 2, 3)
     assert table.to_dense().tolist() == [[1, 0, 0], [4, 0, 2]]
+    ascending = SparseCounts.from_cells(np.array([0, 3, 5]), np.array([1, 4, 2]), 2, 3)
+    assert ascending.to_dense().tolist() == table.to_dense().tolist()
+    assert ascending.indptr.tolist() == table.indptr.tolist() == [0, 1, 3]
+    empty_rows = SparseCounts.from_cells(np.array([7]), np.array([3]), 4, 3)  # rows 0, 1, 3
+    assert empty_rows.indptr.tolist() == [0, 0, 0, 1, 1]
 
 
 # ---------------------------------------------------------------------- the release

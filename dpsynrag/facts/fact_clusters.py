@@ -355,20 +355,25 @@ class SparseCounts:
     def from_cells(cls, cells: np.ndarray, counts: np.ndarray, n_rows: int,
                    width: int) -> SparseCounts:
         """The table whose flat cell ``cells[i]`` (r |D| + j, distinct) holds ``counts[i]``;
-        cells not listed hold 0."""
+        cells not listed hold 0. Cells already ascending (the Beam path's combined parts)
+        are taken as they are: no sort, no copy beyond the column indices."""
         flat = np.asarray(cells, dtype=np.int64).reshape(-1)
         value = np.asarray(counts, dtype=np.int64).reshape(-1)
         if flat.shape != value.shape:
             raise ValueError("cells and counts must have the same length")
-        order = np.argsort(flat, kind="stable")
-        flat, value = flat[order], value[order]
-        if flat.size and (flat[0] < 0 or flat[-1] >= n_rows * max(width, 1)):
+        if flat.size > 1 and not bool(np.all(flat[1:] > flat[:-1])):
+            order = np.argsort(flat, kind="stable")
+            flat, value = flat[order], value[order]
+            del order
+            if bool(np.any(flat[1:] == flat[:-1])):
+                raise ValueError("a counted cell is listed twice")
+        span = max(width, 1)
+        if flat.size and (flat[0] < 0 or flat[-1] >= n_rows * span):
             raise ValueError("a counted cell lies outside the clusters x domain table")
-        if flat.size > 1 and bool(np.any(flat[1:] == flat[:-1])):
-            raise ValueError("a counted cell is listed twice")
-        row = flat // max(width, 1)
-        indptr = np.searchsorted(row, np.arange(n_rows + 1), side="left").astype(np.int64)
-        return cls(indptr, flat % max(width, 1), value, int(width))
+        # row r's cells are those in [r |D|, (r + 1) |D|): no per-cell row array
+        indptr = np.searchsorted(flat, np.arange(n_rows + 1, dtype=np.int64) * span,
+                                 side="left").astype(np.int64)
+        return cls(indptr, flat % span, value, int(width))
 
     def dense(self, start: int, stop: int) -> np.ndarray:
         """Rows ``start`` to ``stop`` as a dense int64 (stop - start) x |D| table."""

@@ -60,3 +60,12 @@ class InputDocuments:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def hand_over_texts(self) -> list[str]:
+        """The texts, handed to their one consumer: this object keeps none of them (nor the
+        ids and units, read already), so a consumer that streams the texts away (the Beam
+        stages write them to private shards, then clear the list) frees them. ``skipped``
+        and ``source`` stay; ``len`` is 0 afterwards."""
+        texts = self.texts
+        self.texts, self.ids, self.units = [], [], []
+        return texts

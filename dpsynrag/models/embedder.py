@@ -21,6 +21,13 @@ from dpsynrag.models.locate import (
 )
 from dpsynrag.models.vectors import scale_to_unit
 
+#: texts per forward pass on a CPU: 768 notes of about 256 word pieces raised the peak
+#: memory by 250 MB at 16 and 570 MB at 64, in about the same time (2 cores); the vectors
+#: agree to 1e-7
+CPU_BATCH = 16
+#: texts per forward pass on an accelerator
+DEVICE_BATCH = 64
+
 
 @dataclass
 class LoadedEmbedder:
@@ -44,10 +51,14 @@ class LoadedEmbedder:
         """Width of the embeddings."""
         return int(self.model.get_embedding_dimension())
 
-    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
-        """Embed ``texts`` as an ``(n, dimension)`` float32 array of unit-norm rows."""
+    def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
+        """Embed ``texts`` as an ``(n, dimension)`` float32 array of unit-norm rows, in
+        batches of ``batch_size`` (default ``CPU_BATCH`` on a CPU, ``DEVICE_BATCH`` on an
+        accelerator)."""
         if isinstance(texts, str):
             raise TypeError("encode expects a list of strings, not a single string")
+        if batch_size is None:
+            batch_size = CPU_BATCH if self.device.type == "cpu" else DEVICE_BATCH
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         if len(texts) == 0:

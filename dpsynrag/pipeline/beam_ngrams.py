@@ -368,13 +368,22 @@ def _release_histograms(releases: LedgerReleases, counts: SparseCounts, domain: 
 
 def _read_cells(parts: Iterable[Any], n_rows: int, width: int) -> SparseCounts:
     """The combined cells of the span histograms as a sparse table: one combined part per
-    block of clusters (``merge_cell_parts``), so the parts' cells are distinct."""
-    cells: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
-    values: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
-    for part_cells, part_values in parts:
-        cells.append(np.asarray(part_cells, dtype=np.int64))
-        values.append(np.asarray(part_values, dtype=np.int64))
-    return SparseCounts.from_cells(np.concatenate(cells), np.concatenate(values), n_rows, width)
+    block of clusters (``merge_cell_parts``), so the parts' cells are distinct, each part
+    ascending and the blocks disjoint ranges. Put in block order, they are ascending as a
+    whole: ``SparseCounts.from_cells`` takes them without a sort, and each list of parts is
+    freed as soon as it is joined (memory: about 24 bytes a cell at the peak, not 72)."""
+    listed = [(np.asarray(c, dtype=np.int64), np.asarray(v, dtype=np.int64))
+              for c, v in parts]
+    listed = [part for part in listed if part[0].size]
+    listed.sort(key=lambda part: int(part[0][0]))
+    cell_parts = [c for c, _ in listed]
+    value_parts = [v for _, v in listed]
+    del listed
+    cells = np.concatenate([np.zeros(0, dtype=np.int64), *cell_parts])
+    del cell_parts
+    values = np.concatenate([np.zeros(0, dtype=np.int64), *value_parts])
+    del value_parts
+    return SparseCounts.from_cells(cells, values, n_rows, width)
 
 
 # ------------------------------------------------------------------ the stages

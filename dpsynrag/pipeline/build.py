@@ -195,10 +195,15 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
                 GROUP, config.L, "DP-SynRAG soft clusters: each document in at most L clusters")
             context = BuildContext(config=config, plan=plan, ledger=ledger, state=state,
                                    runner=runner, progress=progress, log=log)
+            warnings = input_warnings(config, docs)
+            # the stages own the documents from here (the Beam path frees them once its
+            # shards are written): this frame keeps only their count
+            texts = docs.hand_over_texts()
             if config.generate == "facts":
-                result = facts_stages(context, docs.texts)
+                result = facts_stages(context, texts)
             else:
-                result = token_stages(context, docs.texts)
+                result = token_stages(context, texts)
+            del texts
             with state.timed("emit"):
                 try:
                     _emit(context, out_dir, result, signer[0], force)
@@ -228,7 +233,7 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
             signing_key_fingerprint=signer[1], signing_key_created=signer[2],
             signing_public_key=str(find_public_key(signing_key or default_key_path()) or ""),
             input_hmac_sha256=fingerprint, unit_bound=unit_bound_rule(config),
-            warnings=input_warnings(config, docs))
+            warnings=warnings)
         if ledger_path is not None:
             _add_lifetime_spend(summary, ledger_path, config.delta, config.conversion)
         ledger.close()
@@ -493,6 +498,6 @@ class _EmbedderProxy:
     def dimension(self) -> int:
         return int(self.identity["dimension"])
 
-    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
         return self._runner.embed(texts, lambda _n: None)
 

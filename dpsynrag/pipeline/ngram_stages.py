@@ -23,7 +23,7 @@ The only language knowledge: nltk's Treebank tokenizer and the public stopword l
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING
 
 from dpsynrag.facts.span_corpus import SpanSettings, span_corpus
@@ -51,8 +51,18 @@ def ngram_settings(plan: FactsBudgetPlan, L: int, anchor_rule: str = "rarest") -
                         cluster_cap=plan.K_e + plan.K_s, L=L, anchor_rule=anchor_rule)
 
 
+def _handed_on(texts: list[str]) -> Iterator[str]:
+    """The texts, then the list emptied: the Beam path writes them to its private shards
+    and reads them there, so the driver holds none of them through the passes (at 10^6
+    documents about 700 MB)."""
+    yield from texts
+    texts.clear()
+
+
 def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
-    """Run (n1)-(n4); return the build's notes, one per cluster that passes."""
+    """Run (n1)-(n4); return the build's notes, one per cluster that passes. With
+    ``--runner beam`` the stages consume ``texts`` (the list is empty afterwards: the build
+    hands over its only copy, ``InputDocuments.hand_over_texts``)."""
     plan, config = ctx.plan, ctx.config
     stop = stopwords()
     settings = ngram_settings(plan, config.L, config.ngram_anchors)
@@ -68,7 +78,7 @@ def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
             from dpsynrag.pipeline.beam_ingest import parse_beam_options
             from dpsynrag.pipeline.beam_ngrams import SCRATCH, beam_span_corpus
 
-            corpus = beam_span_corpus(texts, settings, releases, stop=stop,
+            corpus = beam_span_corpus(_handed_on(texts), settings, releases, stop=stop,
                                       scratch=ctx.state.directory / SCRATCH,
                                       runner=config.beam_runner,
                                       beam_options=parse_beam_options(config.beam_options),
