@@ -39,6 +39,7 @@ STAGES = ("a_keywords_histogram", "b_clusters", "c_retrieval", "d_prediction", "
           "emit")
 SAMPLE_SECONDS = 0.05  # psutil sampling period of the process tree
 MIB = 1024 * 1024
+STEPS_KEPT = 16  # a progress bar of at most this many steps is marked at every step
 MIN_FIT_SECONDS = 0.05  # a stage faster than this at some size gets no slope (timer noise)
 
 
@@ -129,8 +130,9 @@ def child_main(spec_path: Path) -> int:
 
 class PhaseMarks:
     """Wall-clock marks of the build's phases, from its progress bars: each bar's start,
-    each of its first ``total`` steps, the latest step beyond them, and its end (the parent
-    reads its memory samples between them)."""
+    each of its first ``total`` steps where that is at most ``STEPS_KEPT`` (the n-gram
+    levels), the latest step beyond them, and its end (the parent reads its memory samples
+    between them)."""
 
     def __init__(self) -> None:
         self.marks: list[tuple[float, str]] = []
@@ -145,7 +147,8 @@ class PhaseMarks:
 
         def advance(n: int) -> None:
             steps[0] += n
-            if steps[0] - n > total and self.marks[-1][1] == f"{description}: step " \
+            kept = total if total <= STEPS_KEPT else 0
+            if steps[0] - n > kept and self.marks[-1][1] == f"{description}: step " \
                     f"{steps[0] - n}":
                 self.marks.pop()  # beyond the bar's total: only the latest step is kept
             self.mark(f"{description}: step {steps[0]}")

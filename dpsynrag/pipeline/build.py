@@ -399,10 +399,13 @@ def _emit(context: BuildContext, out_dir: Path, result: StageResult, private_key
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     try:
-        embedder = _EmbedderProxy(runner)
-        manifest = write_output(
-            partial, texts=result.texts, cluster_keywords=result.cluster_keywords,
-            kept=result.kept, token_counts=result.tokens, embedder=embedder)
+        # the embedder's vectors of every text: the long part of the output (10^6 notes on
+        # 2 CPU cores: about 10 minutes), hence its own progress bar
+        with context.progress("(emit) the corpus and its index", len(result.texts)) as advance:
+            embedder = _EmbedderProxy(runner, advance)
+            manifest = write_output(
+                partial, texts=result.texts, cluster_keywords=result.cluster_keywords,
+                kept=result.kept, token_counts=result.tokens, embedder=embedder)
         del manifest
         files = output_file_hashes(partial)
         llm_identity = {"name": "none", "note": "--generate facts uses no language model"} \
@@ -486,8 +489,9 @@ def word_frequency_prior() -> dict[str, str]:
 class _EmbedderProxy:
     """Looks like a LoadedEmbedder to ``write_output``; embeds through the runner."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, progress: Callable[[int], None]) -> None:
         self._runner = runner
+        self._progress = progress
         self.identity = runner.embedder_identity()
 
     @property
@@ -499,5 +503,5 @@ class _EmbedderProxy:
         return int(self.identity["dimension"])
 
     def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
-        return self._runner.embed(texts, lambda _n: None)
+        return self._runner.embed(texts, self._progress)
 
