@@ -195,11 +195,29 @@ def test_combined_parts_read_back_in_any_order_as_one_sparse_table() -> None:
     n_rows, width = 6, 5
     gen = np.random.default_rng(11)
     dense = gen.integers(0, 3, size=(n_rows, width)) * (gen.random((n_rows, width)) < 0.5)
+    dense[:, 0] = 1  # every block holds a cell
+    span = beam_ngrams.ROWS_PER_KEY * width
+    n_rows = 3 * beam_ngrams.ROWS_PER_KEY
+    dense = np.repeat(dense, beam_ngrams.ROWS_PER_KEY // 2, axis=0)
     flat = np.flatnonzero(dense.reshape(-1))
-    blocks = flat // (2 * width)  # blocks of two rows, as ROWS_PER_KEY rows
-    parts = [(flat[blocks == b], dense.reshape(-1)[flat[blocks == b]])
-             for b in np.unique(blocks)]
-    for order in (parts, parts[::-1], [parts[1], parts[0], *parts[2:]]):
-        lines = [(c.tolist(), v.tolist()) for c, v in order] + [([], [])]
-        table = beam_ngrams._read_cells(iter(lines), n_rows, width)
+    blocks = flat // span
+    parts = [(int(b), (flat[blocks == b] - b * span).tolist(),
+              dense.reshape(-1)[flat[blocks == b]].tolist()) for b in np.unique(blocks)]
+    assert len(parts) == 3
+    for order in (parts, parts[::-1], [parts[1], parts[0], parts[2]]):
+        table = beam_ngrams._read_cells(iter([*order, (7, [], [])]), n_rows, width)
         assert table.to_dense().tolist() == dense.tolist()
+    with pytest.raises(ValueError):  # a block twice: the combine did not run
+        beam_ngrams._read_cells(iter([parts[0], parts[0]]), n_rows, width)
+
+
+def test_merged_parts_are_int32_and_a_too_wide_domain_is_refused() -> None:
+    """A merged part holds int32 cells and sums; a domain too wide for int32 block-local
+    cells is refused before any count."""
+    import numpy as np
+
+    parts = beam_ngrams.merge_cell_parts([(np.array([5, 1, 5]), np.array([1, 2, 3]))])
+    assert parts[0].dtype == np.int32 and parts[1].dtype == np.int32
+    assert parts[0].tolist() == [1, 5] and parts[1].tolist() == [2, 4]
+    with pytest.raises(ValueError):
+        beam_ngrams.block_span(2**31 // beam_ngrams.ROWS_PER_KEY + 1)

@@ -18,9 +18,10 @@ calls, on batches of ``batch_size`` documents (a public number):
   document and released values) and ``facts.fact_clusters.sparse_fact_counts`` (the cells
   each document adds to the span histograms, checked by ``contributions.bounded_cells``
   against the cap K' and the L the ledger declares for the group), summed per (cluster,
-  span) by ``beam.CombinePerKey(merge_cell_parts)`` over int64 arrays, one part per batch
-  and block of ``ROWS_PER_KEY`` clusters (a shuffle of one element per cell held about 7 GB
-  of the DirectRunner's driver at 10^6 documents; arrays hold 16 bytes a cell).
+  span) by ``beam.CombinePerKey(merge_cell_parts)`` over int32 arrays of block-local cells,
+  one part per batch and block of ``ROWS_PER_KEY`` clusters (a shuffle of one element per
+  cell held about 7 GB of the DirectRunner's driver at 10^6 documents; arrays hold 8 bytes
+  a cell).
 
 Between the passes the driver reads the combined exact counts from private files under the
 state directory (deleted once read) into the ledger's draw only: each level is one
@@ -158,8 +159,8 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
                      domain_index: Mapping[str, int], released: Mapping[str, int],
                      ranks: AnchorRanks, cap: int, L: int, max_overlap: int, width: int,
                      stop: Collection[str]) -> list[tuple[int, CellPart]]:
-    """A batch's cells of the span histograms, flat cells r * |D| + j and their counts, one
-    part per block of ``ROWS_PER_KEY`` clusters (the key): its documents' items
+    """A batch's cells of the span histograms and their counts, one part per block of
+    ``ROWS_PER_KEY`` clusters (the key; ``CellPart``: block-local cells): its documents' items
     (``document_items``) and clusters (``document_clusters``, the rule of
     ``anchor_clusters``, the clusters' order computed once: ``ranks``), counted by
     ``sparse_fact_counts`` on the clusters and spans the documents touch, with the local
@@ -188,34 +189,58 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
         value_parts.append(np.asarray(counts.values, dtype=np.int64))
     if not cell_parts:
         return []
-    cells, values = merge_cell_parts([(np.concatenate(cell_parts), np.concatenate(value_parts))])
-    block = cells // (ROWS_PER_KEY * max(width, 1))
+    cells = np.concatenate(cell_parts)
+    values = np.concatenate(value_parts)
+    span = block_span(width)
+    block = cells // span
+    order = np.argsort(cells, kind="stable")
+    cells, values, block = cells[order], values[order], block[order]
     bounds = np.flatnonzero(np.diff(block)) + 1
     starts = [0, *bounds.tolist()]
     stops = [*bounds.tolist(), len(cells)]
-    return [(int(block[a]), (cells[a:b], values[a:b])) for a, b in zip(starts, stops, strict=True)]
+    return [(int(block[a]), merge_cell_parts([(cells[a:b] - int(block[a]) * span,
+                                                values[a:b])]))
+            for a, b in zip(starts, stops, strict=True)]
 
 
-#: (flat cells, their counts): int64 arrays, cells ascending and distinct
+#: (cells of one block, their counts): int32 arrays, cells ascending and distinct, each
+#: cell (r - block ROWS_PER_KEY) |D| + j for the block's cluster row r and span j
 CellPart = tuple[np.ndarray, np.ndarray]
+#: the largest cell or count a part holds (int32)
+PART_LIMIT = int(np.iinfo(np.int32).max)
+
+
+def block_span(width: int) -> int:
+    """Cells per block of ``ROWS_PER_KEY`` cluster rows; refuses a domain so wide that a
+    block's cells would not fit a part's int32 cells."""
+    span = ROWS_PER_KEY * max(int(width), 1)
+    if span - 1 > PART_LIMIT:
+        raise ValueError(f"a span domain of {width} n-grams is too wide for the Beam path's "
+                         f"blocks of {ROWS_PER_KEY} clusters; use --runner local")
+    return span
 
 
 def merge_cell_parts(parts: Iterable[CellPart]) -> CellPart:
-    """Parts of the span histograms' cells summed into one (cells ascending, distinct):
-    the combine of ``fact_batch_cells``' parts (associative and commutative, so Beam may
-    apply it to any grouping of the parts, partial results included). Arrays, not one
-    element per cell: what a runner's shuffle holds is 16 bytes a cell."""
+    """Parts of one block's span-histogram cells summed into one (cells ascending,
+    distinct): the combine of ``fact_batch_cells``' parts (associative and commutative, so
+    Beam may apply it to any grouping of the parts, partial results included). Arrays of
+    int32, not one element per cell: what a runner's shuffle holds is 8 bytes a cell. A
+    sum past int32 (more than 2^31 documents) is refused, never wrapped."""
     listed = list(parts)
     if not listed:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    cells = np.concatenate([np.asarray(c, dtype=np.int64) for c, _ in listed])
-    values = np.concatenate([np.asarray(v, dtype=np.int64) for _, v in listed])
-    order = np.argsort(cells, kind="stable")
-    cells, values = cells[order], values[order]
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
+    cells = np.concatenate([np.asarray(c) for c, _ in listed]).astype(np.int32, copy=False)
+    values = np.concatenate([np.asarray(v) for _, v in listed]).astype(np.int64)
+    if len(listed) > 1 or cells.size < 2 or not bool(np.all(cells[1:] > cells[:-1])):
+        order = np.argsort(cells, kind="stable")
+        cells, values = cells[order], values[order]
     if cells.size == 0:
-        return cells, values
+        return cells, values.astype(np.int32)
     starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
-    return cells[starts], np.add.reduceat(values, starts)
+    sums = np.add.reduceat(values, starts)
+    if int(sums.max()) > PART_LIMIT:
+        raise ValueError("a span-histogram count passed 2^31")
+    return cells[starts], sums.astype(np.int32)
 
 
 def _dump_pair(pair: tuple[Any, int]) -> str:
@@ -224,7 +249,7 @@ def _dump_pair(pair: tuple[Any, int]) -> str:
 
 def _dump_cell_part(pair: tuple[int, CellPart]) -> str:
     cells, values = pair[1]
-    return json.dumps([np.asarray(cells).tolist(), np.asarray(values).tolist()])
+    return json.dumps([int(pair[0]), np.asarray(cells).tolist(), np.asarray(values).tolist()])
 
 
 def _dump_tokens(batch: list[tuple[str, ...]]) -> str:
@@ -368,20 +393,26 @@ def _release_histograms(releases: LedgerReleases, counts: SparseCounts, domain: 
 
 def _read_cells(parts: Iterable[Any], n_rows: int, width: int) -> SparseCounts:
     """The combined cells of the span histograms as a sparse table: one combined part per
-    block of clusters (``merge_cell_parts``), so the parts' cells are distinct, each part
-    ascending and the blocks disjoint ranges. Put in block order, they are ascending as a
-    whole: ``SparseCounts.from_cells`` takes them without a sort, and each list of parts is
-    freed as soon as it is joined (memory: about 24 bytes a cell at the peak, not 72)."""
-    listed = [(np.asarray(c, dtype=np.int64), np.asarray(v, dtype=np.int64))
-              for c, v in parts]
-    listed = [part for part in listed if part[0].size]
-    listed.sort(key=lambda part: int(part[0][0]))
-    cell_parts = [c for c, _ in listed]
-    value_parts = [v for _, v in listed]
+    block of clusters (``merge_cell_parts``; lines ``[block, cells, counts]``), so the
+    parts' cells are distinct, each part ascending and the blocks disjoint ranges. Put in
+    block order, they are ascending as a whole: ``SparseCounts.from_cells`` takes them
+    without a sort, and each list of parts is freed as soon as it is joined (memory: about
+    16 bytes a cell at the peak and 8 while the parts are read, not 72)."""
+    span = block_span(width)
+    listed: list[tuple[int, np.ndarray, np.ndarray]] = []
+    for block, part_cells, part_values in parts:
+        if len(part_cells):
+            listed.append((int(block), np.asarray(part_cells, dtype=np.int32),
+                           np.asarray(part_values, dtype=np.int32)))
+    if len({block for block, _, _ in listed}) != len(listed):
+        raise ValueError("a block of the span histograms was combined twice")
+    listed.sort(key=lambda part: part[0])
+    cell_parts = [part[1].astype(np.int64) + part[0] * span for part in listed]
+    value_parts = [part[2] for part in listed]
     del listed
     cells = np.concatenate([np.zeros(0, dtype=np.int64), *cell_parts])
     del cell_parts
-    values = np.concatenate([np.zeros(0, dtype=np.int64), *value_parts])
+    values = np.concatenate([np.zeros(0, dtype=np.int64), *value_parts]).astype(np.int64)
     del value_parts
     return SparseCounts.from_cells(cells, values, n_rows, width)
 
@@ -476,6 +507,7 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
         releases.ledger.declare_parallel_group(GROUP, L, GROUP_DESCRIPTION)
         overlap = declared_overlap(releases.ledger, GROUP)
         width = len(domain)
+        block_span(width)  # a public size: refused here, before the pass
         cells = functools.partial(
             fact_batch_cells, released_levels=released,
             domain_index={g: j for j, g in enumerate(domain)}, released=merged,
