@@ -225,7 +225,9 @@ def merge_cell_parts(parts: Iterable[CellPart]) -> CellPart:
     distinct): the combine of ``fact_batch_cells``' parts (associative and commutative, so
     Beam may apply it to any grouping of the parts, partial results included). Arrays of
     int32, not one element per cell: what a runner's shuffle holds is 8 bytes a cell. A
-    sum past int32 (more than 2^31 documents) is refused, never wrapped."""
+    sum is at most the number of documents, which ``beam_span_corpus`` bounds by int32
+    before any count (a public size), so the check here never depends on the data of a
+    valid build: it guards the invariant, never wraps."""
     listed = list(parts)
     if not listed:
         return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
@@ -444,7 +446,10 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
         passes = _Passes(scratch, runner, beam_options, workers, worker_log)
         beam = passes.beam
         shards = max(1, 2 * (workers or os.cpu_count() or 1))
-        _write_input(texts, scratch / "input", batch_size, shards)
+        batches = _write_input(texts, scratch / "input", batch_size, shards)
+        if batches * batch_size > PART_LIMIT:  # a cell's sum is at most the documents
+            raise ValueError(f"over {PART_LIMIT} documents: beyond the Beam path's int32 "
+                             "span-histogram parts")
 
         # (n1) the levels: the first pass tokenizes (and keeps the tokens), each counts
         released: dict[int, dict[str, int]] = {}
