@@ -143,11 +143,11 @@ class PhaseMarks:
     @contextlib.contextmanager
     def progress(self, description: str, total: int) -> Iterator[Callable[[int], None]]:
         steps = [0]
+        kept = total if total <= STEPS_KEPT else 0
         self.mark(f"{description}: start")
 
         def advance(n: int) -> None:
             steps[0] += n
-            kept = total if total <= STEPS_KEPT else 0
             if steps[0] - n > kept and self.marks[-1][1] == f"{description}: step " \
                     f"{steps[0] - n}":
                 self.marks.pop()  # beyond the bar's total: only the latest step is kept

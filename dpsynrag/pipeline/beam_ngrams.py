@@ -233,7 +233,7 @@ def merge_cell_parts(parts: Iterable[CellPart]) -> CellPart:
         return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
     cells = np.concatenate([np.asarray(c) for c, _ in listed]).astype(np.int32, copy=False)
     values = np.concatenate([np.asarray(v) for _, v in listed]).astype(np.int64)
-    if len(listed) > 1 or cells.size < 2 or not bool(np.all(cells[1:] > cells[:-1])):
+    if cells.size > 1 and not bool(np.all(cells[1:] >= cells[:-1])):  # sorted: no sort
         order = np.argsort(cells, kind="stable")
         cells, values = cells[order], values[order]
     if cells.size == 0:
@@ -414,7 +414,7 @@ def _read_cells(parts: Iterable[Any], n_rows: int, width: int) -> SparseCounts:
     del listed
     cells = np.concatenate([np.zeros(0, dtype=np.int64), *cell_parts])
     del cell_parts
-    values = np.concatenate([np.zeros(0, dtype=np.int64), *value_parts]).astype(np.int64)
+    values = np.concatenate([np.zeros(0, dtype=np.int64), *value_parts])  # int64: no copy
     del value_parts
     return SparseCounts.from_cells(cells, values, n_rows, width)
 
