@@ -95,6 +95,7 @@ from dpsynrag.facts.span_notes import KEEP_Z, span_notes
 from dpsynrag.facts.span_releases import LedgerReleases
 from dpsynrag.facts.spans import is_content
 from dpsynrag.facts.tokens import tokenize
+from dpsynrag.pipeline.preflight import BEAM_MAX_DOCUMENTS
 
 __all__ = ["BATCH_DOCUMENTS", "BeamStageError", "beam_span_corpus"]
 
@@ -208,6 +209,7 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
 CellPart = tuple[np.ndarray, np.ndarray]
 #: the largest cell or count a part holds (int32)
 PART_LIMIT = int(np.iinfo(np.int32).max)
+assert PART_LIMIT == BEAM_MAX_DOCUMENTS  # the build refuses more documents before charging
 
 
 def block_span(width: int) -> int:
@@ -447,7 +449,9 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
         beam = passes.beam
         shards = max(1, 2 * (workers or os.cpu_count() or 1))
         batches = _write_input(texts, scratch / "input", batch_size, shards)
-        if batches * batch_size > PART_LIMIT:  # a cell's sum is at most the documents
+        # a cell's sum is at most the documents; run_build refuses more before charging
+        # (preflight.check_runner_size): this guards a direct caller
+        if batches * batch_size > PART_LIMIT:
             raise ValueError(f"over {PART_LIMIT} documents: beyond the Beam path's int32 "
                              "span-histogram parts")
 

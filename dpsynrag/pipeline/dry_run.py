@@ -21,7 +21,12 @@ from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.signing import default_key_path, load_private_key
 from dpsynrag.display import format_epsilon
 from dpsynrag.pipeline.config import BuildConfig
-from dpsynrag.pipeline.preflight import check_writable_directory, required_free_bytes
+from dpsynrag.pipeline.preflight import (
+    BEAM_MAX_DOCUMENTS,
+    check_runner_size,
+    check_writable_directory,
+    required_free_bytes,
+)
 from dpsynrag.pipeline.runners import LocalRunner, Runner
 from dpsynrag.pipeline.state import default_state_dir
 from dpsynrag.reporting import print_plan
@@ -111,6 +116,12 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
                 f"skipped{merged}, read in {timings['read']:.1f} s")
 
     checks.run("input", read)
+    if docs_box and config.runner == "beam":
+        def runner_size() -> str:
+            check_runner_size(len(docs_box[0].texts), config)
+            return f"within --runner beam's {BEAM_MAX_DOCUMENTS:,} documents"
+
+        checks.run("runner", runner_size)
     for warning in input_warnings(config, docs_box[0]) if docs_box else []:
         say(f"  WARNING: {warning}")
 

@@ -27,6 +27,7 @@ from dpsynrag.accounting.signing import (
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from dpsynrag.pipeline.config import BuildConfig
     from dpsynrag.pipeline.runners import Runner
 
 #: Free space an output directory and a state directory need at the least, on top of the
@@ -34,8 +35,26 @@ if TYPE_CHECKING:
 MIN_FREE_BYTES = 64 * 1024 * 1024
 
 
+#: The most documents ``--runner beam`` takes in the n-gram facts mode: a span-histogram
+#: cell's sum is at most the number of documents, and the Beam path combines those sums as
+#: int32 (``pipeline.beam_ngrams``). A public size, checked before the first charge.
+BEAM_MAX_DOCUMENTS = 2**31 - 1
+
+
 class PreflightError(RuntimeError):
     """A setup problem found before spending anything (one line, no private data)."""
+
+
+def check_runner_size(n_docs: int, config: BuildConfig) -> None:
+    """Refuse an input the chosen runner cannot count, before anything is charged: over
+    ``BEAM_MAX_DOCUMENTS`` documents with ``--runner beam`` in the n-gram facts mode. The
+    number of documents is the build summary's public ``documents_in``."""
+    if (config.runner == "beam" and config.generate == "facts"
+            and config.facts_items == "ngrams" and n_docs > BEAM_MAX_DOCUMENTS):
+        raise PreflightError(
+            f"over {BEAM_MAX_DOCUMENTS:,} documents: more than --runner beam's int32 "
+            "span-histogram sums hold; split the collection into several corpora "
+            "(nothing was spent)")
 
 
 def load_signer(signing_key: Path | None) -> tuple[Ed25519PrivateKey, str, bool]:
