@@ -77,7 +77,7 @@ def test_budget_mode_options_are_the_builds() -> None:
                      "writer": "--writer", "share_tokens": "--share-tokens",
                      "facts_items": "--facts-items", "ngram_lengths": "--ngram-lengths",
                      "ngram_items": "--ngram-items", "share_ngrams": "--share-ngrams",
-                     "ngram_weights": "--ngram-weights"}
+                     "ngram_weights": "--ngram-weights", "span_weights": "--span-weights"}
     shared = {"help", "generate", "epsilon", "delta", "L", "rho_hist", "conversion", "units",
               "json", "allow_large_epsilon"}
     assert set(flags) | {"help"} == shared | set(tokens) | set(facts)

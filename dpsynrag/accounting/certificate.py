@@ -908,11 +908,15 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
             problems.append("plan: the phrase release's delta is over the planned delta_phrases")
     _check_writer_tokens(plan, groups, problems)
     _check_roles(plan, sequential, problems)
-    # The clusters' fact histograms: discrete Gaussian releases of sensitivity sqrt(K_e + K_s).
+    # The clusters' fact histograms: discrete Gaussian releases of sensitivity sqrt(K_e + K_s),
+    # or the plan's span weight scale S with weighted span counts.
     sigma_c = _plan_number(plan, "sigma_C")
     k_e, k_s = _plan_number(plan, "K_e"), _plan_number(plan, "K_s")
     if sigma_c is None or k_e is None or k_s is None:
         return
+    span_scale = _plan_number(plan, "span_weight_scale")
+    expected_l2 = float(span_scale) if span_scale else math.sqrt(k_e + k_s)
+    expected_name = "the plan's span_weight_scale" if span_scale else "sqrt(K_e + K_s)"
     for group in groups:
         # the facts build releases its fact histograms in the "fact-clusters" group
         if not isinstance(group, dict) or group.get("name") not in (CLUSTERS_GROUP,
@@ -924,9 +928,11 @@ def _check_facts_plan(plan: dict[str, Any], sequential: list[Any], groups: list[
                 if not isinstance(entry_params, dict) \
                         or entry.get("mechanism") != "discrete_gaussian":
                     continue
-                if not _close(entry_params.get("l2_sensitivity"), math.sqrt(k_e + k_s)):
+                if not _close(entry_params.get("l2_sensitivity"), expected_l2) \
+                        or entry_params.get("weight_scale") != (int(span_scale) if span_scale
+                                                                else None):
                     problems.append(f"plan: {part.get('partition')} fact histogram sensitivity "
-                                    "is not sqrt(K_e + K_s)")
+                                    f"is not {expected_name}")
                 if not _close(entry_params.get("sigma"), sigma_c):
                     problems.append(f"plan: {part.get('partition')} fact histogram sigma is not "
                                     "the planned sigma_C")

@@ -19,6 +19,12 @@ two cells per term, or puts a document in L + 1 clusters, is refused before anyt
 ``bounded_cells`` makes the same checks and returns the non-zero cells and their counts only
 (the span histograms of the n-gram mode, whose dense table would be clusters x |D|).
 
+``weighted_cells`` is ``bounded_cells`` with a weight per unit: unit u adds the integer
+``weights[u]`` (instead of 1) to each of its cells, and is refused unless, in every row it
+touches, (its cells there) x weights[u]^2 <= ``scale``^2, so its contribution to each row has
+l2 norm <= ``scale`` (the weighted span histograms of the n-gram mode, whose documents weigh
+floor(scale / sqrt(m)) on each of their m spans).
+
 ``declared_overlap`` reads a parallel group's L from the ledger, where it is recorded and
 composed, so that memberships are checked against the L the cost is computed with.
 """
@@ -34,7 +40,7 @@ if TYPE_CHECKING:
     from dpsynrag.accounting.ledger import Ledger
 
 __all__ = ["ContributionError", "bounded_cells", "bounded_counts", "declared_overlap",
-           "membership_pairs", "unit_memberships"]
+           "membership_pairs", "unit_memberships", "weighted_cells"]
 
 
 class ContributionError(ValueError):
@@ -90,6 +96,44 @@ def bounded_cells(units: np.ndarray | Sequence[int], cells: np.ndarray | Sequenc
                           max_per_row=max_per_row, what=what)
     distinct, counts = np.unique(cell, return_counts=True)
     return distinct.astype(np.int64), counts.astype(np.int64)
+
+
+def weighted_cells(units: np.ndarray | Sequence[int], cells: np.ndarray | Sequence[int],
+                   weights: np.ndarray | Sequence[int], size: int, *, row_size: int,
+                   max_rows: int = 1, max_per_row: int, scale: int,
+                   what: str) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct cells any unit adds, ascending; the sum of the weights of the units
+    adding each), both int64: ``bounded_cells`` where unit u adds ``weights[u]`` (an integer
+    >= 1, indexed by unit) to each of its cells. The checks of ``bounded_cells``, and
+    ``ContributionError`` unless every unit's cells in every row it touches have
+    count x weight^2 <= ``scale``^2 (l2 norm <= ``scale`` per row), checked on the arrays
+    that are summed."""
+    size = _positive(size, "size")
+    width = _positive(row_size, "row_size")
+    scale = _positive(scale, "scale")
+    cell = _checked_cells(units, cells, size, row_size=width, max_rows=max_rows,
+                          max_per_row=max_per_row, what=what)
+    if cell.size == 0:
+        return cell, cell.copy()
+    unit = np.asarray(units, dtype=np.int64).reshape(-1)
+    weight = np.asarray(weights, dtype=np.int64).reshape(-1)
+    if int(unit.max()) >= weight.size:
+        raise ValueError("every unit needs a weight")
+    per_cell = weight[unit]
+    if int(per_cell.min()) < 1 or int(per_cell.max()) > scale:
+        raise ContributionError(f"{what}: a unit's weight is outside [1, scale]")
+    rows_total = -(-size // width)
+    unit_row = unit * rows_total + cell // width
+    distinct_rows, per_row = np.unique(unit_row, return_counts=True)
+    row_weight = weight[distinct_rows // rows_total]
+    if bool(np.any(per_row * row_weight * row_weight > scale * scale)):
+        raise ContributionError(f"{what}: a unit's weights in one row exceed the l2 bound "
+                                "scale; the recorded sensitivity would not hold")
+    order = np.argsort(cell, kind="stable")
+    ordered = cell[order]
+    starts = np.concatenate(([0], np.flatnonzero(ordered[1:] != ordered[:-1]) + 1))
+    sums = np.add.reduceat(per_cell[order], starts)  # exact int64 sums
+    return ordered[starts].astype(np.int64), sums.astype(np.int64)
 
 
 def _checked_cells(units: np.ndarray | Sequence[int], cells: np.ndarray | Sequence[int],

@@ -134,6 +134,9 @@ class PlanRequest:
     # facts with n-grams: each document's chosen n-grams count 1 ("uniform") or share one
     # l2 budget, floor(W / sqrt(m)) each ("weighted"; ``accounting.weighted_selection``)
     ngram_weights: str = "uniform"
+    # facts with n-grams: each document's spans in its clusters' histograms count 1
+    # ("uniform") or share one l2 budget per cluster, floor(S / sqrt(m)) each ("weighted")
+    span_weights: str = "uniform"
     allow_large_epsilon: bool = False  # measurement only: epsilon above MAX_EPSILON
 
     def validate(self) -> None:
@@ -218,6 +221,9 @@ class PlanRequest:
         if self.ngram_weights not in NGRAM_WEIGHTS:
             raise PlanError(f"--ngram-weights must be one of {', '.join(NGRAM_WEIGHTS)}, got "
                             f"{self.ngram_weights!r}")
+        if self.span_weights not in NGRAM_WEIGHTS:
+            raise PlanError(f"--span-weights must be one of {', '.join(NGRAM_WEIGHTS)}, got "
+                            f"{self.span_weights!r}")
         if self.writer != "template":
             raise PlanError("--facts-items ngrams writes its notes by stitching released spans; "
                             "--writer tokens does not apply")
@@ -359,6 +365,10 @@ class FactsBudgetPlan:
     # and sigma_A, the thresholds are in weight units; 0 for uniform counts (left out of the
     # record, so a uniform plan's certificate is what it was)
     ngram_weight_scale: int = 0
+    # --span-weights weighted: S, each document's m spans in a cluster weigh
+    # floor(S / sqrt(m)) and sigma_C is in weight units (l2 sensitivity S per cluster); 0 for
+    # uniform counts (left out of the record, so a uniform plan's certificate is unchanged)
+    span_weight_scale: int = 0
 
     WRITER_FIELDS = ("writer", "T", "share_tokens", "rho_tokens", "rho_per_token", "c_over_tau")
     ROLE_FIELDS = ("share_roles", "rho_R", "sigma_R")
@@ -380,6 +390,8 @@ class FactsBudgetPlan:
                 record.pop(name)
         if not self.ngram_weight_scale:
             record.pop("ngram_weight_scale")
+        if not self.span_weight_scale:
+            record.pop("span_weight_scale")
         return record
 
     NGRAM_FIELDS = ("ngram_lengths", "ngram_items", "ngram_thresholds")
@@ -387,6 +399,13 @@ class FactsBudgetPlan:
     def __post_init__(self) -> None:
         for name in self.NGRAM_FIELDS:  # a record read back from JSON holds lists
             object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    @property
+    def span_sensitivity(self) -> float:
+        """The l2 sensitivity of one cluster's histogram: sqrt(K_e + K_s), or S with weighted
+        span counts (``span_weight_scale``)."""
+        return float(self.span_weight_scale) if self.span_weight_scale \
+            else math.sqrt(self.K_e + self.K_s)
 
     @property
     def level_delta(self) -> float:
@@ -403,7 +422,7 @@ class FactsBudgetPlan:
     def cluster_events(self, clip: float | None = None) -> Sequential:
         """What one fact cluster releases: its fact histogram, then (``writer="tokens"``, which
         needs ``clip``) T token draws at c/tau."""
-        facts = DiscreteGaussian(sigma=self.sigma_C, l2_sensitivity=math.sqrt(self.K_e + self.K_s))
+        facts = DiscreteGaussian(sigma=self.sigma_C, l2_sensitivity=self.span_sensitivity)
         if self.writer != "tokens":
             return Sequential((Repeated(facts, 1),))
         if clip is None:
@@ -451,7 +470,9 @@ class FactsBudgetPlan:
                  f"σ_A={self.sigma_A:.4f}, τ={','.join(map(str, self.ngram_thresholds))}, "
                  f"K={','.join(map(str, self.ngram_items))}", math.nan, self.rho_A),
                 ("(f) cluster spans", f"discrete Gauss. σ_C={self.sigma_C:.4f}, "
-                 f"K_e+K_s={self.K_e + self.K_s}", self.rho_C_per_cluster, self.rho_C),
+                 f"K_e+K_s={self.K_e + self.K_s}"
+                 + (f", weights S={self.span_weight_scale}/√m" if self.span_weight_scale
+                    else ""), self.rho_C_per_cluster, self.rho_C),
             ]
         return [
             ("(a) keyword histogram", f"discrete Gauss. σ_h={self.sigma_h:.4f}, K_s={self.K_s}",
@@ -586,6 +607,7 @@ def request_from_options(options: Mapping[str, Any], *, vocab_size: int | None =
             # an n-gram build recorded before --share-ngrams gave its levels share_phrases
             share_ngrams=options.get("share_ngrams", options["share_phrases"]),
             ngram_weights=options.get("ngram_weights", "uniform"),
+            span_weights=options.get("span_weights", "uniform"),
             K_e=options.get("K_e") or 0, K_s=options.get("K_s") or 0, R_f=options["R_f"],
             facts_rules=options.get("facts_rules", FACTS_RULES_BEFORE_OPTION),
             delta_phrases=options.get("delta_phrases"),
@@ -686,8 +708,14 @@ NGRAM_LEVEL_ITEMS = 32
 #: --ngram-weights weighted: the per-level cap when --ngram-items is not given (a document
 #: with m <= 128 candidates weighs 1 / sqrt(m) on each, so the cap costs nothing in noise)
 NGRAM_LEVEL_ITEMS_WEIGHTED = 128
-#: --ngram-weights: how a document's chosen n-grams are counted (``PlanRequest``)
+#: --ngram-weights: how a document's chosen n-grams are counted (``PlanRequest``); also
+#: the choices of --span-weights
 NGRAM_WEIGHTS = ("uniform", "weighted")
+#: --span-weights weighted: S, a document's m spans weigh floor(S / sqrt(m)) in a cluster's
+#: histogram (45 at the cap of 32 spans, 256 for one span; within 1 % of S / sqrt(m) up to
+#: 32). A cell's sum is at most S times the documents, so --runner beam's int32 sums take up
+#: to (2^31 - 1) // S documents (``pipeline.preflight``)
+SPAN_WEIGHT_SCALE = 256
 #: --facts-items ngrams: spans per document in the cluster histograms, K_e + K_s (public)
 NGRAM_DEFAULT_K_E = 16
 #: --facts-items ngrams: spans per document in the cluster histograms beyond K_e (K_e + K_s)
@@ -731,6 +759,8 @@ def plan_ngrams(request: PlanRequest) -> FactsBudgetPlan:
     rho_a = request.share_ngrams * rho_total
     rho_c = rho_total - rho_a
     level_delta = delta_phrases / levels
+    # --span-weights weighted: a document's m spans weigh floor(S / sqrt(m)) in each cluster
+    span_scale = SPAN_WEIGHT_SCALE if request.span_weights == "weighted" else 0
     if weighted:  # each level has l2 sensitivity W: rho_A = J W^2 / (2 sigma_A^2)
         scale = DEFAULT_WEIGHT_SCALE
         sigma_a = scale * math.sqrt(levels / (2.0 * rho_a))
@@ -757,11 +787,13 @@ def plan_ngrams(request: PlanRequest) -> FactsBudgetPlan:
         rho_hist=0.0, sigma_h=0.0, rho_A=rho_a, sigma_A=sigma_a, tau_A=max(thresholds),
         delta_A=delta_a, docs_to_release=to_release, rho_C=rho_c,
         rho_C_per_cluster=rho_c / request.L,
-        sigma_C=math.sqrt(request.L * (request.K_e + request.K_s) / (2.0 * rho_c)),
+        # rho_C = L s^2 / (2 sigma_C^2), s the l2 sensitivity of a cluster's histogram
+        sigma_C=span_scale * math.sqrt(request.L / (2.0 * rho_c)) if span_scale
+        else math.sqrt(request.L * (request.K_e + request.K_s) / (2.0 * rho_c)),
         epsilon_bun_steinke=epsilon_for(rho_total, delta_conversion, Conversion.BUN_STEINKE),
         epsilon_cks=epsilon_for(rho_total, delta_conversion, Conversion.CKS),
         ngram_lengths=tuple(request.ngram_lengths), ngram_items=items,
-        ngram_thresholds=thresholds, ngram_weight_scale=scale)
+        ngram_thresholds=thresholds, ngram_weight_scale=scale, span_weight_scale=span_scale)
 
 
 def plan_budget(request: PlanRequest) -> BudgetPlan | FactsBudgetPlan:

@@ -137,6 +137,10 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--ngram-weights", choices=["uniform", "weighted"], default=None,
                         help="facts with ngrams: chosen n-grams weigh 1/sqrt(m) each "
                              "('weighted', default) or count 1 each ('uniform')")
+    parser.add_argument("--span-weights", choices=["uniform", "weighted"], default=None,
+                        help="facts with ngrams: a document's spans count 1 each in its "
+                             "clusters' histograms ('uniform', default) or weigh 1/sqrt(m) "
+                             "each ('weighted')")
     parser.add_argument("--units", type=positive_int, default=None, metavar="N",
                         help="a public upper bound on the number of privacy units (people) "
                              "in the corpus: warns when delta > 1/N (a delta that large lets "
@@ -215,11 +219,12 @@ def _ngram_request(extra: dict[str, Any]) -> dict[str, Any]:
 
     items = extra.pop("facts_items", None) or BuildConfig.facts_items
     given = {name: extra.pop(name) for name in ("ngram_lengths", "ngram_items", "share_ngrams",
-                                                "ngram_weights") if name in extra}
+                                                "ngram_weights", "span_weights")
+             if name in extra}
     if items != "ngrams":
         if given:
-            raise CliError("--ngram-lengths, --ngram-items, --share-ngrams and --ngram-weights "
-                           "apply only to --facts-items ngrams")
+            raise CliError("--ngram-lengths, --ngram-items, --share-ngrams, --ngram-weights "
+                           "and --span-weights apply only to --facts-items ngrams")
         # open phrases release no role histogram (as request_from_options plans a build)
         return {} if items == "terms" else {"share_roles": 0.0}
     try:
@@ -230,7 +235,9 @@ def _ngram_request(extra: dict[str, Any]) -> dict[str, Any]:
         raise CliError(str(error)) from None
     fields: dict[str, Any] = {"ngram_lengths": lengths, "ngram_items": caps,
                               "ngram_weights": given.get("ngram_weights",
-                                                         BuildConfig.ngram_weights)}
+                                                         BuildConfig.ngram_weights),
+                              "span_weights": given.get("span_weights",
+                                                        BuildConfig.span_weights)}
     if "share_ngrams" in given:
         fields["share_ngrams"] = given["share_ngrams"]
     return fields

@@ -87,6 +87,7 @@ from dpsynrag.accounting.contributions import (
     bounded_counts,
     declared_overlap,
     membership_pairs,
+    weighted_cells,
 )
 from dpsynrag.accounting.ledger import Charge, Ledger
 from dpsynrag.accounting.noise import discrete_gaussian
@@ -117,6 +118,7 @@ __all__ = [
     "fact_domain",
     "fact_histogram_rho",
     "facts_key",
+    "histogram_sensitivity",
     "kept_entries",
     "partition_name",
     "release_fact_histograms",
@@ -251,18 +253,31 @@ def fact_histogram_rho(L: int, max_items: int, sigma: float) -> float:
     return _positive_int(L, "L") * _positive_int(max_items, "max_items") / (2.0 * sigma**2)
 
 
+def histogram_sensitivity(max_items: int, weight_scale: int | None = None) -> float:
+    """The l2 sensitivity of one cluster's histogram: sqrt(K') for 0/1 counts, the weight
+    scale S for weighted ones (``sparse_fact_counts``)."""
+    if weight_scale is None:
+        return math.sqrt(_positive_int(max_items, "max_items"))
+    return float(_positive_int(weight_scale, "weight_scale"))
+
+
 def fact_charge(r: int, *, sigma: float, max_items: int, domain: Sequence[str],
-                group: str = GROUP, fingerprint: str | None = None) -> Charge:
-    """Charge of one cluster's histogram: l2 sensitivity sqrt(K'), rho = K' / (2 sigma^2).
-    ``fingerprint``: ``domain_fingerprint(domain)``, computed once by a caller charging many
-    clusters over the same domain (None: computed here)."""
+                group: str = GROUP, fingerprint: str | None = None,
+                weight_scale: int | None = None) -> Charge:
+    """Charge of one cluster's histogram: l2 sensitivity sqrt(K'), rho = K' / (2 sigma^2), or
+    with ``weight_scale`` S (weighted counts, ``sigma`` in weight units) S, rho = S^2 / (2
+    sigma^2). ``fingerprint``: ``domain_fingerprint(domain)``, computed once by a caller
+    charging many clusters over the same domain (None: computed here)."""
     k = _positive_int(max_items, "max_items")
-    sensitivity = math.sqrt(k)
+    sensitivity = histogram_sensitivity(k, weight_scale)
+    params: dict[str, Any] = {"sigma": float(sigma), "l2_sensitivity": sensitivity,
+                              "max_items": k, "size": len(domain),
+                              "domain": (domain_fingerprint(domain) if fingerprint is None
+                                         else fingerprint)}
+    if weight_scale is not None:
+        params["weight_scale"] = int(weight_scale)
     return Charge(stage=STAGE, mechanism=MECHANISM,
-                  params={"sigma": float(sigma), "l2_sensitivity": sensitivity,
-                          "max_items": k, "size": len(domain),
-                          "domain": (domain_fingerprint(domain) if fingerprint is None
-                                     else fingerprint)},
+                  params=params,
                   sensitivity=sensitivity, sensitivity_norm="l2", group=group,
                   partition=partition_name(r))
 
@@ -284,12 +299,16 @@ def _doc_indices(doc_items: Sequence[Sequence[str]], domain: Sequence[str],
 
 
 def _fact_cells(clusters: Sequence[Sequence[int]], doc_items: Sequence[Sequence[str]],
-                domain: Sequence[str], max_items: int, max_overlap: int | None
+                domain: Sequence[str], max_items: int, max_overlap: int | None,
+                sizes: list[int] | None = None
                 ) -> tuple[np.ndarray, np.ndarray, int, int, int, int]:
     """Every (document, flat cell r |D| + j) a document adds to the clusters x D table, with
-    the number of rows, the width, the overlap and the cap they are checked against."""
+    the number of rows, the width, the overlap and the cap they are checked against.
+    ``sizes``, when given, receives each document's number of distinct domain items."""
     k = _positive_int(max_items, "max_items")
     rows = _doc_indices(doc_items, domain, k)
+    if sizes is not None:
+        sizes.extend(int(ids.size) for ids in rows)
     width = len(domain)
     n_rows = len(clusters)
     overlap = max(n_rows, 1) if max_overlap is None else _positive_int(max_overlap, "max_overlap")
@@ -390,18 +409,35 @@ class SparseCounts:
 
 def sparse_fact_counts(clusters: Sequence[Sequence[int]], doc_items: Sequence[Sequence[str]],
                        domain: Sequence[str], max_items: int, *,
-                       max_overlap: int | None = None) -> SparseCounts:
+                       max_overlap: int | None = None,
+                       weight_scale: int | None = None) -> SparseCounts:
     """``fact_counts`` without its zeros: the same cells, the same checks
     (``contributions.bounded_cells``, the sparse form of ``bounded_counts`` on the very
-    table whose rows are noised), memory of the non-zero cells only."""
+    table whose rows are noised), memory of the non-zero cells only.
+
+    With ``weight_scale`` S (weighted span histograms, ``span_weights``): a document
+    holding m distinct domain items adds floor(S / sqrt(m)) to each of its cells instead of
+    1 (``partition_threshold.contribution_weight``), so each of its rows has l2 norm <= S,
+    checked on the summed arrays (``contributions.weighted_cells``)."""
+    sizes: list[int] = []
     units, cells, n_rows, width, overlap, k = _fact_cells(clusters, doc_items, domain,
-                                                          max_items, max_overlap)
+                                                          max_items, max_overlap, sizes)
     if n_rows == 0 or width == 0 or cells.size == 0:
         empty = np.zeros(0, dtype=np.int64)
         return SparseCounts(np.zeros(n_rows + 1, dtype=np.int64), empty, empty, width)
-    distinct, counts = bounded_cells(units, cells, n_rows * width, row_size=width,
-                                     max_rows=overlap, max_per_row=k,
-                                     what="the fact histograms")
+    if weight_scale is None:
+        distinct, counts = bounded_cells(units, cells, n_rows * width, row_size=width,
+                                         max_rows=overlap, max_per_row=k,
+                                         what="the fact histograms")
+    else:
+        from dpsynrag.accounting.partition_threshold import contribution_weight
+
+        scale = _positive_int(weight_scale, "weight_scale")
+        weights = np.asarray([contribution_weight(max(m, 1), scale) for m in sizes],
+                             dtype=np.int64)
+        distinct, counts = weighted_cells(units, cells, weights, n_rows * width,
+                                          row_size=width, max_rows=overlap, max_per_row=k,
+                                          scale=scale, what="the fact histograms")
     return SparseCounts.from_cells(distinct, counts, n_rows, width)
 
 
@@ -493,7 +529,8 @@ def _release_rows(ledger: Ledger, n_rows: int,
                   draws: Callable[[int, int], list[Callable[[RandomSource], Any]]],
                   domain: Sequence[str], *, sigma: float, max_items: int, group: str,
                   batch_size: int, read: Callable[[Any], T],
-                  progress: Callable[[int], None] | None) -> Iterator[tuple[int, list[T]]]:
+                  progress: Callable[[int], None] | None,
+                  weight_scale: int | None = None) -> Iterator[tuple[int, list[T]]]:
     """Release rows ``0 .. n_rows - 1`` of a counted table, ``batch_size`` rows per ledger
     transaction: ``draws(start, stop)`` gives a batch's draws (each document's contribution
     already bounded; each draws the row's discrete Gaussian release, or a post-processing
@@ -507,7 +544,8 @@ def _release_rows(ledger: Ledger, n_rows: int,
         batch = draws(start, stop)
         values = ledger.release_many([
             (facts_key(r), fact_charge(r, sigma=sigma, max_items=max_items, domain=domain,
-                                       group=group, fingerprint=fingerprint),
+                                       group=group, fingerprint=fingerprint,
+                                       weight_scale=weight_scale),
              batch[r - start])
             for r in range(start, stop)])
         del batch
@@ -608,7 +646,7 @@ def _kept_value(kept: list[list[int]], domain: Sequence[str], floor: float) -> d
 
 
 def _sparse_draws(counts: SparseCounts, domain: Sequence[str], *, sigma: float,
-                  max_items: int, floor: float
+                  max_items: int, floor: float, weight_scale: int | None = None
                   ) -> Callable[[int, int], list[Callable[[RandomSource], Any]]]:
     """The draws of rows ``start .. stop - 1`` of a sparse counted table: each row's entries
     at or above ``floor`` of its discrete Gaussian release on every entry of D, drawn with
@@ -620,7 +658,7 @@ def _sparse_draws(counts: SparseCounts, domain: Sequence[str], *, sigma: float,
     others', as if drawn one by one): inside the one transaction of ``release_many``, after
     every row of the batch is charged. A row the ledger already holds (a resumed build) is
     not asked for, and what was drawn for it is discarded, never stored or released."""
-    sensitivity = math.sqrt(max_items)
+    sensitivity = histogram_sensitivity(max_items, weight_scale)
     rank = _domain_rank(domain)
 
     def draws(start: int, stop: int) -> list[Callable[[RandomSource], Any]]:
@@ -629,7 +667,8 @@ def _sparse_draws(counts: SparseCounts, domain: Sequence[str], *, sigma: float,
         def row(rng: RandomSource, r: int) -> Any:
             if not drawn:
                 # Privacy: the kept entries of exact discrete Gaussian noise on every entry
-                # of D, rho = max_items / (2 sigma^2) per row, each row charged already
+                # of D, rho = sensitivity^2 / (2 sigma^2) per row (max_items, or S^2 for
+                # weighted counts), each row charged already
                 drawn.append(discrete_gaussian_kept_rows(
                     [_sparse_row(counts, i) for i in range(start, stop)], len(domain), sigma,
                     floor, rng, sensitivity=sensitivity))
@@ -680,7 +719,8 @@ def _read_kept(value: Any, domain: Sequence[str], floor: float) -> list[list[int
 def release_kept_counts(ledger: Ledger, counts: SparseCounts, domain: Sequence[str], *,
                         sigma: float, max_items: int, floor: float, group: str = GROUP,
                         batch_size: int = 32,
-                        progress: Callable[[int], None] | None = None) -> KeptCounts:
+                        progress: Callable[[int], None] | None = None,
+                        weight_scale: int | None = None) -> KeptCounts:
     """Release the rows of a counted table as ``release_fact_histograms`` does -- the same
     charges, keys, order and noise: exact discrete Gaussian on EVERY entry of D, zero
     counts included -- and keep of each noisy row its entries at or above ``floor``
@@ -707,11 +747,12 @@ def release_kept_counts(ledger: Ledger, counts: SparseCounts, domain: Sequence[s
     floor = float(floor)
 
     kept = _KeptBuilder()
-    draws = _sparse_draws(counts, domain, sigma=float(sigma), max_items=k, floor=floor)
+    draws = _sparse_draws(counts, domain, sigma=float(sigma), max_items=k, floor=floor,
+                          weight_scale=weight_scale)
     for _, rows in _release_rows(ledger, counts.rows, draws, domain, sigma=float(sigma),
                                  max_items=k, group=group, batch_size=step,
                                  read=lambda value: _read_kept(value, domain, floor),
-                                 progress=progress):
+                                 progress=progress, weight_scale=weight_scale):
         kept.add(rows)
     return kept.finish(len(domain), floor)
 
@@ -729,14 +770,19 @@ def release_span_histograms(
     group: str = GROUP,
     batch_size: int = 32,
     progress: Callable[[int], None] | None = None,
+    weight_scale: int | None = None,
 ) -> KeptCounts:
     """``release_fact_histograms`` with bounded memory: the same checks, charges, keys and
     noise (so the same released rows under the same seed), the exact counts kept sparse
     (``sparse_fact_counts``) and each noisy row post-processed to its entries at or above
-    ``floor`` as soon as it is drawn (``release_kept_counts``). Returns ``KeptCounts``."""
+    ``floor`` as soon as it is drawn (``release_kept_counts``). Returns ``KeptCounts``.
+    ``weight_scale`` S: weighted counts (``sparse_fact_counts``), l2 sensitivity S per row,
+    ``sigma`` and ``floor`` in weight units."""
     k, step = _declare_release(ledger, sigma=sigma, max_items=max_items, L=L,
                                batch_size=batch_size, group=group)
     counts = sparse_fact_counts(clusters, doc_items, domain, k,
-                                max_overlap=declared_overlap(ledger, group))
+                                max_overlap=declared_overlap(ledger, group),
+                                weight_scale=weight_scale)
     return release_kept_counts(ledger, counts, domain, sigma=float(sigma), max_items=k,
-                               floor=floor, group=group, batch_size=step, progress=progress)
+                               floor=floor, group=group, batch_size=step, progress=progress,
+                               weight_scale=weight_scale)

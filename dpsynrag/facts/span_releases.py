@@ -58,13 +58,15 @@ class SpanReleases(Protocol):
 class LedgerReleases:
     """The build's releases: partition selection per level at ``sigma_levels`` and
     ``level_delta`` (weighted contributions with ``weight_scale``, ``sigma_levels`` then in
-    weight units); discrete Gaussian span histograms at ``sigma_clusters``."""
+    weight units); discrete Gaussian span histograms at ``sigma_clusters`` (weighted counts
+    with ``span_weight_scale``, ``sigma_clusters`` then in its weight units)."""
 
     ledger: Ledger
     sigma_levels: float
     level_delta: float
     sigma_clusters: float
     weight_scale: int | None = None
+    span_weight_scale: int | None = None  # weighted span histograms (sigma_clusters in its units)
 
     def level(self, key: str, choices: Iterable[Sequence[str]],
               max_items: int) -> dict[str, int]:
@@ -77,7 +79,8 @@ class LedgerReleases:
                    progress: Callable[[int], None] | None = None) -> KeptCounts:
         return release_span_histograms(self.ledger, members, items, domain,
                                        sigma=self.sigma_clusters, max_items=max_items, L=L,
-                                       floor=KEEP_Z * self.sigma_clusters, progress=progress)
+                                       floor=KEEP_Z * self.sigma_clusters, progress=progress,
+                                       weight_scale=self.span_weight_scale)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class ExactReleases:
     thresholds: Mapping[str, int]
     sigma_clusters: float = EXACT_SIGMA
     weight_scale: int | None = None
+    span_weight_scale: int | None = None
 
     def level(self, key: str, choices: Iterable[Sequence[str]],
               max_items: int) -> dict[str, int]:
@@ -96,7 +100,8 @@ class ExactReleases:
     def histograms(self, members: Sequence[Sequence[int]], items: Sequence[Sequence[str]],
                    domain: Sequence[str], *, max_items: int, L: int,
                    progress: Callable[[int], None] | None = None) -> KeptCounts:
-        counts = sparse_fact_counts(members, items, domain, max_items)
+        counts = sparse_fact_counts(members, items, domain, max_items,
+                                    weight_scale=self.span_weight_scale)
         if progress is not None:
             progress(len(members))
         return KeptCounts.from_sparse(counts, domain, KEEP_Z * self.sigma_clusters)

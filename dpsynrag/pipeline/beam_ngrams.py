@@ -159,14 +159,16 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
                      released_levels: Mapping[int, Mapping[str, int]],
                      domain_index: Mapping[str, int], released: Mapping[str, int],
                      ranks: AnchorRanks, cap: int, L: int, max_overlap: int, width: int,
-                     stop: Collection[str]) -> list[tuple[int, CellPart]]:
+                     stop: Collection[str],
+                     weight_scale: int | None = None) -> list[tuple[int, CellPart]]:
     """A batch's cells of the span histograms and their counts, one part per block of
     ``ROWS_PER_KEY`` clusters (the key; ``CellPart``: block-local cells): its documents' items
     (``document_items``) and clusters (``document_clusters``, the rule of
     ``anchor_clusters``, the clusters' order computed once: ``ranks``), counted by
     ``sparse_fact_counts`` on the clusters and spans the documents touch, with the local
     build's checks (<= ``cap`` spans per cluster row, <= ``max_overlap`` clusters per
-    document)."""
+    document), weighted as the local build's with ``weight_scale`` (a document's weight
+    depends on its own spans only, so a chunk's local domain gives it the same)."""
     cell_parts: list[np.ndarray] = []
     value_parts: list[np.ndarray] = []
     shape = functools.cache(functools.partial(span_shape, stop=stop))
@@ -183,7 +185,7 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
             continue
         local_domain = sorted({item for held in items for item in held})
         counts = sparse_fact_counts([joined[r] for r in rows], items, local_domain, cap,
-                                    max_overlap=max_overlap)
+                                    max_overlap=max_overlap, weight_scale=weight_scale)
         columns = np.asarray([domain_index[item] for item in local_domain], dtype=np.int64)
         row_of = np.repeat(np.asarray(rows, dtype=np.int64), np.diff(counts.indptr))
         cell_parts.append(row_of * width + columns[counts.indices])
@@ -209,7 +211,7 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
 CellPart = tuple[np.ndarray, np.ndarray]
 #: the largest cell or count a part holds (int32)
 PART_LIMIT = int(np.iinfo(np.int32).max)
-assert PART_LIMIT == BEAM_MAX_DOCUMENTS  # the build refuses more documents before charging
+assert PART_LIMIT == BEAM_MAX_DOCUMENTS  # the build refuses more before charging
 
 
 def block_span(width: int) -> int:
@@ -392,7 +394,8 @@ def _release_histograms(releases: LedgerReleases, counts: SparseCounts, domain: 
     sigma = float(releases.sigma_clusters)
     return release_kept_counts(releases.ledger, counts, domain, sigma=sigma,
                                max_items=max_items, floor=KEEP_Z * sigma, group=GROUP,
-                               batch_size=HISTOGRAM_BATCH, progress=progress)
+                               batch_size=HISTOGRAM_BATCH, progress=progress,
+                               weight_scale=releases.span_weight_scale)
 
 
 def _read_cells(parts: Iterable[Any], n_rows: int, width: int) -> SparseCounts:
@@ -449,11 +452,11 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
         beam = passes.beam
         shards = max(1, 2 * (workers or os.cpu_count() or 1))
         batches = _write_input(texts, scratch / "input", batch_size, shards)
-        # a cell's sum is at most the documents; run_build refuses more before charging
-        # (preflight.check_runner_size): this guards a direct caller
-        if batches * batch_size > PART_LIMIT:
-            raise ValueError(f"over {PART_LIMIT} documents: beyond the Beam path's int32 "
-                             "span-histogram parts")
+        # a cell's sum is at most the documents times the largest weight; run_build refuses
+        # more before charging (preflight.check_runner_size): this guards a direct caller
+        if batches * batch_size * (releases.span_weight_scale or 1) > PART_LIMIT:
+            raise ValueError(f"over {PART_LIMIT} documents (or weighted sums): beyond the "
+                             "Beam path's int32 span-histogram parts")
 
         # (n1) the levels: the first pass tokenizes (and keeps the tokens), each counts
         released: dict[int, dict[str, int]] = {}
@@ -521,7 +524,8 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
             fact_batch_cells, released_levels=released,
             domain_index={g: j for j, g in enumerate(domain)}, released=merged,
             ranks=ranks, cap=k, L=L,
-            max_overlap=overlap, width=width, stop=stop)
+            max_overlap=overlap, width=width, stop=stop,
+            weight_scale=releases.span_weight_scale)
 
         def fact_pass(pipeline: Any) -> None:
             _ = (pipeline

@@ -124,6 +124,10 @@ class BuildConfig:
     # facts with ngrams: "uniform" (each chosen n-gram of a document counts 1) or "weighted"
     # (a document's m chosen n-grams weigh 1 / sqrt(m) each: one l2 budget per document)
     ngram_weights: str = "weighted"
+    # facts with ngrams: "uniform" (each span of a document counts 1 in its clusters'
+    # histograms) or "weighted" (a document's m spans weigh 1 / sqrt(m) each, one l2 budget
+    # per document and cluster: planner.SPAN_WEIGHT_SCALE)
+    span_weights: str = "uniform"
     # facts with ngrams: which of its released anchors a document joins first: "nearest" (the
     # public embedder's nearest to its text, facts.anchor_choice) or "rarest" (the released
     # count, anchors of two content tokens first)
@@ -165,7 +169,7 @@ class BuildConfig:
     # options only one generation mode reads
     FACTS_ONLY = ("facts_items", "share_roles", "share_hist", "K_e", "K_s", "R_f",
                   "ngram_lengths", "ngram_items", "share_ngrams", "ngram_weights", "ngram_anchors",
-                  "share_phrases", "delta_phrases", "facts_label",
+                  "span_weights", "share_phrases", "delta_phrases", "facts_label",
                   "writer", "share_tokens", "writer_keeps_note", "writer_ablate",
                   "texts_per_cluster")
     TOKENS_ONLY = ("K", "R", "k", "T", "eps_theta", "rho_mean", "clip", "keywords",
@@ -216,6 +220,9 @@ class BuildConfig:
         if self.ngram_weights not in NGRAM_WEIGHTS:
             raise ConfigError(f"--ngram-weights must be one of {', '.join(NGRAM_WEIGHTS)}, "
                               f"got {self.ngram_weights!r}")
+        if self.span_weights not in NGRAM_WEIGHTS:
+            raise ConfigError(f"--span-weights must be one of {', '.join(NGRAM_WEIGHTS)}, "
+                              f"got {self.span_weights!r}")
         if self.ngram_anchors not in ANCHOR_RULES:
             raise ConfigError(f"--ngram-anchors must be one of {', '.join(ANCHOR_RULES)}, "
                               f"got {self.ngram_anchors!r}")
@@ -354,12 +361,14 @@ class BuildConfig:
             skip.add("writer_ablate")
         if self.facts_items != "ngrams":  # builds of terms and phrases keep their options
             skip |= {"ngram_lengths", "ngram_items", "share_ngrams", "ngram_weights",
-                     "ngram_anchors"}
+                     "ngram_anchors", "span_weights"}
         else:
             if self.ngram_weights == "uniform":  # n-gram builds made before the option
                 skip.add("ngram_weights")
             if self.ngram_anchors == "rarest":  # as do those made before this one
                 skip.add("ngram_anchors")
+            if self.span_weights == "uniform":  # and those made before --span-weights
+                skip.add("span_weights")
         options = {k: v for k, v in asdict(self).items() if k not in skip}
         if self.generate == "tokens":  # the resolved value, as token builds recorded it
             options["rho_hist"] = self.tokens_rho_hist

@@ -67,6 +67,7 @@ def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
     stop = stopwords()
     settings = ngram_settings(plan, config.L, config.ngram_anchors)
     releases = LedgerReleases(ctx.ledger, weight_scale=plan.ngram_weight_scale or None,
+                              span_weight_scale=plan.span_weight_scale or None,
                               sigma_levels=plan.sigma_A,
                               level_delta=plan.level_delta, sigma_clusters=plan.sigma_C)
 

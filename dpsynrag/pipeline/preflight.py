@@ -36,7 +36,8 @@ MIN_FREE_BYTES = 64 * 1024 * 1024
 
 
 #: The most documents ``--runner beam`` takes in the n-gram facts mode: a span-histogram
-#: cell's sum is at most the number of documents, and the Beam path combines those sums as
+#: cell's sum is at most the number of documents (times the span weight scale S with
+#: ``--span-weights weighted``: (2^31 - 1) // S), and the Beam path combines those sums as
 #: int32 (``pipeline.beam_ngrams``). A public size, checked before the first charge.
 BEAM_MAX_DOCUMENTS = 2**31 - 1
 
@@ -49,12 +50,18 @@ def check_runner_size(n_docs: int, config: BuildConfig) -> None:
     """Refuse an input the chosen runner cannot count, before anything is charged: over
     ``BEAM_MAX_DOCUMENTS`` documents with ``--runner beam`` in the n-gram facts mode. The
     number of documents is the build summary's public ``documents_in``."""
-    if (config.runner == "beam" and config.generate == "facts"
-            and config.facts_items == "ngrams" and n_docs > BEAM_MAX_DOCUMENTS):
+    if config.runner != "beam" or config.generate != "facts" or config.facts_items != "ngrams":
+        return
+    most = BEAM_MAX_DOCUMENTS
+    if config.span_weights == "weighted":
+        from dpsynrag.accounting.planner import SPAN_WEIGHT_SCALE
+
+        most //= SPAN_WEIGHT_SCALE
+    if n_docs > most:
+        weighted = " with --span-weights weighted" if most < BEAM_MAX_DOCUMENTS else ""
         raise PreflightError(
-            f"over {BEAM_MAX_DOCUMENTS:,} documents: more than --runner beam's int32 "
-            "span-histogram sums hold; split the collection into several corpora "
-            "(nothing was spent)")
+            f"over {most:,} documents: more than --runner beam's int32 span-histogram sums "
+            f"hold{weighted}; split the collection into several corpora (nothing was spent)")
 
 
 def load_signer(signing_key: Path | None) -> tuple[Ed25519PrivateKey, str, bool]:
