@@ -309,9 +309,10 @@ def _facts_sensitivity(mp: pytest.MonkeyPatch) -> None:
 
     real = fact_clusters.fact_charge
     mp.setattr(fact_clusters, "fact_charge",
-               lambda r, *, sigma, max_items, domain, group, fingerprint=None: real(
+               lambda r, *, sigma, max_items, domain, group, fingerprint=None,
+               weight_scale=None: real(
                    r, sigma=sigma, max_items=3, domain=domain, group=group,
-                   fingerprint=fingerprint))
+                   fingerprint=fingerprint, weight_scale=weight_scale))
 
 
 def _facts_less_noise(mp: pytest.MonkeyPatch) -> None:
