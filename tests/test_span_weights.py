@@ -91,8 +91,8 @@ def test_removing_one_document_changes_only_its_own_cells_by_its_weights(seed: i
 
 
 def test_the_plan_keeps_rho_records_the_scale_and_charges_it() -> None:
-    uniform = make_plan(make_config(None, {"generate": "facts"}))
-    weighted = make_plan(make_config(None, {"generate": "facts", "span_weights": "weighted"}))
+    uniform = make_plan(make_config(None, {"generate": "facts", "span_weights": "uniform"}))
+    weighted = make_plan(make_config(None, {"generate": "facts"}))  # the default
     assert weighted.rho_total == uniform.rho_total and weighted.rho_C == uniform.rho_C
     assert weighted.span_weight_scale == SPAN_WEIGHT_SCALE
     assert weighted.span_sensitivity == SPAN_WEIGHT_SCALE
@@ -109,16 +109,21 @@ def test_the_plan_keeps_rho_records_the_scale_and_charges_it() -> None:
     assert charge.rho == pytest.approx(weighted.rho_C_per_cluster, rel=1e-12)
     with pytest.raises(ConfigError, match="--span-weights"):
         make_config(None, {"generate": "facts", "span_weights": "sqrt"})
-    assert "span_weights" not in make_config(None, {"generate": "facts"}).released_options()
+    # a uniform build records what builds made before the option recorded
+    assert "span_weights" not in make_config(
+        None, {"generate": "facts", "span_weights": "uniform"}).released_options()
+    assert make_config(None, {"generate": "facts"}).released_options()["span_weights"] == \
+        "weighted"
 
 
 def test_the_beam_limit_is_divided_by_the_weight_scale() -> None:
     most = preflight.BEAM_MAX_DOCUMENTS // SPAN_WEIGHT_SCALE
-    weighted = BuildConfig(runner="beam", generate="facts", span_weights="weighted")
+    weighted = BuildConfig(runner="beam", generate="facts")  # the default weights
     preflight.check_runner_size(most, weighted)
     with pytest.raises(preflight.PreflightError, match="--span-weights weighted"):
         preflight.check_runner_size(most + 1, weighted)
-    preflight.check_runner_size(most + 1, BuildConfig(runner="beam", generate="facts"))
+    preflight.check_runner_size(most + 1, BuildConfig(runner="beam", generate="facts",
+                                                      span_weights="uniform"))
 
 
 def _build(notes: Path, tmp: Path, runner: str) -> Any:

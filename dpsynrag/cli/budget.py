@@ -138,9 +138,9 @@ def add_parser(subparsers: Any) -> None:
                         help="facts with ngrams: chosen n-grams weigh 1/sqrt(m) each "
                              "('weighted', default) or count 1 each ('uniform')")
     parser.add_argument("--span-weights", choices=["uniform", "weighted"], default=None,
-                        help="facts with ngrams: a document's spans count 1 each in its "
-                             "clusters' histograms ('uniform', default) or weigh 1/sqrt(m) "
-                             "each ('weighted')")
+                        help="facts with ngrams: a document's spans weigh 1/sqrt(m) each "
+                             "in its clusters' histograms ('weighted', default) or count 1 "
+                             "each ('uniform')")
     parser.add_argument("--units", type=positive_int, default=None, metavar="N",
                         help="a public upper bound on the number of privacy units (people) "
                              "in the corpus: warns when delta > 1/N (a delta that large lets "

@@ -124,10 +124,10 @@ class BuildConfig:
     # facts with ngrams: "uniform" (each chosen n-gram of a document counts 1) or "weighted"
     # (a document's m chosen n-grams weigh 1 / sqrt(m) each: one l2 budget per document)
     ngram_weights: str = "weighted"
-    # facts with ngrams: "uniform" (each span of a document counts 1 in its clusters'
-    # histograms) or "weighted" (a document's m spans weigh 1 / sqrt(m) each, one l2 budget
-    # per document and cluster: planner.SPAN_WEIGHT_SCALE)
-    span_weights: str = "uniform"
+    # facts with ngrams: "weighted" (a document's m spans weigh 1 / sqrt(m) each in its
+    # clusters' histograms, one l2 budget per document and cluster: planner.SPAN_WEIGHT_SCALE)
+    # or "uniform" (each span counts 1, the builds made before the option)
+    span_weights: str = "weighted"
     # facts with ngrams: which of its released anchors a document joins first: "nearest" (the
     # public embedder's nearest to its text, facts.anchor_choice) or "rarest" (the released
     # count, anchors of two content tokens first)
