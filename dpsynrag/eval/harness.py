@@ -542,7 +542,8 @@ def _ngram_ceiling_texts(texts: Sequence[str], plan: Any, config: BuildConfig,
 
     exact = ExactReleases(dict(zip(level_keys(plan.ngram_lengths), plan.ngram_thresholds,
                                    strict=True)),
-                          weight_scale=plan.ngram_weight_scale or None)
+                          weight_scale=plan.ngram_weight_scale or None,
+                          span_weight_scale=plan.span_weight_scale or None)
     # SpanReleases declares sigma_clusters as a plain (settable) attribute, the frozen
     # dataclass has it read-only: the same source, typed as the protocol it implements
     releases = cast("SpanReleases", exact)
