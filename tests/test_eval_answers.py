@@ -385,7 +385,8 @@ def test_the_ngram_ceiling_runs_the_builds_stage_function_on_exact_releases(
                                                   strict=True)}
     expected = span_corpus(data.notes, ngram_settings(plan, config.L),
                            ExactReleases(thresholds,
-                                         weight_scale=plan.ngram_weight_scale or None),
+                                         weight_scale=plan.ngram_weight_scale or None,
+                                         span_weight_scale=plan.span_weight_scale or None),
                            stop=stopwords())
     assert texts and texts == [note.text for note in expected.notes]
     # exact releases at lower thresholds release more n-grams: the plan's tau_j is used

@@ -740,6 +740,16 @@ def _unchecked_cells(units: Any, cells: Any, size: int,
     return distinct.astype(np.int64), counts.astype(np.int64)
 
 
+def _unchecked_weighted_cells(units: Any, cells: Any, weights: Any, size: int,
+                              **_bounds: Any) -> tuple[np.ndarray, np.ndarray]:
+    cell = np.asarray(cells, dtype=np.int64)
+    per_cell = np.asarray(weights, dtype=np.int64)[np.asarray(units, dtype=np.int64)]
+    distinct, inverse = np.unique(cell, return_inverse=True)
+    sums = np.zeros(distinct.size, dtype=np.int64)
+    np.add.at(sums, inverse.reshape(-1), per_cell)
+    return distinct.astype(np.int64), sums
+
+
 def _unchecked_memberships(clusters: Any, n_units: int, max_overlap: int, *,
                            what: str) -> tuple[np.ndarray, np.ndarray]:
     from dpsynrag.accounting.contributions import membership_pairs
@@ -753,6 +763,7 @@ def _counts_unchecked(mp: pytest.MonkeyPatch) -> None:
     for module in (fact_clusters, roles):
         mp.setattr(module, "bounded_counts", _unchecked_counts)
     mp.setattr(fact_clusters, "bounded_cells", _unchecked_cells)  # the span histograms
+    mp.setattr(fact_clusters, "weighted_cells", _unchecked_weighted_cells)  # weighted
     for module in (fact_clusters, token_stages):
         mp.setattr(module, "membership_pairs", _unchecked_memberships)
 
