@@ -38,8 +38,8 @@ def _config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DPSYNRAG_CONFIG_DIR", str(tmp_path / "config"))
 
 
-def _build(notes: Path, tmp: Path, runner: str) -> Any:
-    config = make_config(None, {**OPTIONS, "runner": runner})
+def _build(notes: Path, tmp: Path, runner: str, options: dict[str, Any] | None = None) -> Any:
+    config = make_config(None, {**(OPTIONS if options is None else options), "runner": runner})
     key = tmp / "key.pem"
     if not key.exists():
         generate_keypair(key, tmp / "key.pem.pub")

@@ -9,26 +9,21 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from test_build import HashEmbedder
-from test_facts_build import NoLLM
+from test_beam_ngrams import _build, _ledger_rows
 
 from dpsynrag.accounting.certificate import verify_output
 from dpsynrag.accounting.contributions import ContributionError, weighted_cells
-from dpsynrag.accounting.ledger import Ledger
 from dpsynrag.accounting.partition_threshold import contribution_weight
 from dpsynrag.accounting.planner import SPAN_WEIGHT_SCALE
-from dpsynrag.accounting.signing import generate_keypair
 from dpsynrag.eval.datasets import write_clinic_dataset
 from dpsynrag.facts.fact_clusters import fact_charge, sparse_fact_counts
 from dpsynrag.pipeline import beam_ngrams, preflight
-from dpsynrag.pipeline.build import make_plan, run_build
+from dpsynrag.pipeline.build import make_plan
 from dpsynrag.pipeline.config import BuildConfig, ConfigError, make_config
-from dpsynrag.pipeline.runners import LocalRunner
 
 OPTIONS = {"generate": "facts", "unit_column": "unit", "seed": 11, "epsilon": 10.0,
            "workers": 2, "span_weights": "weighted"}
@@ -126,35 +121,16 @@ def test_the_beam_limit_is_divided_by_the_weight_scale() -> None:
                                                       span_weights="uniform"))
 
 
-def _build(notes: Path, tmp: Path, runner: str) -> Any:
-    config = make_config(None, {**OPTIONS, "runner": runner})
-    key = tmp / "key.pem"
-    if not key.exists():
-        generate_keypair(key, tmp / "key.pem.pub")
-    return run_build(notes, tmp / f"out-{runner}", config, state_dir=tmp / f"state-{runner}",
-                     signing_key=key, runner=LocalRunner(NoLLM(), HashEmbedder()),
-                     corpus_ledger=False, force=True)
-
-
-def _ledger_rows(state: Path) -> list[tuple[Any, ...]]:
-    ledger = Ledger(state / "ledger.sqlite")
-    try:
-        return [(r.key, r.mechanism, json.dumps(r.params, sort_keys=True), r.rho,
-                 repr(ledger.released_value(r.key))) for r in ledger.releases()]
-    finally:
-        ledger.close()
-
-
 def test_weighted_span_histograms_on_beam_release_what_the_local_build_releases(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DPSYNRAG_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setattr(beam_ngrams, "BATCH_DOCUMENTS", 200)
     notes = write_clinic_dataset(tmp_path / "data", n_notes=600, n_diseases=6,
                                  seed=5)["notes"]
-    local = _build(notes, tmp_path, "local")
-    beam = _build(notes, tmp_path, "beam")
+    local = _build(notes, tmp_path, "local", OPTIONS)
+    beam = _build(notes, tmp_path, "beam", OPTIONS)
     rows = _ledger_rows(tmp_path / "state-local")
-    facts = [json.loads(params) for key, _, params, _, _ in rows if key.endswith("/facts")]
+    facts = [json.loads(row[3]) for row in rows if row[0].endswith("/facts")]
     assert facts and all(p["weight_scale"] == SPAN_WEIGHT_SCALE
                          and p["l2_sensitivity"] == SPAN_WEIGHT_SCALE for p in facts)
     assert _ledger_rows(tmp_path / "state-beam") == rows
