@@ -114,6 +114,9 @@ def test_the_plan_keeps_rho_records_the_scale_and_charges_it() -> None:
 def test_the_beam_limit_is_divided_by_the_weight_scale() -> None:
     most = preflight.BEAM_MAX_DOCUMENTS // SPAN_WEIGHT_SCALE
     weighted = BuildConfig(runner="beam", generate="facts")  # the default weights
+    assert preflight.beam_max_documents(weighted) == most  # what --dry-run reports
+    assert preflight.beam_max_documents(BuildConfig(span_weights="uniform")) == \
+        preflight.BEAM_MAX_DOCUMENTS
     preflight.check_runner_size(most, weighted)
     with pytest.raises(preflight.PreflightError, match="--span-weights weighted"):
         preflight.check_runner_size(most + 1, weighted)

@@ -511,7 +511,7 @@ def _dense_draws(exact_rows: Callable[[int, int], np.ndarray], *, sigma: float,
                  ) -> Callable[[int, int], list[Callable[[RandomSource], Any]]]:
     """The draws of rows ``start .. stop - 1`` of a dense counted table: exact discrete
     Gaussian on every entry, the ledger storing ``stored(noisy row)``."""
-    sensitivity = math.sqrt(max_items)
+    sensitivity = histogram_sensitivity(max_items)
 
     def draw(exact: np.ndarray) -> Callable[[RandomSource], Any]:
         # Privacy: exact discrete Gaussian on every entry, rho = max_items / (2 sigma^2);

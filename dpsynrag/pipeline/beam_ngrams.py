@@ -229,9 +229,10 @@ def merge_cell_parts(parts: Iterable[CellPart]) -> CellPart:
     distinct): the combine of ``fact_batch_cells``' parts (associative and commutative, so
     Beam may apply it to any grouping of the parts, partial results included). Arrays of
     int32, not one element per cell: what a runner's shuffle holds is 8 bytes a cell. A
-    sum is at most the number of documents, which ``beam_span_corpus`` bounds by int32
-    before any count (a public size), so the check here never depends on the data of a
-    valid build: it guards the invariant, never wraps."""
+    sum is at most the number of documents times the largest span weight, which
+    ``beam_span_corpus`` bounds by int32 before any count (``preflight.check_runner_size``
+    before the charge), so the check here never fires in a valid build: it guards the
+    invariant, never wraps."""
     listed = list(parts)
     if not listed:
         return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)

@@ -22,7 +22,7 @@ from dpsynrag.accounting.signing import default_key_path, load_private_key
 from dpsynrag.display import format_epsilon
 from dpsynrag.pipeline.config import BuildConfig
 from dpsynrag.pipeline.preflight import (
-    BEAM_MAX_DOCUMENTS,
+    beam_max_documents,
     check_runner_size,
     check_writable_directory,
     required_free_bytes,
@@ -119,7 +119,7 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     if docs_box and config.runner == "beam":
         def runner_size() -> str:
             check_runner_size(len(docs_box[0].texts), config)
-            return f"within --runner beam's {BEAM_MAX_DOCUMENTS:,} documents"
+            return f"within --runner beam's {beam_max_documents(config):,} documents"
 
         checks.run("runner", runner_size)
     for warning in input_warnings(config, docs_box[0]) if docs_box else []:

@@ -46,17 +46,23 @@ class PreflightError(RuntimeError):
     """A setup problem found before spending anything (one line, no private data)."""
 
 
+def beam_max_documents(config: BuildConfig) -> int:
+    """The most documents ``--runner beam`` counts under ``config``'s span weights:
+    ``BEAM_MAX_DOCUMENTS``, divided by the weight scale S with weighted spans."""
+    if config.span_weights != "weighted":
+        return BEAM_MAX_DOCUMENTS
+    from dpsynrag.accounting.planner import SPAN_WEIGHT_SCALE
+
+    return BEAM_MAX_DOCUMENTS // SPAN_WEIGHT_SCALE
+
+
 def check_runner_size(n_docs: int, config: BuildConfig) -> None:
     """Refuse an input the chosen runner cannot count, before anything is charged: over
-    ``BEAM_MAX_DOCUMENTS`` documents with ``--runner beam`` in the n-gram facts mode. The
-    number of documents is the build summary's public ``documents_in``."""
+    ``beam_max_documents`` documents with ``--runner beam`` in the n-gram facts mode. The
+    number of documents is the build summary's ``documents_in``."""
     if config.runner != "beam" or config.generate != "facts" or config.facts_items != "ngrams":
         return
-    most = BEAM_MAX_DOCUMENTS
-    if config.span_weights == "weighted":
-        from dpsynrag.accounting.planner import SPAN_WEIGHT_SCALE
-
-        most //= SPAN_WEIGHT_SCALE
+    most = beam_max_documents(config)
     if n_docs > most:
         weighted = " with --span-weights weighted" if most < BEAM_MAX_DOCUMENTS else ""
         raise PreflightError(
