@@ -211,13 +211,24 @@ def test_combined_parts_read_back_in_any_order_as_one_sparse_table() -> None:
         beam_ngrams._read_cells(iter([parts[0], parts[0]]), n_rows, width)
 
 
-def test_merged_parts_are_int32_and_a_too_wide_domain_is_refused() -> None:
-    """A merged part holds int32 cells and sums; a domain too wide for int32 block-local
-    cells is refused before any count."""
+def test_merged_sums_are_int64_and_a_wide_domain_gets_smaller_blocks() -> None:
+    """A merged part holds int32 cells and int64 sums, so no number of documents overflows
+    a sum (the Beam path refuses no size of input); a domain too wide for blocks of
+    ROWS_PER_KEY clusters gets fewer clusters a block, so every block-local cell fits
+    int32; only a domain wider than int32 itself is refused."""
     import numpy as np
 
-    parts = beam_ngrams.merge_cell_parts([(np.array([5, 1, 5]), np.array([1, 2, 3]))])
-    assert parts[0].dtype == np.int32 and parts[1].dtype == np.int32
-    assert parts[0].tolist() == [1, 5] and parts[1].tolist() == [2, 4]
-    with pytest.raises(ValueError):
-        beam_ngrams.block_span(2**31 // beam_ngrams.ROWS_PER_KEY + 1)
+    limit = beam_ngrams.PART_LIMIT
+    parts = beam_ngrams.merge_cell_parts([(np.array([5, 1, 5]), np.array([1, 2, 3])),
+                                          (np.array([5]), np.array([limit]))])
+    assert parts[0].dtype == np.int32 and parts[1].dtype == np.int64
+    assert parts[0].tolist() == [1, 5] and parts[1].tolist() == [2, limit + 4]
+    assert beam_ngrams.block_rows(1000) == beam_ngrams.ROWS_PER_KEY
+    wide = 2**31 // beam_ngrams.ROWS_PER_KEY + 1
+    rows = beam_ngrams.block_rows(wide)
+    assert 1 <= rows < beam_ngrams.ROWS_PER_KEY
+    assert beam_ngrams.block_span(wide) == rows * wide
+    assert beam_ngrams.block_span(wide) - 1 <= limit < (rows + 1) * wide - 1
+    assert beam_ngrams.block_rows(limit + 1) == 1
+    with pytest.raises(ValueError, match="too wide"):
+        beam_ngrams.block_span(limit + 2)

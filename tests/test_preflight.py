@@ -292,26 +292,3 @@ def test_a_config_directory_that_cannot_hold_the_default_key_fails_before_spendi
     assert "cannot create the default signing key here" in line
     assert "--signing-key" in line and "DPSYNRAG_CONFIG_DIR" in line
     assert _nothing_spent(tmp_path)
-
-
-def test_more_documents_than_the_beam_path_counts_fail_before_spending(
-        notes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    # the limit is 2^31 - 1 documents (int32 sums, over the weight scale with weighted
-    # spans); lowered here to the fixture's size - 1
-    monkeypatch.setattr(preflight, "BEAM_MAX_DOCUMENTS", 59)
-    assert _build(notes, tmp_path, "--runner", "beam", "--span-weights", "uniform") == 2
-    line = _one_line(capsys.readouterr().err)
-    assert "over 59 documents" in line and "--runner beam" in line
-    assert _nothing_spent(tmp_path)
-
-
-def test_the_beam_size_check_is_for_the_beam_ngram_path_only() -> None:
-    from dpsynrag.pipeline.config import BuildConfig
-
-    too_many = preflight.BEAM_MAX_DOCUMENTS + 1
-    preflight.check_runner_size(too_many, BuildConfig(runner="local", generate="facts"))
-    uniform = BuildConfig(runner="beam", generate="facts", span_weights="uniform")
-    preflight.check_runner_size(preflight.BEAM_MAX_DOCUMENTS, uniform)
-    with pytest.raises(preflight.PreflightError, match="nothing was spent"):
-        preflight.check_runner_size(too_many, uniform)

@@ -21,9 +21,9 @@ from dpsynrag.accounting.partition_threshold import contribution_weight
 from dpsynrag.accounting.planner import SPAN_WEIGHT_SCALE
 from dpsynrag.eval.datasets import write_clinic_dataset
 from dpsynrag.facts.fact_clusters import fact_charge, sparse_fact_counts
-from dpsynrag.pipeline import beam_ngrams, preflight
+from dpsynrag.pipeline import beam_ngrams
 from dpsynrag.pipeline.build import make_plan
-from dpsynrag.pipeline.config import BuildConfig, ConfigError, make_config
+from dpsynrag.pipeline.config import ConfigError, make_config
 
 OPTIONS = {"generate": "facts", "unit_column": "unit", "seed": 11, "epsilon": 10.0,
            "workers": 2, "span_weights": "weighted"}
@@ -111,19 +111,6 @@ def test_the_plan_keeps_rho_records_the_scale_and_charges_it() -> None:
         "weighted"
 
 
-def test_the_beam_limit_is_divided_by_the_weight_scale() -> None:
-    most = preflight.BEAM_MAX_DOCUMENTS // SPAN_WEIGHT_SCALE
-    weighted = BuildConfig(runner="beam", generate="facts")  # the default weights
-    assert preflight.beam_max_documents(weighted) == most  # what --dry-run reports
-    assert preflight.beam_max_documents(BuildConfig(span_weights="uniform")) == \
-        preflight.BEAM_MAX_DOCUMENTS
-    preflight.check_runner_size(most, weighted)
-    with pytest.raises(preflight.PreflightError, match="--span-weights weighted"):
-        preflight.check_runner_size(most + 1, weighted)
-    preflight.check_runner_size(most + 1, BuildConfig(runner="beam", generate="facts",
-                                                      span_weights="uniform"))
-
-
 def test_weighted_span_histograms_on_beam_release_what_the_local_build_releases(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DPSYNRAG_CONFIG_DIR", str(tmp_path / "config"))
@@ -151,3 +138,4 @@ def test_weighted_span_histograms_on_beam_release_what_the_local_build_releases(
     certificate.write_text(json.dumps(record))
     assert verify_output(tmp_path / "out-local", tmp_path / "key.pem.pub",
                          allow_seeded=True) != []
+

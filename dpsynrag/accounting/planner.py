@@ -713,8 +713,7 @@ NGRAM_LEVEL_ITEMS_WEIGHTED = 128
 NGRAM_WEIGHTS = ("uniform", "weighted")
 #: --span-weights weighted: S, a document's m spans weigh floor(S / sqrt(m)) in a cluster's
 #: histogram (45 at the cap of 32 spans, 256 for one span; within 1 % of S / sqrt(m) up to
-#: 32). A cell's sum is at most S times the documents, so --runner beam's int32 sums take up
-#: to (2^31 - 1) // S documents (``pipeline.preflight``)
+#: 32). A cell's sum is at most S times the documents (--runner beam sums them as int64)
 SPAN_WEIGHT_SCALE = 256
 #: --facts-items ngrams: spans per document in the cluster histograms, K_e + K_s (public)
 NGRAM_DEFAULT_K_E = 16

@@ -168,8 +168,8 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--span-weights", choices=["uniform", "weighted"],
                    help="facts with ngrams: a document's m spans weigh 1/sqrt(m) each in its "
                         "clusters' histograms ('weighted', default: one l2 budget per document "
-                        "and cluster, so a document with few spans weighs more; --runner beam "
-                        "then takes up to 8.4 million documents) or count 1 each ('uniform')")
+                        "and cluster, so a document with few spans weighs more) or count 1 "
+                        "each ('uniform')")
     g.add_argument("--ngram-anchors", choices=["nearest", "rarest"],
                    help="facts with ngrams: which of its released anchors (the clusters) a "
                         "document joins: the rarest released one, anchors of two content "

@@ -18,10 +18,11 @@ calls, on batches of ``batch_size`` documents (a public number):
   document and released values) and ``facts.fact_clusters.sparse_fact_counts`` (the cells
   each document adds to the span histograms, checked by ``contributions.bounded_cells``
   against the cap K' and the L the ledger declares for the group), summed per (cluster,
-  span) by ``beam.CombinePerKey(merge_cell_parts)`` over int32 arrays of block-local cells,
-  one part per batch and block of ``ROWS_PER_KEY`` clusters (a shuffle of one element per
-  cell held about 7 GB of the DirectRunner's driver at 10^6 documents; arrays hold 8 bytes
-  a cell).
+  span) by ``beam.CombinePerKey(merge_cell_parts)`` over arrays of block-local cells (int32)
+  and their sums (int64), one part per batch and block of ``ROWS_PER_KEY`` clusters (fewer
+  for a very wide domain: ``block_rows``; a shuffle of one element per cell held about 7 GB
+  of the DirectRunner's driver at 10^6 documents; arrays hold 12 bytes a cell). No number of
+  documents overflows a sum, so the Beam path refuses no size of input.
 
 Between the passes the driver reads the combined exact counts from private files under the
 state directory (deleted once read) into the ledger's draw only: each level is one
@@ -95,7 +96,6 @@ from dpsynrag.facts.span_notes import KEEP_Z, span_notes
 from dpsynrag.facts.span_releases import LedgerReleases
 from dpsynrag.facts.spans import is_content
 from dpsynrag.facts.tokens import tokenize
-from dpsynrag.pipeline.preflight import BEAM_MAX_DOCUMENTS
 
 __all__ = ["BATCH_DOCUMENTS", "BeamStageError", "beam_span_corpus"]
 
@@ -162,7 +162,7 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
                      stop: Collection[str],
                      weight_scale: int | None = None) -> list[tuple[int, CellPart]]:
     """A batch's cells of the span histograms and their counts, one part per block of
-    ``ROWS_PER_KEY`` clusters (the key; ``CellPart``: block-local cells): its documents' items
+    ``block_rows`` clusters (the key; ``CellPart``: block-local cells): its documents' items
     (``document_items``) and clusters (``document_clusters``, the rule of
     ``anchor_clusters``, the clusters' order computed once: ``ranks``), counted by
     ``sparse_fact_counts`` on the clusters and spans the documents touch, with the local
@@ -206,48 +206,51 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
             for a, b in zip(starts, stops, strict=True)]
 
 
-#: (cells of one block, their counts): int32 arrays, cells ascending and distinct, each
-#: cell (r - block ROWS_PER_KEY) |D| + j for the block's cluster row r and span j
+#: (cells of one block, their counts): cells int32, ascending and distinct, each cell
+#: (r - first row of the block) |D| + j for the block's cluster row r and span j; counts
+#: int64 (a sum is at most the documents times the largest span weight, S = 256: int64
+#: holds that for any collection that can exist, so no size of input is refused)
 CellPart = tuple[np.ndarray, np.ndarray]
-#: the largest cell or count a part holds (int32)
+#: the largest block-local cell a part holds (int32)
 PART_LIMIT = int(np.iinfo(np.int32).max)
-assert PART_LIMIT == BEAM_MAX_DOCUMENTS  # the build refuses more before charging
+
+
+def block_rows(width: int) -> int:
+    """Cluster rows per block of the span-histogram combine: ``ROWS_PER_KEY``, fewer where
+    the domain is so wide that a block's cells would not fit int32 (a public function of
+    the released domain's width). Refuses a domain wider than int32 itself: two billion
+    released spans, which no build's memory holds."""
+    width = max(int(width), 1)
+    if width - 1 > PART_LIMIT:
+        raise ValueError(f"a span domain of {width} n-grams is too wide for the Beam path; "
+                         "use --runner local")
+    return max(1, min(ROWS_PER_KEY, (PART_LIMIT + 1) // width))
 
 
 def block_span(width: int) -> int:
-    """Cells per block of ``ROWS_PER_KEY`` cluster rows; refuses a domain so wide that a
-    block's cells would not fit a part's int32 cells."""
-    span = ROWS_PER_KEY * max(int(width), 1)
-    if span - 1 > PART_LIMIT:
-        raise ValueError(f"a span domain of {width} n-grams is too wide for the Beam path's "
-                         f"blocks of {ROWS_PER_KEY} clusters; use --runner local")
-    return span
+    """Cells per block (``block_rows`` cluster rows of ``width`` spans): at most 2^31."""
+    return block_rows(width) * max(int(width), 1)
 
 
 def merge_cell_parts(parts: Iterable[CellPart]) -> CellPart:
     """Parts of one block's span-histogram cells summed into one (cells ascending,
     distinct): the combine of ``fact_batch_cells``' parts (associative and commutative, so
-    Beam may apply it to any grouping of the parts, partial results included). Arrays of
-    int32, not one element per cell: what a runner's shuffle holds is 8 bytes a cell. A
-    sum is at most the number of documents times the largest span weight, which
-    ``beam_span_corpus`` bounds by int32 before any count (``preflight.check_runner_size``
-    before the charge), so the check here never fires in a valid build: it guards the
-    invariant, never wraps."""
+    Beam may apply it to any grouping of the parts, partial results included). Arrays, not
+    one element per cell: what a runner's shuffle holds is 12 bytes a cell (int32 cells,
+    int64 sums, which no number of documents overflows: each adds at most S = 256 to a
+    cell)."""
     listed = list(parts)
     if not listed:
-        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
     cells = np.concatenate([np.asarray(c) for c, _ in listed]).astype(np.int32, copy=False)
-    values = np.concatenate([np.asarray(v) for _, v in listed]).astype(np.int64)
+    values = np.concatenate([np.asarray(v) for _, v in listed]).astype(np.int64, copy=False)
     if cells.size > 1 and not bool(np.all(cells[1:] >= cells[:-1])):  # sorted: no sort
         order = np.argsort(cells, kind="stable")
         cells, values = cells[order], values[order]
     if cells.size == 0:
-        return cells, values.astype(np.int32)
+        return cells, values
     starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
-    sums = np.add.reduceat(values, starts)
-    if int(sums.max()) > PART_LIMIT:
-        raise ValueError("a span-histogram count passed 2^31")
-    return cells[starts], sums.astype(np.int32)
+    return cells[starts], np.add.reduceat(values, starts)
 
 
 def _dump_pair(pair: tuple[Any, int]) -> str:
@@ -411,7 +414,7 @@ def _read_cells(parts: Iterable[Any], n_rows: int, width: int) -> SparseCounts:
     for block, part_cells, part_values in parts:
         if len(part_cells):
             listed.append((int(block), np.asarray(part_cells, dtype=np.int32),
-                           np.asarray(part_values, dtype=np.int32)))
+                           np.asarray(part_values, dtype=np.int64)))
     if len({block for block, _, _ in listed}) != len(listed):
         raise ValueError("a block of the span histograms was combined twice")
     listed.sort(key=lambda part: part[0])
@@ -452,12 +455,7 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
         passes = _Passes(scratch, runner, beam_options, workers, worker_log)
         beam = passes.beam
         shards = max(1, 2 * (workers or os.cpu_count() or 1))
-        batches = _write_input(texts, scratch / "input", batch_size, shards)
-        # a cell's sum is at most the documents times the largest weight; run_build refuses
-        # more before charging (preflight.check_runner_size): this guards a direct caller
-        if batches * batch_size * (releases.span_weight_scale or 1) > PART_LIMIT:
-            raise ValueError(f"over {PART_LIMIT} documents (or weighted sums): beyond the "
-                             "Beam path's int32 span-histogram parts")
+        _write_input(texts, scratch / "input", batch_size, shards)
 
         # (n1) the levels: the first pass tokenizes (and keeps the tokens), each counts
         released: dict[int, dict[str, int]] = {}

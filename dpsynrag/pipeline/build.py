@@ -48,7 +48,6 @@ from dpsynrag.pipeline.context import BuildContext, ProgressFactory, StageResult
 from dpsynrag.pipeline.facts_stages import WRITER_PROMPT, facts_stages
 from dpsynrag.pipeline.preflight import (
     PreflightError,
-    check_runner_size,
     check_writable_directory,
     load_signer,
     preload_models,
@@ -163,7 +162,6 @@ def run_build(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
     n_docs = len(docs.texts)
     # fail before spending (pipeline.preflight): key, output and state locations, disk, then
     # the models
-    check_runner_size(n_docs, config)
     signer = load_signer(signing_key)
     needed = required_free_bytes(input_path)
     check_writable_directory(out_dir.expanduser().absolute().parent, needed, "output directory")

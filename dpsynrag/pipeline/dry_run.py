@@ -22,8 +22,6 @@ from dpsynrag.accounting.signing import default_key_path, load_private_key
 from dpsynrag.display import format_epsilon
 from dpsynrag.pipeline.config import BuildConfig
 from dpsynrag.pipeline.preflight import (
-    beam_max_documents,
-    check_runner_size,
     check_writable_directory,
     required_free_bytes,
 )
@@ -116,12 +114,6 @@ def dry_run(input_path: str | Path, out_dir: Path, config: BuildConfig, *,
                 f"skipped{merged}, read in {timings['read']:.1f} s")
 
     checks.run("input", read)
-    if docs_box and config.runner == "beam":
-        def runner_size() -> str:
-            check_runner_size(len(docs_box[0].texts), config)
-            return f"within --runner beam's {beam_max_documents(config):,} documents"
-
-        checks.run("runner", runner_size)
     for warning in input_warnings(config, docs_box[0]) if docs_box else []:
         say(f"  WARNING: {warning}")
 

@@ -27,7 +27,6 @@ from dpsynrag.accounting.signing import (
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from dpsynrag.pipeline.config import BuildConfig
     from dpsynrag.pipeline.runners import Runner
 
 #: Free space an output directory and a state directory need at the least, on top of the
@@ -35,39 +34,8 @@ if TYPE_CHECKING:
 MIN_FREE_BYTES = 64 * 1024 * 1024
 
 
-#: The most documents ``--runner beam`` takes in the n-gram facts mode: a span-histogram
-#: cell's sum is at most the number of documents (times the span weight scale S with
-#: ``--span-weights weighted``: (2^31 - 1) // S), and the Beam path combines those sums as
-#: int32 (``pipeline.beam_ngrams``). A public size, checked before the first charge.
-BEAM_MAX_DOCUMENTS = 2**31 - 1
-
-
 class PreflightError(RuntimeError):
     """A setup problem found before spending anything (one line, no private data)."""
-
-
-def beam_max_documents(config: BuildConfig) -> int:
-    """The most documents ``--runner beam`` counts under ``config``'s span weights:
-    ``BEAM_MAX_DOCUMENTS``, divided by the weight scale S with weighted spans."""
-    if config.span_weights != "weighted":
-        return BEAM_MAX_DOCUMENTS
-    from dpsynrag.accounting.planner import SPAN_WEIGHT_SCALE
-
-    return BEAM_MAX_DOCUMENTS // SPAN_WEIGHT_SCALE
-
-
-def check_runner_size(n_docs: int, config: BuildConfig) -> None:
-    """Refuse an input the chosen runner cannot count, before anything is charged: over
-    ``beam_max_documents`` documents with ``--runner beam`` in the n-gram facts mode. The
-    number of documents is the build summary's ``documents_in``."""
-    if config.runner != "beam" or config.generate != "facts" or config.facts_items != "ngrams":
-        return
-    most = beam_max_documents(config)
-    if n_docs > most:
-        weighted = " with --span-weights weighted" if most < BEAM_MAX_DOCUMENTS else ""
-        raise PreflightError(
-            f"over {most:,} documents: more than --runner beam's int32 span-histogram sums "
-            f"hold{weighted}; split the collection into several corpora (nothing was spent)")
 
 
 def load_signer(signing_key: Path | None) -> tuple[Ed25519PrivateKey, str, bool]:
