@@ -212,17 +212,22 @@ def test_combined_parts_read_back_in_any_order_as_one_sparse_table() -> None:
 
 
 def test_merged_sums_are_int64_and_a_wide_domain_gets_smaller_blocks() -> None:
-    """A merged part holds int32 cells and int64 sums, so no number of documents overflows
-    a sum (the Beam path refuses no size of input); a domain too wide for blocks of
-    ROWS_PER_KEY clusters gets fewer clusters a block, so every block-local cell fits
-    int32; only a domain wider than int32 itself is refused."""
+    """A merged part holds int32 cells and int32 sums, int64 sums where one passes 2^31, so
+    no number of documents overflows a sum (the Beam path refuses no size of input); a
+    domain too wide for blocks of ROWS_PER_KEY clusters gets fewer clusters a block, so
+    every block-local cell fits int32; only a domain wider than int32 itself is refused."""
     import numpy as np
 
     limit = beam_ngrams.PART_LIMIT
-    parts = beam_ngrams.merge_cell_parts([(np.array([5, 1, 5]), np.array([1, 2, 3])),
-                                          (np.array([5]), np.array([limit]))])
+    small = beam_ngrams.merge_cell_parts([(np.array([5, 1, 5]), np.array([1, 2, 3]))])
+    assert small[0].dtype == np.int32 and small[1].dtype == np.int32
+    assert small[0].tolist() == [1, 5] and small[1].tolist() == [2, 4]
+    parts = beam_ngrams.merge_cell_parts([small, (np.array([5]), np.array([limit]))])
     assert parts[0].dtype == np.int32 and parts[1].dtype == np.int64
     assert parts[0].tolist() == [1, 5] and parts[1].tolist() == [2, limit + 4]
+    table = beam_ngrams._read_cells(iter([(0, parts[0].tolist(), parts[1].tolist())]), 1,
+                                    1000)
+    assert table.to_dense()[0, [1, 5]].tolist() == [2, limit + 4]
     assert beam_ngrams.block_rows(1000) == beam_ngrams.ROWS_PER_KEY
     wide = 2**31 // beam_ngrams.ROWS_PER_KEY + 1
     rows = beam_ngrams.block_rows(wide)

@@ -19,10 +19,11 @@ calls, on batches of ``batch_size`` documents (a public number):
   each document adds to the span histograms, checked by ``contributions.bounded_cells``
   against the cap K' and the L the ledger declares for the group), summed per (cluster,
   span) by ``beam.CombinePerKey(merge_cell_parts)`` over arrays of block-local cells (int32)
-  and their sums (int64), one part per batch and block of ``ROWS_PER_KEY`` clusters (fewer
-  for a very wide domain: ``block_rows``; a shuffle of one element per cell held about 7 GB
-  of the DirectRunner's driver at 10^6 documents; arrays hold 12 bytes a cell). No number of
-  documents overflows a sum, so the Beam path refuses no size of input.
+  and their sums (int32, int64 in a part whose sums pass 2^31), one part per batch and
+  block of ``ROWS_PER_KEY`` clusters (fewer for a very wide domain: ``block_rows``; a
+  shuffle of one element per cell held about 7 GB of the DirectRunner's driver at 10^6
+  documents; arrays hold 8 bytes a cell). No number of documents overflows a sum, so the
+  Beam path refuses no size of input.
 
 Between the passes the driver reads the combined exact counts from private files under the
 state directory (deleted once read) into the ledger's draw only: each level is one
@@ -208,8 +209,9 @@ def fact_batch_cells(batch: Sequence[Sequence[str]], *,
 
 #: (cells of one block, their counts): cells int32, ascending and distinct, each cell
 #: (r - first row of the block) |D| + j for the block's cluster row r and span j; counts
-#: int64 (a sum is at most the documents times the largest span weight, S = 256: int64
-#: holds that for any collection that can exist, so no size of input is refused)
+#: int32 where every sum of the part fits, else int64 (a sum is at most the documents
+#: times the largest span weight, S = 256: int64 holds that for any collection that can
+#: exist, so no size of input is refused)
 CellPart = tuple[np.ndarray, np.ndarray]
 #: the largest block-local cell a part holds (int32)
 PART_LIMIT = int(np.iinfo(np.int32).max)
@@ -236,21 +238,29 @@ def merge_cell_parts(parts: Iterable[CellPart]) -> CellPart:
     """Parts of one block's span-histogram cells summed into one (cells ascending,
     distinct): the combine of ``fact_batch_cells``' parts (associative and commutative, so
     Beam may apply it to any grouping of the parts, partial results included). Arrays, not
-    one element per cell: what a runner's shuffle holds is 12 bytes a cell (int32 cells,
-    int64 sums, which no number of documents overflows: each adds at most S = 256 to a
-    cell)."""
+    one element per cell: what a runner's shuffle holds is 8 bytes a cell (int32 cells and
+    sums; ``narrow_counts``: a part whose sums pass 2^31 keeps them int64, so no number of
+    documents overflows)."""
     listed = list(parts)
     if not listed:
-        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
     cells = np.concatenate([np.asarray(c) for c, _ in listed]).astype(np.int32, copy=False)
     values = np.concatenate([np.asarray(v) for _, v in listed]).astype(np.int64, copy=False)
     if cells.size > 1 and not bool(np.all(cells[1:] >= cells[:-1])):  # sorted: no sort
         order = np.argsort(cells, kind="stable")
         cells, values = cells[order], values[order]
     if cells.size == 0:
-        return cells, values
+        return cells, narrow_counts(values)
     starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
-    return cells[starts], np.add.reduceat(values, starts)
+    return cells[starts], narrow_counts(np.add.reduceat(values, starts))
+
+
+def narrow_counts(values: np.ndarray) -> np.ndarray:
+    """Exact counts as int32 where every one fits (half the memory), else as int64."""
+    values = np.asarray(values, dtype=np.int64)
+    if values.size == 0 or int(values.max()) <= PART_LIMIT:
+        return values.astype(np.int32)
+    return values
 
 
 def _dump_pair(pair: tuple[Any, int]) -> str:
@@ -414,7 +424,7 @@ def _read_cells(parts: Iterable[Any], n_rows: int, width: int) -> SparseCounts:
     for block, part_cells, part_values in parts:
         if len(part_cells):
             listed.append((int(block), np.asarray(part_cells, dtype=np.int32),
-                           np.asarray(part_values, dtype=np.int64)))
+                           narrow_counts(np.asarray(part_values, dtype=np.int64))))
     if len({block for block, _, _ in listed}) != len(listed):
         raise ValueError("a block of the span histograms was combined twice")
     listed.sort(key=lambda part: part[0])
