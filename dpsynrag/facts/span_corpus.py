@@ -15,7 +15,9 @@
      one document changes no other document's clusters;
 (n3) one span histogram per cluster over D (``releases.histograms``; in a build each
      document adds <= cluster_cap spans to each of <= L clusters);
-(n4) each cluster's note (``facts.span_notes``): post-processing.
+(n4) each cluster's note (``facts.span_notes``): post-processing;
+(n5) given the public embedder, the notes of the released anchors that no note holds
+     (``facts.leftover_notes``): post-processing.
 
 ``releases`` is ``facts.span_releases.LedgerReleases`` in a build and ``ExactReleases`` for
 the eval's ceiling.
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 
 from dpsynrag.facts.anchor_choice import ANCHOR_RULES, Embed, nearest_first
 from dpsynrag.facts.fact_clusters import anchor_clusters
+from dpsynrag.facts.leftover_notes import leftover_notes
 from dpsynrag.facts.ngrams import release_ngrams
 from dpsynrag.facts.span_notes import SpanNote, span_notes
 from dpsynrag.facts.span_releases import SpanReleases
@@ -135,9 +138,9 @@ def cluster_members(texts: Sequence[str], items: Sequence[Sequence[str]],
 def span_corpus(texts: Sequence[str], settings: SpanSettings, releases: SpanReleases, *,
                 stop: Collection[str], embed: Embed | None = None,
                 progress: Callable[[int], None] | None = None) -> SpanCorpus:
-    """(n1)-(n4) (module docstring). ``embed``: the public embedder, which the ``nearest``
-    anchor rule needs. ``progress(1)`` after each n-gram level and each batch of span
-    histograms."""
+    """(n1)-(n5) (module docstring). ``embed``: the public embedder, which the ``nearest``
+    anchor rule and (n5) need (without it, the cluster notes only). ``progress(1)`` after
+    each n-gram level and each batch of span histograms."""
     if settings.anchor_rule == "nearest" and embed is None:
         raise ValueError("the nearest anchor rule needs the public embedder (embed=)")
     tokens = [tokenize(text) for text in texts]
@@ -162,4 +165,6 @@ def span_corpus(texts: Sequence[str], settings: SpanSettings, releases: SpanRele
                                 L=settings.L, progress=progress)
     notes = span_notes(noisy, domain, anchors, releases.sigma_clusters, stopwords=stop,
                        released=levels.released)
+    if embed is not None:  # (n5) the released anchors no note holds
+        notes = [*notes, *leftover_notes(notes, anchor_counts, embed, stop)]
     return SpanCorpus(notes, len(anchors))

@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 
 from dpsynrag.accounting.contributions import ContributionError, declared_overlap
+from dpsynrag.facts.anchor_choice import Embed
 from dpsynrag.facts.fact_clusters import (
     GROUP,
     GROUP_DESCRIPTION,
@@ -74,6 +75,7 @@ from dpsynrag.facts.fact_clusters import (
     release_kept_counts,
     sparse_fact_counts,
 )
+from dpsynrag.facts.leftover_notes import leftover_notes
 from dpsynrag.facts.ngrams import (
     _check_lengths,
     document_key,
@@ -442,12 +444,12 @@ def _read_cells(parts: Iterable[Any], n_rows: int, width: int) -> SparseCounts:
 def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: LedgerReleases,
                      *, stop: Collection[str], scratch: Path, runner: str = "direct",
                      beam_options: Sequence[str] = (), workers: int | None = None,
-                     batch_size: int | None = None,
+                     batch_size: int | None = None, embed: Embed | None = None,
                      progress: Callable[[int], None] | None = None) -> SpanCorpus:
-    """``span_corpus(texts, settings, releases, stop=stop)`` with the per-document work and
-    the counts on Beam (module docstring). ``scratch``: a private folder of the state
-    directory (created 0700, replaced, removed at the end); ``batch_size`` documents per
-    batch (default ``BATCH_DOCUMENTS``)."""
+    """``span_corpus(texts, settings, releases, stop=stop, embed=embed)`` with the
+    per-document work and the counts on Beam (module docstring). ``scratch``: a private
+    folder of the state directory (created 0700, replaced, removed at the end);
+    ``batch_size`` documents per batch (default ``BATCH_DOCUMENTS``)."""
     lengths = _check_lengths(settings.lengths)
     caps = level_caps(settings.level_items, len(lengths))
     batch_size = BATCH_DOCUMENTS if batch_size is None else batch_size
@@ -551,6 +553,8 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
         del table
         notes = span_notes(kept, domain, anchors, releases.sigma_clusters, stopwords=stop,
                            released=released)
+        if embed is not None:  # (n5), as span_corpus: post-processing in the driver
+            notes = [*notes, *leftover_notes(notes, anchor_counts, embed, stop)]
         return SpanCorpus(notes, len(anchors))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -14,7 +14,9 @@ with the build's releases, ``facts.span_releases.LedgerReleases``):
      at a time, each noisy row kept at once to its spans at or above 3 sigma_C, which is
      what the ledger stores: post-processing, so memory is bounded by the batch, not by
      clusters x |D|);
-(n4) each cluster's note: its kept spans stitched by their overlaps (post-processing).
+(n4) each cluster's note: its kept spans stitched by their overlaps (post-processing);
+(n5) the leftover notes: released anchors no note holds, grouped by the public embedder
+     (``facts.leftover_notes``, post-processing).
 
 The only language knowledge: nltk's Treebank tokenizer and the public stopword list
 (``dpsynrag/resources/stopwords.txt``); ``vocabulary_sha256`` records their hash.
@@ -25,6 +27,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from dpsynrag.facts.span_corpus import SpanSettings, span_corpus
 from dpsynrag.facts.span_releases import LedgerReleases
@@ -60,9 +64,9 @@ def _handed_on(texts: list[str]) -> Iterator[str]:
 
 
 def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
-    """Run (n1)-(n4); return the build's notes, one per cluster that passes. With
-    ``--runner beam`` the stages consume ``texts`` (the list is empty afterwards: the build
-    hands over its only copy, ``InputDocuments.hand_over_texts``)."""
+    """Run (n1)-(n5); return the build's notes, one per cluster that passes, then the
+    leftover notes. With ``--runner beam`` the stages consume ``texts`` (the list is empty
+    afterwards: the build hands over its only copy, ``InputDocuments.hand_over_texts``)."""
     plan, config = ctx.plan, ctx.config
     stop = stopwords()
     settings = ngram_settings(plan, config.L, config.ngram_anchors)
@@ -71,7 +75,10 @@ def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
                               sigma_levels=plan.sigma_A,
                               level_delta=plan.level_delta, sigma_clusters=plan.sigma_C)
 
-    ctx.log("(n1)-(n4) n-grams, clusters, span histograms, notes")
+    def embed(batch: list[str]) -> np.ndarray:  # the public embedder, through the runner
+        return ctx.runner.embed(batch, lambda _n: None)
+
+    ctx.log("(n1)-(n5) n-grams, clusters, span histograms, notes")
     with ctx.state.timed("n_ngram_stages"), \
             ctx.progress("(n) n-gram levels and span histograms",
                          len(settings.lengths)) as advance:
@@ -83,10 +90,9 @@ def ngram_stages(ctx: BuildContext, texts: list[str]) -> StageResult:
                                       scratch=ctx.state.directory / SCRATCH,
                                       runner=config.beam_runner,
                                       beam_options=parse_beam_options(config.beam_options),
-                                      workers=config.workers, progress=advance)
+                                      workers=config.workers, embed=embed, progress=advance)
         else:
-            corpus = span_corpus(texts, settings, releases, stop=stop,
-                                 embed=lambda batch: ctx.runner.embed(batch, lambda _n: None),
+            corpus = span_corpus(texts, settings, releases, stop=stop, embed=embed,
                                  progress=advance)
     notes = corpus.notes
     return StageResult(texts=[note.text for note in notes],
