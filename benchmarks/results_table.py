@@ -123,6 +123,7 @@ def collect(folder: Path = CURRENT) -> list[DataSet]:
             if key in data.cells:
                 _merge(data.cells[key], row, path.parent.name, f"{name}: {key[0]} at epsilon "
                        f"{key[1]}")
+                data.cells[key].rules |= rules.get(key, set())  # the caption names both
                 continue
             data.cells[key] = Cell(row, path.parent.name, rules.get(key, set()))
     return [sets[name] for name in sorted(sets)]
