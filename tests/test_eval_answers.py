@@ -377,8 +377,8 @@ def test_the_ngram_ceiling_runs_the_builds_stage_function_on_exact_releases(
 
     monkeypatch.setattr(harness, "document_terms", no_terms)
     monkeypatch.setattr(harness, "document_phrases", no_terms)
-    texts = harness._facts_ceiling_texts(settings, data,
-                                         LazyModels(tiny_llm(), HashEmbedder()))
+    models = LazyModels(tiny_llm(), HashEmbedder())
+    texts = harness._facts_ceiling_texts(settings, data, models)
     config = harness._build_config(settings, "dp-synrag-facts", 10.0, 0)
     plan = make_plan(config)
     thresholds = {level_key(n): t for n, t in zip(plan.ngram_lengths, plan.ngram_thresholds,
@@ -387,8 +387,9 @@ def test_the_ngram_ceiling_runs_the_builds_stage_function_on_exact_releases(
                            ExactReleases(thresholds,
                                          weight_scale=plan.ngram_weight_scale or None,
                                          span_weight_scale=plan.span_weight_scale or None),
-                           stop=stopwords())
-    assert texts and texts == [note.text for note in expected.notes]
+                           stop=stopwords(),
+                           embed=lambda batch: models.embedder.encode(list(batch)))
+    assert texts and texts == [note.text for note in expected.notes]  # leftover notes too
     # exact releases at lower thresholds release more n-grams: the plan's tau_j is used
     lower = span_corpus(data.notes, ngram_settings(plan, config.L),
                         ExactReleases({k: 1 for k in thresholds}),
