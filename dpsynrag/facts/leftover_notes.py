@@ -42,11 +42,15 @@ def leftover_anchors(notes: Sequence[SpanNote], anchor_counts: Mapping[str, int]
                      stop: Collection[str]) -> list[str]:
     """The anchors of at least ``MIN_CONTENT`` content tokens that no note's spans contain
     (as whole tokens), highest released count first, ties by the anchor."""
-    covered = "\x00".join(f" {' '.join(span)} " for note in notes for span in note.spans)
     ordered = sorted(anchor_counts, key=lambda anchor: (-anchor_counts[anchor], anchor))
-    return [anchor for anchor in ordered
-            if sum(is_content(token, stop) for token in ngram_tokens(anchor)) >= MIN_CONTENT
-            and f" {anchor} " not in covered]
+    placeable = [anchor for anchor in ordered
+                 if sum(is_content(t, stop) for t in ngram_tokens(anchor)) >= MIN_CONTENT]
+    # every run of a placeable anchor's length inside a span: a set lookup per anchor, not
+    # a search of all the notes' text (anchors and notes both grow with the collection)
+    lengths = {len(ngram_tokens(anchor)) for anchor in placeable}
+    covered = {" ".join(span[i:i + n]) for note in notes for span in note.spans
+               for n in lengths for i in range(len(span) - n + 1)}
+    return [anchor for anchor in placeable if anchor not in covered]
 
 
 def leftover_notes(notes: Sequence[SpanNote], anchor_counts: Mapping[str, int],
