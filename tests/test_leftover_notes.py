@@ -11,8 +11,8 @@ import pytest
 
 from dpsynrag.facts.leftover_notes import (
     LEFTOVER_CLUSTER,
-    leftover_anchors,
     leftover_notes,
+    leftover_spans,
 )
 from dpsynrag.facts.ngrams import level_keys
 from dpsynrag.facts.span_corpus import SpanSettings, span_corpus
@@ -48,10 +48,39 @@ def test_only_uncovered_anchors_of_two_content_words_are_placed_by_released_coun
               "of breath": 50, "pain at": 60, "heart": 80}
     # covered: "chest pain" and "pain at" (whole tokens inside a span); "of breath" has one
     # content word; "gout" and "heart" are single words
-    assert leftover_anchors(notes, counts, STOP) == ["skin rash", "heart failure"]
+    assert leftover_spans(notes, counts, STOP) == [("skin", "rash"), ("heart", "failure")]
     # a span holding the words without their token boundary does not cover an anchor
-    assert leftover_anchors([_note("heart failures")], {"heart failure": 5}, STOP) == [
-        "heart failure"]
+    assert leftover_spans([_note("heart failures")], {"heart failure": 5}, STOP) == [
+        ("heart", "failure")]
+
+
+def test_anchors_are_written_trimmed_closed_and_once_without_those_others_hold() -> None:
+    stop = STOP | {"(", ")", ","}
+    released = {1: {"Toy", "Story", "(", "1995", ")", ","},
+                2: {"Toy Story", "Story (", "( 1995", "1995 )", ") ,", ", Toy"},
+                3: {"Toy Story (", "Story ( 1995", "( 1995 )"}}
+    counts = {") , Toy Story ( 1995": 30,  # loose ends cut, the bracket closed
+              "Toy Story ( 1995": 20,  # written as the first: once
+              "heart failure": 25,  # inside a longer one written: dropped
+              "acute heart failure": 5,
+              "skin rash with": 10,  # the trailing stopword cut
+              "rash with": 9}  # one content token once trimmed: not placed
+    assert leftover_spans([], counts, stop, released) == [
+        ("Toy", "Story", "(", "1995", ")"), ("skin", "rash"), ("acute", "heart", "failure")]
+    # without the level releases a bracket stays open
+    assert leftover_spans([], counts, stop)[0] == ("Toy", "Story", "(", "1995")
+
+
+def test_the_grouping_runs_inside_blocks_of_the_public_order() -> None:
+    counts = {"heart sign x": 9, "skin sign x": 8, "heart sign b": 7, "skin sign b": 6}
+    whole = leftover_notes([], counts, topic_embed, STOP, per_note=2)
+    assert [[" ".join(s) for s in n.spans] for n in whole] == [
+        ["heart sign x", "heart sign b"], ["skin sign x", "skin sign b"]]
+    blocks = leftover_notes([], counts, topic_embed, STOP, per_note=2, block=2)
+    assert [[" ".join(s) for s in n.spans] for n in blocks] == [
+        ["heart sign x", "skin sign x"], ["heart sign b", "skin sign b"]]
+    with pytest.raises(ValueError, match="block"):
+        leftover_notes([], counts, topic_embed, STOP, block=0)
 
 
 def test_anchors_are_grouped_by_the_embedder_each_once_the_lead_first() -> None:

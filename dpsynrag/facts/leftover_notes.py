@@ -3,18 +3,27 @@
 A cluster's note (``facts.span_notes``) lists the spans its histogram released at or above
 3 sigma_C; a released anchor whose cluster falls below that bar, or whose words no note
 writes, is then in no note at all, although the n-gram release published it. These notes
-give each such anchor a place: the anchors of two content tokens or more (a lone word is
-no fact) that no note's spans contain, taken in the public order of their released count
-(highest first, ties by the anchor), grouped ``PER_NOTE`` at a time by the public
-embedder: the first anchor not yet placed leads, the ``PER_NOTE - 1`` unplaced anchors
-nearest it (inner product of the embedder's unit vectors; ties in the public order)
-follow it. The note is written as the cluster notes are (``spans.note_text``).
+give each such anchor a place. Each anchor is written as the cluster notes write a span:
+without its loose ends (``spans.trim_span``: "), Titanic (1997" loses "), ") and closed
+where a released n-gram closes its bracket (``spans.close_bracket``). The written anchors of
+two content tokens or more (a lone word is no fact) that no note's spans contain, and that
+no other such anchor contains (the longer one writes them), are taken in the public order
+of their released count (highest first, ties by the anchor) and grouped ``PER_NOTE`` at a
+time by the public embedder: the first anchor not yet placed leads, the ``PER_NOTE - 1``
+unplaced anchors nearest it (inner product of the embedder's unit vectors; ties in the
+public order) follow it. The grouping runs inside consecutive blocks of ``BLOCK`` anchors
+of that order, so its cost grows linearly with the anchors (one block's similarities at a
+time) rather than with their square. The note is written as the cluster notes are
+(``spans.note_text``).
 
-Privacy: every input is a released value (the level releases' anchors and counts), the
-cluster notes (themselves post-processing of released values) or the public embedder; no
-document is read. By post-processing, the notes cost nothing and the guarantee is the
-build's. The n-grams of a note are released n-grams joined by the notes' separator, so a
-leftover note holds no n-gram that the release did not publish (the separator ends a span).
+Privacy: every input is a released value (the level releases' anchors, n-grams and counts),
+the cluster notes (themselves post-processing of released values) or the public embedder;
+no document is read. By post-processing, the notes cost nothing and the guarantee is the
+build's. A written anchor is a run of a released n-gram (whose runs were all released, as
+the levels release an n-gram only where its (n-1)-grams were) or a released n-gram's
+bracket closed where ``close_bracket`` finds every new window released; the n-grams of a
+note are these joined by the notes' separator, which ends a span, so a leftover note holds
+no n-gram that the release did not publish.
 """
 
 from __future__ import annotations
@@ -25,10 +34,10 @@ import numpy as np
 
 from dpsynrag.facts.anchor_choice import Embed
 from dpsynrag.facts.span_notes import SpanNote
-from dpsynrag.facts.spans import is_content, note_text
-from dpsynrag.facts.tokens import detokenize, ngram_tokens
+from dpsynrag.facts.spans import close_bracket, is_content, note_text, trim_span
+from dpsynrag.facts.tokens import detokenize, ngram_key, ngram_tokens
 
-__all__ = ["LEFTOVER_CLUSTER", "PER_NOTE", "leftover_anchors", "leftover_notes"]
+__all__ = ["BLOCK", "LEFTOVER_CLUSTER", "PER_NOTE", "leftover_notes", "leftover_spans"]
 
 #: anchors a leftover note lists (the cluster cap K_e + K_s of the default plan)
 PER_NOTE = 16
@@ -36,47 +45,78 @@ PER_NOTE = 16
 LEFTOVER_CLUSTER = -1
 #: the content tokens an anchor needs to be placed (a lone word is no fact)
 MIN_CONTENT = 2
+#: the anchors, consecutive in the public order, among which a note's anchors are chosen
+BLOCK = 2048
 
 
-def leftover_anchors(notes: Sequence[SpanNote], anchor_counts: Mapping[str, int],
-                     stop: Collection[str]) -> list[str]:
-    """The anchors of at least ``MIN_CONTENT`` content tokens that no note's spans contain
-    (as whole tokens), highest released count first, ties by the anchor."""
+def _written(anchor: str, stop: Collection[str],
+             released: Mapping[int, Collection[str]] | None) -> tuple[str, ...]:
+    """An anchor as a note writes it: trimmed, its bracket closed where released n-grams
+    close it."""
+    trimmed = trim_span(ngram_tokens(anchor), stop)
+    return close_bracket(trimmed, released) if trimmed and released else trimmed
+
+
+def leftover_spans(notes: Sequence[SpanNote], anchor_counts: Mapping[str, int],
+                   stop: Collection[str],
+                   released: Mapping[int, Collection[str]] | None = None
+                   ) -> list[tuple[str, ...]]:
+    """The written anchors (module docstring) of at least ``MIN_CONTENT`` content tokens that
+    no note's spans and no other written anchor contain (as whole tokens), highest released
+    count first, ties by the anchor; each once. ``released``: the level releases (length ->
+    released n-gram keys) that close brackets; without them, brackets stay open."""
     ordered = sorted(anchor_counts, key=lambda anchor: (-anchor_counts[anchor], anchor))
-    placeable = [anchor for anchor in ordered
-                 if sum(is_content(t, stop) for t in ngram_tokens(anchor)) >= MIN_CONTENT]
-    # every run of a placeable anchor's length inside a span: a set lookup per anchor, not
-    # a search of all the notes' text (anchors and notes both grow with the collection)
-    lengths = {len(ngram_tokens(anchor)) for anchor in placeable}
-    covered = {" ".join(span[i:i + n]) for note in notes for span in note.spans
+    written: dict[tuple[str, ...], None] = {}
+    for anchor in ordered:
+        tokens = _written(anchor, stop, released)
+        if sum(is_content(t, stop) for t in tokens) >= MIN_CONTENT:
+            written.setdefault(tokens)
+    spans = list(written)
+    # every run of a written anchor's length inside a span, or strictly inside another
+    # written anchor: a set lookup per anchor, not a search of all the notes' text
+    lengths = {len(span) for span in spans}
+    covered = {span[i:i + n] for note in notes for span in note.spans
                for n in lengths for i in range(len(span) - n + 1)}
-    return [anchor for anchor in placeable if anchor not in covered]
+    covered.update(span[i:i + n] for span in spans for n in lengths if n < len(span)
+                   for i in range(len(span) - n + 1))
+    return [span for span in spans if span not in covered]
+
+
+def _groups(vectors: np.ndarray, per_note: int) -> list[list[int]]:
+    """The greedy grouping (module docstring) of one block's unit vectors: positions."""
+    similarity = vectors @ vectors.T
+    placed = np.zeros(len(vectors), dtype=bool)
+    groups: list[list[int]] = []
+    for lead in range(len(vectors)):
+        if placed[lead]:
+            continue
+        row = np.where(placed, -np.inf, similarity[lead])
+        row[lead] = np.inf  # the lead comes first
+        free = int((~placed).sum())
+        picked = np.argsort(-row, kind="stable")[:min(per_note, free)]  # ties: public order
+        placed[picked] = True
+        groups.append([int(i) for i in picked])
+    return groups
 
 
 def leftover_notes(notes: Sequence[SpanNote], anchor_counts: Mapping[str, int],
-                   embed: Embed, stop: Collection[str],
-                   per_note: int = PER_NOTE) -> list[SpanNote]:
+                   embed: Embed, stop: Collection[str], per_note: int = PER_NOTE, *,
+                   released: Mapping[int, Collection[str]] | None = None,
+                   block: int = BLOCK) -> list[SpanNote]:
     """The leftover notes (module docstring), in the order their leading anchors come."""
-    if isinstance(per_note, bool) or not isinstance(per_note, int) or per_note < 1:
-        raise ValueError("per_note must be a positive integer")
-    left = leftover_anchors(notes, anchor_counts, stop)
+    for name, value in (("per_note", per_note), ("block", block)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer")
+    left = leftover_spans(notes, anchor_counts, stop, released)
     if not left:
         return []
-    tokens = [ngram_tokens(anchor) for anchor in left]
-    vectors = np.asarray(embed([detokenize(t) for t in tokens]), dtype=np.float32)
+    vectors = np.asarray(embed([detokenize(t) for t in left]), dtype=np.float32)
     if vectors.shape[0] != len(left):
         raise ValueError("the embedder returned another number of vectors than anchors")
-    remaining = np.arange(len(left))
     out: list[SpanNote] = []
-    while remaining.size:
-        lead = int(remaining[0])
-        similarity = vectors[remaining] @ vectors[lead]
-        similarity[0] = np.inf  # the lead comes first
-        picked = np.argsort(-similarity, kind="stable")[:per_note]  # ties: public order
-        group = remaining[picked]
-        spans = tuple(tokens[int(i)] for i in group)
-        out.append(SpanNote(LEFTOVER_CLUSTER, left[lead], spans, note_text(spans)))
-        keep = np.ones(remaining.size, dtype=bool)
-        keep[picked] = False
-        remaining = remaining[keep]
+    for start in range(0, len(left), block):
+        for group in _groups(vectors[start:start + block], per_note):
+            spans = tuple(left[start + i] for i in group)
+            out.append(SpanNote(LEFTOVER_CLUSTER, ngram_key(spans[0]), spans,
+                                note_text(spans)))
     return out

@@ -166,5 +166,6 @@ def span_corpus(texts: Sequence[str], settings: SpanSettings, releases: SpanRele
     notes = span_notes(noisy, domain, anchors, releases.sigma_clusters, stopwords=stop,
                        released=levels.released)
     if embed is not None:  # (n5) the released anchors no note holds
-        notes = [*notes, *leftover_notes(notes, anchor_counts, embed, stop)]
+        notes = [*notes, *leftover_notes(notes, anchor_counts, embed, stop,
+                                          released=levels.released)]
     return SpanCorpus(notes, len(anchors))

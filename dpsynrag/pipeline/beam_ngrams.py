@@ -554,7 +554,8 @@ def beam_span_corpus(texts: Iterable[str], settings: SpanSettings, releases: Led
         notes = span_notes(kept, domain, anchors, releases.sigma_clusters, stopwords=stop,
                            released=released)
         if embed is not None:  # (n5), as span_corpus: post-processing in the driver
-            notes = [*notes, *leftover_notes(notes, anchor_counts, embed, stop)]
+            notes = [*notes, *leftover_notes(notes, anchor_counts, embed, stop,
+                                              released=released)]
         return SpanCorpus(notes, len(anchors))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
