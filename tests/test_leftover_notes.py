@@ -67,6 +67,9 @@ def test_anchors_are_written_trimmed_closed_and_once_without_those_others_hold()
               "rash with": 9}  # one content token once trimmed: not placed
     assert leftover_spans([], counts, stop, released) == [
         ("Toy", "Story", "(", "1995", ")"), ("skin", "rash"), ("acute", "heart", "failure")]
+    notes = leftover_notes([], counts, topic_embed, stop, released=released)
+    assert notes[0].anchor == ") , Toy Story ( 1995"  # the released anchor, as the keyword
+    assert notes[0].text.startswith("Toy Story (1995)")
     # without the level releases a bracket stays open
     assert leftover_spans([], counts, stop)[0] == ("Toy", "Story", "(", "1995")
 

@@ -14,7 +14,8 @@ unplaced anchors nearest it (inner product of the embedder's unit vectors; ties 
 public order) follow it. The grouping runs inside consecutive blocks of ``BLOCK`` anchors
 of that order, so its cost grows linearly with the anchors (one block's similarities at a
 time) rather than with their square. The note is written as the cluster notes are
-(``spans.note_text``).
+(``spans.note_text``); its anchor (the corpus's ``cluster_keyword``) is the released anchor
+its lead was written from.
 
 Privacy: every input is a released value (the level releases' anchors, n-grams and counts),
 the cluster notes (themselves post-processing of released values) or the public embedder;
@@ -35,7 +36,7 @@ import numpy as np
 from dpsynrag.facts.anchor_choice import Embed
 from dpsynrag.facts.span_notes import SpanNote
 from dpsynrag.facts.spans import close_bracket, is_content, note_text, trim_span
-from dpsynrag.facts.tokens import detokenize, ngram_key, ngram_tokens
+from dpsynrag.facts.tokens import detokenize, ngram_tokens
 
 __all__ = ["BLOCK", "LEFTOVER_CLUSTER", "PER_NOTE", "leftover_notes", "leftover_spans"]
 
@@ -57,6 +58,27 @@ def _written(anchor: str, stop: Collection[str],
     return close_bracket(trimmed, released) if trimmed and released else trimmed
 
 
+def _leftover(notes: Sequence[SpanNote], anchor_counts: Mapping[str, int],
+              stop: Collection[str], released: Mapping[int, Collection[str]] | None
+              ) -> dict[tuple[str, ...], str]:
+    """``leftover_spans``, each written anchor with the released anchor it was written from
+    (the first in the public order)."""
+    ordered = sorted(anchor_counts, key=lambda anchor: (-anchor_counts[anchor], anchor))
+    written: dict[tuple[str, ...], str] = {}
+    for anchor in ordered:
+        tokens = _written(anchor, stop, released)
+        if sum(is_content(t, stop) for t in tokens) >= MIN_CONTENT:
+            written.setdefault(tokens, anchor)
+    # every run of a written anchor's length inside a span, or strictly inside another
+    # written anchor: a set lookup per anchor, not a search of all the notes' text
+    lengths = {len(span) for span in written}
+    covered = {span[i:i + n] for note in notes for span in note.spans
+               for n in lengths for i in range(len(span) - n + 1)}
+    covered.update(span[i:i + n] for span in written for n in lengths if n < len(span)
+                   for i in range(len(span) - n + 1))
+    return {span: anchor for span, anchor in written.items() if span not in covered}
+
+
 def leftover_spans(notes: Sequence[SpanNote], anchor_counts: Mapping[str, int],
                    stop: Collection[str],
                    released: Mapping[int, Collection[str]] | None = None
@@ -65,21 +87,7 @@ def leftover_spans(notes: Sequence[SpanNote], anchor_counts: Mapping[str, int],
     no note's spans and no other written anchor contain (as whole tokens), highest released
     count first, ties by the anchor; each once. ``released``: the level releases (length ->
     released n-gram keys) that close brackets; without them, brackets stay open."""
-    ordered = sorted(anchor_counts, key=lambda anchor: (-anchor_counts[anchor], anchor))
-    written: dict[tuple[str, ...], None] = {}
-    for anchor in ordered:
-        tokens = _written(anchor, stop, released)
-        if sum(is_content(t, stop) for t in tokens) >= MIN_CONTENT:
-            written.setdefault(tokens)
-    spans = list(written)
-    # every run of a written anchor's length inside a span, or strictly inside another
-    # written anchor: a set lookup per anchor, not a search of all the notes' text
-    lengths = {len(span) for span in spans}
-    covered = {span[i:i + n] for note in notes for span in note.spans
-               for n in lengths for i in range(len(span) - n + 1)}
-    covered.update(span[i:i + n] for span in spans for n in lengths if n < len(span)
-                   for i in range(len(span) - n + 1))
-    return [span for span in spans if span not in covered]
+    return list(_leftover(notes, anchor_counts, stop, released))
 
 
 def _groups(vectors: np.ndarray, per_note: int) -> list[list[int]]:
@@ -107,7 +115,8 @@ def leftover_notes(notes: Sequence[SpanNote], anchor_counts: Mapping[str, int],
     for name, value in (("per_note", per_note), ("block", block)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer")
-    left = leftover_spans(notes, anchor_counts, stop, released)
+    sources = _leftover(notes, anchor_counts, stop, released)
+    left = list(sources)
     if not left:
         return []
     vectors = np.asarray(embed([detokenize(t) for t in left]), dtype=np.float32)
@@ -117,6 +126,6 @@ def leftover_notes(notes: Sequence[SpanNote], anchor_counts: Mapping[str, int],
     for start in range(0, len(left), block):
         for group in _groups(vectors[start:start + block], per_note):
             spans = tuple(left[start + i] for i in group)
-            out.append(SpanNote(LEFTOVER_CLUSTER, ngram_key(spans[0]), spans,
-                                note_text(spans)))
+            # the note's keyword: the released anchor its lead was written from
+            out.append(SpanNote(LEFTOVER_CLUSTER, sources[spans[0]], spans, note_text(spans)))
     return out
