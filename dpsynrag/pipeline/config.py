@@ -45,7 +45,7 @@ TOKENS_RHO_HIST = 0.1
 #: The version of the facts rules that decide a document's terms and clusters; raise it with
 #: any change to them. Builds record it (a facts state of another version is not resumed)
 #: and so do eval reports; what each version changed is in CHANGELOG.md.
-FACTS_RULES_VERSION = 20
+FACTS_RULES_VERSION = 21
 
 
 class ConfigError(ValueError):
