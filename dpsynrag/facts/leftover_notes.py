@@ -20,9 +20,10 @@ its lead was written from.
 Privacy: every input is a released value (the level releases' anchors, n-grams and counts),
 the cluster notes (themselves post-processing of released values) or the public embedder;
 no document is read. By post-processing, the notes cost nothing and the guarantee is the
-build's. A written anchor is a run of a released n-gram (each of its windows of a released
-length is released, as the levels release an n-gram only where its shorter windows were) or a released n-gram's
-bracket closed where ``close_bracket`` finds every new window released; the n-grams of a
+build's. A written anchor is a run of a released n-gram (each of its windows of a
+released length is released, as the levels release an n-gram only where its shorter
+windows were) or a released n-gram's bracket closed where ``close_bracket`` finds every
+new window released; the n-grams of a
 note are these joined by the notes' separator, which ends a span, so a leftover note holds
 no n-gram that the release did not publish.
 """
