@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -65,14 +66,17 @@ def test_integers_array_refuses_ranges_it_cannot_draw() -> None:
 @pytest.mark.parametrize("numerator,denominator", [(0, 1), (1, 3), (1, 1), (5, 2), (7, 3),
                                                    (10**30 + 7, 3 * 10**29)])
 def test_bernoulli_exp_minus_is_exact_in_distribution(numerator: int, denominator: int) -> None:
-    """Binomial tests against exp(-n/d) for the array draws (small integers) and the
-    repeated draws of one rational of any size, n = 40,000 each, fixed seeds,
+    """Binomial tests against exp(-n/d) for the array draws (small integers), the
+    repeated draws of one rational of any size and the grouped draws of one group,
+    n = 40,000 each, fixed seeds,
     alpha = 1e-3 / (the draws compared) per comparison (Bonferroni); exp(0) = 1 must always
     succeed."""
     expected = float(np.exp(-numerator / denominator))
     rng = secure_rng(numerator % 997 + denominator % 991)
-    draws = [rng.bernoulli_exp_minus_repeated(40_000, numerator, denominator)]
-    assert draws[0].dtype == bool and draws[0].shape == (40_000,)
+    draws = [rng.bernoulli_exp_minus_repeated(40_000, numerator, denominator),
+             rng.bernoulli_exp_minus_grouped(np.zeros(40_000, dtype=np.int64), [numerator],
+                                             denominator)]
+    assert all(d.dtype == bool and d.shape == (40_000,) for d in draws)
     if denominator < 2**40:
         values = np.full(40_000, numerator, dtype=np.int64)
         draws.append(rng.bernoulli_exp_minus_array(values, denominator))
@@ -93,6 +97,41 @@ def test_vectorised_bernoulli_exp_minus_takes_each_elements_own_numerator() -> N
     assert drawn[:20_000].all()  # exp(0) = 1
     for n, group in ((2, drawn[20_000:40_000]), (9, drawn[40_000:])):
         assert stats.binomtest(int(group.sum()), 20_000, float(np.exp(-n / 4))).pvalue > 1e-3 / 3
+
+
+def test_grouped_bernoulli_exp_minus_takes_each_groups_own_rational() -> None:
+    """Five rationals of any size over one denominator (gamma 0, 0.3, 1, 2.7 and 12), their
+    elements interleaved in one call in a shuffled order: each group's frequency against its
+    own exp(-gamma), n = 30,000 per group, alpha = 1e-3 / 4 per group (Bonferroni); the
+    groups' results are independent of each other's order (a chi-square test of group 1's
+    successes by the group of the element before it)."""
+    denominator = 10**40 + 3
+    gammas = [0, 0.3, 1, 2.7, 12]
+    numerators = [int(g * 10**6) * (denominator // 10**6) for g in gammas]
+    groups = np.repeat(np.arange(5), 30_000)
+    secure_rng(3).integers_array(2, 1)  # a source used before: any state will do
+    order = np.argsort(secure_rng(4).words(groups.size))
+    groups = groups[order]
+    drawn = secure_rng(11).bernoulli_exp_minus_grouped(groups, numerators, denominator)
+    assert drawn.dtype == bool and drawn.shape == groups.shape
+    assert drawn[groups == 0].all()
+    for g in range(1, 5):
+        expected = math.exp(-numerators[g] / denominator)
+        assert stats.binomtest(int(drawn[groups == g].sum()), 30_000,
+                               expected).pvalue > 1e-3 / 4
+    ones = np.flatnonzero(groups[1:] == 1) + 1
+    table = [[int(drawn[ones][groups[ones - 1] == b].sum()),
+              int((~drawn[ones][groups[ones - 1] == b]).sum())] for b in range(5)]
+    assert stats.chi2_contingency(table).pvalue > 1e-3
+
+
+def test_grouped_bernoulli_exp_minus_refuses_bad_arguments() -> None:
+    rng = secure_rng(0)
+    assert rng.bernoulli_exp_minus_grouped(np.zeros(0, dtype=np.int64), [], 3).size == 0
+    for groups, numerators, denominator in (([0], [1], 0), ([0], [-1], 2), ([1], [1], 2),
+                                            ([-1], [1], 2)):
+        with pytest.raises(ValueError):
+            rng.bernoulli_exp_minus_grouped(np.asarray(groups), numerators, denominator)
 
 
 class _TiedWords:
@@ -122,6 +161,17 @@ def test_a_tied_word_is_settled_by_the_exact_remainder() -> None:
     below = RandomSource._bernoulli_fraction_words(_TiedWords(q - 1), 1, 3, 10)  # type: ignore[arg-type]
     above = RandomSource._bernoulli_fraction_words(_TiedWords(q + 1), 1, 3, 10)  # type: ignore[arg-type]
     assert below.all() and not above.any()
+
+
+def test_a_tied_word_in_a_grouped_draw_is_settled_by_the_exact_remainder() -> None:
+    """gamma = 1/3: every word equals round 1's q = floor(2^64 / 3), so round 1 is the tie,
+    settled with probability 1/3 (the remainder, as above), and round 2 (q smaller) fails:
+    the draw is "K odd", Bernoulli(2/3) (binomial test, n = 3,000, alpha = 1e-3)."""
+    rng = secure_rng(5)
+    q = (1 << 64) // 3
+    rng.words = lambda size: np.full(size, q, dtype=np.uint64)  # type: ignore[method-assign]
+    drawn = rng.bernoulli_exp_minus_grouped(np.zeros(3_000, dtype=np.int64), [1], 3)
+    assert stats.binomtest(int(drawn.sum()), 3_000, 2 / 3).pvalue > 1e-3
 
 
 def test_uniform_floats_use_53_bits_and_stay_in_range() -> None:

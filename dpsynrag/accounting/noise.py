@@ -54,10 +54,11 @@ def discrete_gaussian_noise(size: int, sigma: float, rng: RandomSource) -> np.nd
     Each round proposes discrete Laplace(t) values y (``_discrete_laplace``) and accepts y with
     probability exp(-(|y| - sigma^2 / t)^2 / (2 sigma^2)), written as the one rational
     (|y| den t - num)^2 / (2 num den t^2) and drawn by
-    :meth:`RandomSource.bernoulli_exp_minus_repeated` for all proposals of the same |y| at
-    once; accepted draws are kept in order until ``size`` are found. Every comparison is of
-    integers, so there is no floating point between the random bits and the output, as in
-    the one-at-a-time algorithm; only the order in which random bits are used differs.
+    :meth:`RandomSource.bernoulli_exp_minus_grouped` for all proposals at once (one
+    rational per distinct |y|); accepted draws are kept in order until ``size`` are found.
+    Every comparison is of integers, so there is no floating point between the random bits
+    and the output, as in the one-at-a-time algorithm; only the order in which random bits
+    are used differs.
     """
     variance = Fraction(float(sigma)) ** 2
     num, den = variance.numerator, variance.denominator
@@ -66,13 +67,10 @@ def discrete_gaussian_noise(size: int, sigma: float, rng: RandomSource) -> np.nd
     filled = 0
     while filled < size:
         proposals = _discrete_laplace(t, _with_spare(size - filled), rng)
-        magnitudes = np.abs(proposals)
-        accepted = np.zeros(proposals.size, dtype=bool)
-        for magnitude in np.unique(magnitudes):
-            same = np.flatnonzero(magnitudes == magnitude)
-            gap = int(magnitude) * den * t - num
-            accepted[same] = rng.bernoulli_exp_minus_repeated(same.size, gap * gap,
-                                                              2 * num * den * t * t)
+        distinct, groups = np.unique(np.abs(proposals), return_inverse=True)
+        gaps = [magnitude * den * t - num for magnitude in distinct.tolist()]
+        accepted = rng.bernoulli_exp_minus_grouped(groups.ravel(), [g * g for g in gaps],
+                                                   2 * num * den * t * t)
         kept = proposals[accepted][:size - filled]
         out[filled:filled + kept.size] = kept
         filled += kept.size

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -209,6 +209,51 @@ class RandomSource:
             alive.size,
             lambda k, running: self._bernoulli_fraction_words(rest, denominator * k,
                                                               running.size))
+        return result
+
+    def bernoulli_exp_minus_grouped(self, groups: np.ndarray, numerators: Sequence[int],
+                                    denominator: int) -> np.ndarray:
+        """Independent exact Bernoulli(exp(-numerators[groups[i]] / denominator)) for each
+        element i (bool array): many rationals of any size over one denominator (Python
+        integers: the discrete Gaussian's acceptance tests, one rational per proposed
+        magnitude), all elements in the same rounds.
+
+        The draws are those of :meth:`bernoulli_exp_minus_repeated`, element by element: the
+        integer part of gamma by Bernoulli(exp(-1)) draws (``_survive_whole_units``), then CKS
+        Algorithm 1 on the fractional part r / m, each of its Bernoulli(r / (m k)) a uniform
+        64-bit word U against q = floor(r 2^64 / (m k)), the tie U = q (probability 2^-64)
+        settled exactly on the remainder, so each element's probability is exp(-gamma)
+        exactly. Only the order in which random bits are used differs (one word per element
+        and round, for every group at once, instead of one group after another)."""
+        if denominator <= 0 or any(n < 0 for n in numerators):
+            raise ValueError("need numerators >= 0 and denominator > 0")
+        index = np.asarray(groups, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= len(numerators)):
+            raise ValueError("groups must index numerators")
+        wholes = [n // denominator for n in numerators]
+        rests = [n % denominator for n in numerators]
+        small = all(w < 2**62 for w in wholes)
+        result = self._survive_whole_units(
+            np.asarray(wholes, dtype=np.int64 if small else object)[index] if index.size
+            else np.zeros(0, dtype=np.int64))
+        alive = np.flatnonzero(result)
+        alive_groups = index[alive]
+
+        def succeeds(k: int, running: np.ndarray) -> np.ndarray:
+            scale = denominator * k
+            members = alive_groups[running]
+            table = np.zeros(len(rests), dtype=np.uint64)
+            for g in np.unique(members).tolist():
+                table[g] = (rests[g] << 64) // scale  # < 2**64: r < m <= m k
+            thresholds = table[members]
+            drawn = self.words(running.size)
+            out: np.ndarray = drawn < thresholds
+            for tie in np.flatnonzero(drawn == thresholds).tolist():
+                scaled = rests[int(members[tie])] << 64
+                out[tie] = self.bernoulli_fraction(scaled - int(thresholds[tie]) * scale, scale)
+            return out
+
+        result[alive] = self._odd_first_failure(alive.size, succeeds)
         return result
 
     def _survive_whole_units(self, whole: np.ndarray) -> np.ndarray:

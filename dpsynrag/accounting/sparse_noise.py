@@ -250,7 +250,7 @@ def tail_values(size: int, sigma: float, t: int, rng: RandomSource) -> np.ndarra
     exp(-y (t / sigma^2 - 1 / s) - y^2 / (2 sigma^2)), at most 1 (1 / s <= t / sigma^2), and a
     proposal y is accepted with exactly that probability, the one rational
     (2 y (t den s - num) + den s y^2) / (2 s num) for sigma^2 = num / den
-    (``RandomSource.bernoulli_exp_minus_repeated`` for all proposals of the same y at once).
+    (``RandomSource.bernoulli_exp_minus_grouped``: all proposals at once, one rational per y).
     """
     if size <= 0:
         return np.zeros(0, dtype=np.int64)
@@ -263,13 +263,9 @@ def tail_values(size: int, sigma: float, t: int, rng: RandomSource) -> np.ndarra
     filled = 0
     while filled < size:
         proposals = exp_geometric_round(s, size - filled, rng)
-        accepted = np.zeros(proposals.size, dtype=bool)
-        for y in np.unique(proposals):
-            same = np.flatnonzero(proposals == y)
-            yy = int(y)
-            exponent = 2 * yy * (t * den * s - num) + den * s * yy * yy
-            accepted[same] = rng.bernoulli_exp_minus_repeated(same.size, exponent,
-                                                              2 * s * num)
+        distinct, groups = np.unique(proposals, return_inverse=True)
+        exponents = [2 * y * (t * den * s - num) + den * s * y * y for y in distinct.tolist()]
+        accepted = rng.bernoulli_exp_minus_grouped(groups.ravel(), exponents, 2 * s * num)
         kept = proposals[accepted][:size - filled]
         out[filled:filled + kept.size] = t + kept
         filled += kept.size
