@@ -109,7 +109,6 @@ def test_grouped_bernoulli_exp_minus_takes_each_groups_own_rational() -> None:
     gammas = [0, 0.3, 1, 2.7, 12]
     numerators = [int(g * 10**6) * (denominator // 10**6) for g in gammas]
     groups = np.repeat(np.arange(5), 30_000)
-    secure_rng(3).integers_array(2, 1)  # a source used before: any state will do
     order = np.argsort(secure_rng(4).words(groups.size))
     groups = groups[order]
     drawn = secure_rng(11).bernoulli_exp_minus_grouped(groups, numerators, denominator)
@@ -156,10 +155,11 @@ def test_a_tied_word_is_settled_by_the_exact_remainder() -> None:
 
     q = (1 << 64) // 3
     tied = _TiedWords(q)
-    drawn = RandomSource._bernoulli_fraction_words(tied, 1, 3, 3_000)  # type: ignore[arg-type]
+    one = np.zeros(3_000, dtype=np.int64)
+    drawn = RandomSource._bernoulli_fraction_words(tied, [1], 3, one)  # type: ignore[arg-type]
     assert stats.binomtest(int(drawn.sum()), 3_000, 1 / 3).pvalue > 1e-3
-    below = RandomSource._bernoulli_fraction_words(_TiedWords(q - 1), 1, 3, 10)  # type: ignore[arg-type]
-    above = RandomSource._bernoulli_fraction_words(_TiedWords(q + 1), 1, 3, 10)  # type: ignore[arg-type]
+    below = RandomSource._bernoulli_fraction_words(_TiedWords(q - 1), [1], 3, one[:10])  # type: ignore[arg-type]
+    above = RandomSource._bernoulli_fraction_words(_TiedWords(q + 1), [1], 3, one[:10])  # type: ignore[arg-type]
     assert below.all() and not above.any()
 
 

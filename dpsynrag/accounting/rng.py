@@ -194,22 +194,9 @@ class RandomSource:
     def bernoulli_exp_minus_repeated(self, size: int, numerator: int, denominator: int
                                      ) -> np.ndarray:
         """``size`` independent exact Bernoulli(exp(-numerator / denominator)) draws for one
-        rational of any size (Python integers: the discrete Gaussian's acceptance test).
-
-        Each Bernoulli(r / m) of CKS Algorithm 1 compares a uniform 64-bit word U with
-        q = floor(r 2^64 / m): U < q is 1, U > q is 0, and U = q (probability 2^-64) is
-        settled exactly by :meth:`bernoulli_fraction` on the remainder, so the probability is
-        q / 2^64 + (r 2^64 - q m) / (m 2^64) = r / m exactly."""
-        if denominator <= 0 or numerator < 0:
-            raise ValueError("need numerator >= 0 and denominator > 0")
-        whole, rest = divmod(numerator, denominator)
-        result = self._survive_whole_units(np.full(size, whole, dtype=object))
-        alive = np.flatnonzero(result)
-        result[alive] = self._odd_first_failure(
-            alive.size,
-            lambda k, running: self._bernoulli_fraction_words(rest, denominator * k,
-                                                              running.size))
-        return result
+        rational of any size: :meth:`bernoulli_exp_minus_grouped` with one group."""
+        return self.bernoulli_exp_minus_grouped(np.zeros(size, dtype=np.int64), [numerator],
+                                                denominator)
 
     def bernoulli_exp_minus_grouped(self, groups: np.ndarray, numerators: Sequence[int],
                                     denominator: int) -> np.ndarray:
@@ -218,13 +205,11 @@ class RandomSource:
         integers: the discrete Gaussian's acceptance tests, one rational per proposed
         magnitude), all elements in the same rounds.
 
-        The draws are those of :meth:`bernoulli_exp_minus_repeated`, element by element: the
-        integer part of gamma by Bernoulli(exp(-1)) draws (``_survive_whole_units``), then CKS
-        Algorithm 1 on the fractional part r / m, each of its Bernoulli(r / (m k)) a uniform
-        64-bit word U against q = floor(r 2^64 / (m k)), the tie U = q (probability 2^-64)
-        settled exactly on the remainder, so each element's probability is exp(-gamma)
-        exactly. Only the order in which random bits are used differs (one word per element
-        and round, for every group at once, instead of one group after another)."""
+        Element by element: the integer part of gamma by Bernoulli(exp(-1)) draws
+        (``_survive_whole_units``), then CKS Algorithm 1 on the fractional part r / m, each
+        of its Bernoulli(r / (m k)) one 64-bit word (``_bernoulli_fraction_words``), so each
+        element's probability is exp(-gamma) exactly. All elements run in the same rounds
+        (one word per element and round, for every group at once)."""
         if denominator <= 0 or any(n < 0 for n in numerators):
             raise ValueError("need numerators >= 0 and denominator > 0")
         index = np.asarray(groups, dtype=np.int64)
@@ -240,18 +225,7 @@ class RandomSource:
         alive_groups = index[alive]
 
         def succeeds(k: int, running: np.ndarray) -> np.ndarray:
-            scale = denominator * k
-            members = alive_groups[running]
-            table = np.zeros(len(rests), dtype=np.uint64)
-            for g in np.unique(members).tolist():
-                table[g] = (rests[g] << 64) // scale  # < 2**64: r < m <= m k
-            thresholds = table[members]
-            drawn = self.words(running.size)
-            out: np.ndarray = drawn < thresholds
-            for tie in np.flatnonzero(drawn == thresholds).tolist():
-                scaled = rests[int(members[tie])] << 64
-                out[tie] = self.bernoulli_fraction(scaled - int(thresholds[tie]) * scale, scale)
-            return out
+            return self._bernoulli_fraction_words(rests, denominator * k, alive_groups[running])
 
         result[alive] = self._odd_first_failure(alive.size, succeeds)
         return result
@@ -283,18 +257,27 @@ class RandomSource:
         odd: np.ndarray = k_final % 2 == 1
         return odd
 
-    def _bernoulli_fraction_words(self, numerator: int, denominator: int, size: int
-                                  ) -> np.ndarray:
-        """``size`` exact Bernoulli(numerator / denominator) draws, 0 <= numerator <= denominator
-        of any size, by one 64-bit word each (ties settled exactly: see above)."""
-        if numerator >= denominator:
-            return np.ones(size, dtype=bool)
-        scaled = numerator << 64
-        q = scaled // denominator  # < 2**64
-        drawn = self.words(size)
-        out = drawn < np.uint64(q)
-        for tie in np.flatnonzero(drawn == np.uint64(q)):
-            out[tie] = self.bernoulli_fraction(scaled - q * denominator, denominator)
+    def _bernoulli_fraction_words(self, numerators: Sequence[int], denominator: int,
+                                  members: np.ndarray) -> np.ndarray:
+        """Exact Bernoulli(numerators[members[i]] / denominator) for each element i, numerators
+        of any size with 0 <= numerator (at least ``denominator``: always 1), by one 64-bit
+        word U each against q = floor(n 2^64 / d): U < q is 1, U > q is 0, and U = q
+        (probability 2^-64) is settled exactly by :meth:`bernoulli_fraction` on the
+        remainder, so the probability is q / 2^64 + (n 2^64 - q d) / (d 2^64) = n / d."""
+        table = np.zeros(len(numerators), dtype=np.uint64)
+        certain = np.zeros(len(numerators), dtype=bool)
+        for g in np.unique(members).tolist():
+            if numerators[g] >= denominator:
+                certain[g] = True
+            else:
+                table[g] = (numerators[g] << 64) // denominator  # < 2**64
+        thresholds = table[members]
+        drawn = self.words(members.size)
+        out: np.ndarray = (drawn < thresholds) | certain[members]
+        for tie in np.flatnonzero((drawn == thresholds) & ~certain[members]).tolist():
+            scaled = numerators[int(members[tie])] << 64
+            out[tie] = self.bernoulli_fraction(scaled - int(thresholds[tie]) * denominator,
+                                               denominator)
         return out
 
     # ------------------------------------------------------------------ floats
